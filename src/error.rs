@@ -1,0 +1,159 @@
+//! Status codes and the last error message.
+//!
+//! Every fallible export returns an `i32`: `>= 0` is success (a count, a size or 0), `< 0` is
+//! `-(Status as i32)`. The message of the last failure is kept in the shared state block and
+//! read through `last_error` / `last_error_len`. The codes are mirrored in `abi/wasmind.h`.
+
+use core::fmt;
+
+/// Why a call failed. Values are part of the ABI: never renumber, only append.
+#[repr(i32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// An argument is out of range (null pointer, bad length, unknown id).
+    InvalidArgument = 1,
+    /// An allocation failed; nothing was changed.
+    OutOfMemory = 2,
+    /// Input bytes are malformed (truncated file, bad header, inconsistent sizes).
+    BadFormat = 3,
+    /// Input is well formed but uses something not implemented (tensor type, architecture).
+    Unsupported = 4,
+    /// The call needs a model (or embedder) and none is loaded.
+    NoModel = 5,
+    /// The KV cache is full; nothing was written past its end.
+    ContextFull = 6,
+    /// Text is not valid UTF-8.
+    InvalidUtf8 = 7,
+    /// The caller's output buffer is too small; the required size is in the message.
+    BufferTooSmall = 8,
+    /// The call is not allowed from this build or this thread (e.g. helpers in the
+    /// single-threaded build).
+    WrongThread = 9,
+    /// Generation was stopped through the stop flag.
+    Stopped = 10,
+}
+
+impl Status {
+    pub const fn code(self) -> i32 {
+        -(self as i32)
+    }
+    pub const fn name(self) -> &'static str {
+        match self {
+            Status::InvalidArgument => "invalid argument",
+            Status::OutOfMemory => "out of memory",
+            Status::BadFormat => "bad format",
+            Status::Unsupported => "unsupported",
+            Status::NoModel => "no model loaded",
+            Status::ContextFull => "context full",
+            Status::InvalidUtf8 => "invalid UTF-8",
+            Status::BufferTooSmall => "buffer too small",
+            Status::WrongThread => "wrong thread or build",
+            Status::Stopped => "stopped",
+        }
+    }
+}
+
+/// An error with its message, built without allocating.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Error {
+    pub status: Status,
+    pub message: Message,
+}
+
+impl Error {
+    pub fn new(status: Status, args: fmt::Arguments<'_>) -> Error {
+        let mut message = Message::new();
+        let _ = fmt::write(&mut message, args);
+        Error { status, message }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.status.name(), self.message.as_str())
+    }
+}
+
+pub type Result<T> = core::result::Result<T, Error>;
+
+/// `err!(Status::BadFormat, "tensor {} ...", name)` builds an [`Error`].
+#[macro_export]
+macro_rules! err {
+    ($status:expr, $($arg:tt)*) => {
+        $crate::error::Error::new($status, format_args!($($arg)*))
+    };
+}
+
+/// `bail!(Status::BadFormat, "...")` returns an [`Error`] from the enclosing function.
+#[macro_export]
+macro_rules! bail {
+    ($status:expr, $($arg:tt)*) => {
+        return Err($crate::err!($status, $($arg)*))
+    };
+}
+
+/// A fixed-capacity UTF-8 message; longer text is cut at a character boundary.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Message {
+    len: u16,
+    bytes: [u8; Message::CAPACITY],
+}
+
+impl Message {
+    pub const CAPACITY: usize = 480;
+
+    pub const fn new() -> Message {
+        Message { len: 0, bytes: [0; Message::CAPACITY] }
+    }
+
+    pub fn as_str(&self) -> &str {
+        // Only whole characters are ever written (see `write_str`).
+        core::str::from_utf8(&self.bytes[..self.len as usize]).unwrap_or("")
+    }
+}
+
+impl Default for Message {
+    fn default() -> Self {
+        Message::new()
+    }
+}
+
+impl fmt::Debug for Message {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl fmt::Write for Message {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let used = self.len as usize;
+        let room = Message::CAPACITY - used;
+        let mut take = s.len().min(room);
+        while !s.is_char_boundary(take) {
+            take -= 1;
+        }
+        self.bytes[used..used + take].copy_from_slice(&s.as_bytes()[..take]);
+        self.len = (used + take) as u16;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_is_cut_at_a_char_boundary() {
+        let long = "é".repeat(400); // 800 bytes
+        let e = err!(Status::BadFormat, "{}", long);
+        assert_eq!(e.message.as_str().len(), Message::CAPACITY);
+        assert!(e.message.as_str().chars().all(|c| c == 'é'));
+    }
+
+    #[test]
+    fn codes_are_negative() {
+        assert_eq!(Status::OutOfMemory.code(), -2);
+        let e = err!(Status::Unsupported, "tensor {} has type {}", "blk.0.attn_q.weight", 99);
+        assert_eq!(e.message.as_str(), "tensor blk.0.attn_q.weight has type 99");
+    }
+}
