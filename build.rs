@@ -47,4 +47,267 @@ fn link_arguments() {
 }
 
 /// Writes `$OUT_DIR/unicode_tables.rs`, included by `src/unicode.rs`.
-fn generate_unicode_tables() {}
+///
+/// Every table is made by asking its source about each of the 0x110000 code points and
+/// compressing the answers into runs, so nothing here is transcribed by hand:
+/// - general category: `unicode-general-category` (its `UNICODE_VERSION`), surrogates `Cs`;
+/// - White_Space and the full lowercase mapping: Rust's own `char::is_whitespace` and
+///   `char::to_lowercase` (`char::UNICODE_VERSION` of the compiler that runs this script);
+/// - the BERT classes, NFD and canonical combining classes: exactly the crates that Hugging
+///   Face `tokenizers` calls in its BERT normalizer and pre-tokenizer (`unicode_categories`,
+///   `unicode-normalization-alignments`), so the embedder matches it code point for code point.
+fn generate_unicode_tables() {
+    use std::fmt::Write as _;
+    use unicode_categories::UnicodeCategories;
+    use unicode_general_category::{GeneralCategory as G, get_general_category};
+
+    const END: u32 = 0x11_0000;
+    const LATIN: u32 = 0x800; // code points below this get direct tables
+    let chars = || (0..END).filter_map(char::from_u32);
+    let mut out = String::new();
+    let w = &mut out;
+    let (a, b, c) = unicode_general_category::UNICODE_VERSION;
+    writeln!(
+        w,
+        "pub const CATEGORY_UNICODE_VERSION: (u8, u8, u8) = ({a}, {b}, {c});"
+    )
+    .unwrap();
+    let (a, b, c) = char::UNICODE_VERSION;
+    writeln!(
+        w,
+        "pub const STD_UNICODE_VERSION: (u8, u8, u8) = ({a}, {b}, {c});"
+    )
+    .unwrap();
+    let (a, b, c) = unicode_normalization_alignments::UNICODE_VERSION;
+    writeln!(
+        w,
+        "pub const NFD_UNICODE_VERSION: (u8, u8, u8) = ({a}, {b}, {c});"
+    )
+    .unwrap();
+
+    // Runs: (first code point, value) pairs, a new run wherever the value changes.
+    fn runs(values: &dyn Fn(u32) -> u8) -> Vec<(u32, u8)> {
+        let mut r: Vec<(u32, u8)> = Vec::new();
+        for cp in 0..END {
+            let v = values(cp);
+            if r.last().map(|l| l.1) != Some(v) {
+                r.push((cp, v));
+            }
+        }
+        r
+    }
+    fn emit_runs(w: &mut String, name: &str, r: &[(u32, u8)], latin: &dyn Fn(u32) -> u8) {
+        let direct: Vec<String> = (0..LATIN).map(|cp| latin(cp).to_string()).collect();
+        writeln!(
+            w,
+            "pub static {name}_DIRECT: [u8; {LATIN}] = [{}];",
+            direct.join(",")
+        )
+        .unwrap();
+        // Only the runs that start at or after LATIN (plus the one that covers LATIN).
+        let first = r.iter().rposition(|&(s, _)| s <= LATIN).unwrap();
+        let tail = &r[first..];
+        let starts: Vec<String> = tail.iter().map(|x| x.0.to_string()).collect();
+        let vals: Vec<String> = tail.iter().map(|x| x.1.to_string()).collect();
+        writeln!(
+            w,
+            "pub static {name}_RUN_START: [u32; {}] = [{}];",
+            tail.len(),
+            starts.join(",")
+        )
+        .unwrap();
+        writeln!(
+            w,
+            "pub static {name}_RUN_VALUE: [u8; {}] = [{}];",
+            tail.len(),
+            vals.join(",")
+        )
+        .unwrap();
+    }
+
+    // 1. General category, numbered in the order of `unicode::Category`.
+    let category = |cp: u32| -> u8 {
+        let Some(ch) = char::from_u32(cp) else {
+            return 27;
+        }; // Cs
+        match get_general_category(ch) {
+            G::UppercaseLetter => 0,
+            G::LowercaseLetter => 1,
+            G::TitlecaseLetter => 2,
+            G::ModifierLetter => 3,
+            G::OtherLetter => 4,
+            G::NonspacingMark => 5,
+            G::SpacingMark => 6,
+            G::EnclosingMark => 7,
+            G::DecimalNumber => 8,
+            G::LetterNumber => 9,
+            G::OtherNumber => 10,
+            G::ConnectorPunctuation => 11,
+            G::DashPunctuation => 12,
+            G::OpenPunctuation => 13,
+            G::ClosePunctuation => 14,
+            G::InitialPunctuation => 15,
+            G::FinalPunctuation => 16,
+            G::OtherPunctuation => 17,
+            G::MathSymbol => 18,
+            G::CurrencySymbol => 19,
+            G::ModifierSymbol => 20,
+            G::OtherSymbol => 21,
+            G::SpaceSeparator => 22,
+            G::LineSeparator => 23,
+            G::ParagraphSeparator => 24,
+            G::Control => 25,
+            G::Format => 26,
+            G::Surrogate => 27,
+            G::PrivateUse => 28,
+            G::Unassigned => 29,
+            other => panic!("general category {other:?} is new: extend unicode::Category"),
+        }
+    };
+    emit_runs(w, "CATEGORY", &runs(&category), &category);
+
+    // 2. White_Space: a short list.
+    let ws: Vec<String> = chars()
+        .filter(|c| c.is_whitespace())
+        .map(|c| (c as u32).to_string())
+        .collect();
+    writeln!(
+        w,
+        "pub static WHITE_SPACE: [u32; {}] = [{}];",
+        ws.len(),
+        ws.join(",")
+    )
+    .unwrap();
+
+    // 3. Full lowercase. LOWER_TO holds the single code point, or for 1->many mappings
+    //    `MULTI | offset << 8 | len` into LOWER_MULTI.
+    let (mut from, mut to, mut multi) = (Vec::new(), Vec::new(), Vec::<u32>::new());
+    for ch in chars() {
+        let l: Vec<u32> = ch.to_lowercase().map(|c| c as u32).collect();
+        if l == [ch as u32] {
+            continue;
+        }
+        from.push(ch as u32);
+        if l.len() == 1 {
+            to.push(l[0]);
+        } else {
+            assert!(l.len() <= 3 && multi.len() < 1 << 16);
+            to.push(0x8000_0000 | (multi.len() as u32) << 8 | l.len() as u32);
+            multi.extend(&l);
+        }
+    }
+    let list = |v: &[u32]| {
+        v.iter()
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    writeln!(
+        w,
+        "pub static LOWER_FROM: [u32; {}] = [{}];",
+        from.len(),
+        list(&from)
+    )
+    .unwrap();
+    writeln!(
+        w,
+        "pub static LOWER_TO: [u32; {}] = [{}];",
+        to.len(),
+        list(&to)
+    )
+    .unwrap();
+    writeln!(
+        w,
+        "pub static LOWER_MULTI: [u32; {}] = [{}];",
+        multi.len(),
+        list(&multi)
+    )
+    .unwrap();
+
+    // 4. NFD (canonical, full) without the Hangul syllables, which are algorithmic.
+    //    NFD_AT: offset << 8 | len into NFD_POOL.
+    let (mut from, mut at, mut pool) = (Vec::new(), Vec::new(), Vec::<u32>::new());
+    for ch in chars() {
+        if (0xAC00..0xAC00 + 11172).contains(&(ch as u32)) {
+            continue;
+        }
+        let mut d = Vec::new();
+        unicode_normalization_alignments::char::decompose_canonical(ch, |x| d.push(x as u32));
+        if d == [ch as u32] {
+            continue;
+        }
+        assert!(!d.is_empty() && d.len() < 256);
+        from.push(ch as u32);
+        at.push((pool.len() as u32) << 8 | d.len() as u32);
+        pool.extend(&d);
+    }
+    writeln!(
+        w,
+        "pub static NFD_FROM: [u32; {}] = [{}];",
+        from.len(),
+        list(&from)
+    )
+    .unwrap();
+    writeln!(
+        w,
+        "pub static NFD_AT: [u32; {}] = [{}];",
+        at.len(),
+        list(&at)
+    )
+    .unwrap();
+    writeln!(
+        w,
+        "pub static NFD_POOL: [u32; {}] = [{}];",
+        pool.len(),
+        list(&pool)
+    )
+    .unwrap();
+    let ccc = |cp: u32| {
+        char::from_u32(cp).map_or(
+            0,
+            unicode_normalization_alignments::char::canonical_combining_class,
+        )
+    };
+    emit_runs(w, "CCC", &runs(&ccc), &ccc);
+
+    // 5. The BERT classes as Hugging Face tokenizers computes them (bits of `unicode::bert`).
+    let bert = |cp: u32| -> u8 {
+        let Some(ch) = char::from_u32(cp) else {
+            return 0;
+        };
+        let tab_nl_cr = matches!(ch, '\t' | '\n' | '\r');
+        let mut f = 0u8;
+        if cp == 0 || cp == 0xFFFD || (!tab_nl_cr && ch.is_other()) {
+            f |= 1; // DROP (clean_text)
+        }
+        if tab_nl_cr || ch.is_whitespace() {
+            f |= 2; // SPACE
+        }
+        if matches!(cp, 0x4E00..=0x9FFF | 0x3400..=0x4DBF | 0x20000..=0x2A6DF | 0x2A700..=0x2B73F
+            | 0x2B740..=0x2B81F | 0x2B920..=0x2CEAF | 0xF900..=0xFAFF | 0x2F800..=0x2FA1F)
+        {
+            f |= 4; // CJK
+        }
+        if ch.is_ascii_punctuation() || ch.is_punctuation() {
+            f |= 8; // PUNCT
+        }
+        if ch.is_mark_nonspacing() {
+            f |= 16; // MN
+        }
+        let mut d = 0;
+        unicode_normalization_alignments::char::decompose_canonical(ch, |x| {
+            d += if x == ch { 0 } else { 1 }
+        });
+        if d != 0 {
+            f |= 32; // DECOMPOSES
+        }
+        if ch.to_lowercase().ne([ch]) {
+            f |= 64; // LOWER
+        }
+        f
+    };
+    emit_runs(w, "BERT", &runs(&bert), &bert);
+
+    let path = std::path::Path::new(&env::var("OUT_DIR").unwrap()).join("unicode_tables.rs");
+    std::fs::write(path, out).unwrap();
+}

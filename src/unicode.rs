@@ -1,1 +1,389 @@
-//! (being written)
+//! Unicode data for the tokenizers and the embedder: general category, White_Space, full
+//! lowercase, canonical decomposition (NFD) and the character classes of the BERT normalizer.
+//!
+//! Nothing here is hand-maintained: `build.rs` (`generate_unicode_tables`) asks each source
+//! about every code point and writes compact run tables into `$OUT_DIR/unicode_tables.rs`.
+//! Lookups below 0x800 index a direct table; above it they binary-search the runs.
+//!
+//! Sources and their Unicode versions (each stated as a constant below):
+//! - [`category`]: the `unicode-general-category` crate ([`UNICODE_VERSION`]).
+//! - [`is_white_space`], [`to_lowercase`]: Rust's own `char::is_whitespace` / `char::to_lowercase`
+//!   ([`STD_UNICODE_VERSION`]) — the same functions Hugging Face `tokenizers` calls.
+//! - [`nfd`], [`canonical_combining_class`], [`bert`]: the very crates `tokenizers` uses in its
+//!   BERT normalizer and pre-tokenizer (`unicode-normalization-alignments`, Unicode
+//!   [`NFD_UNICODE_VERSION`]; `unicode_categories`), so the embedder matches it exactly, old
+//!   data included.
+
+#[allow(clippy::all)]
+mod tables {
+    include!(concat!(env!("OUT_DIR"), "/unicode_tables.rs"));
+}
+
+/// Unicode version of the general category data ([`category`]).
+pub const UNICODE_VERSION: (u8, u8, u8) = tables::CATEGORY_UNICODE_VERSION;
+/// Unicode version of White_Space and lowercase (Rust's `char`, as compiled into build.rs).
+pub const STD_UNICODE_VERSION: (u8, u8, u8) = tables::STD_UNICODE_VERSION;
+/// Unicode version of the decompositions and combining classes (as Hugging Face tokenizers).
+pub const NFD_UNICODE_VERSION: (u8, u8, u8) = tables::NFD_UNICODE_VERSION;
+
+/// Below this, run tables have a direct per-code-point copy.
+const DIRECT: u32 = 0x800;
+
+/// Looks a code point up in a run table (direct below [`DIRECT`]). Code points past
+/// U+10FFFF fall into the last run (unassigned).
+#[inline(always)]
+fn run_lookup(cp: u32, direct: &[u8; DIRECT as usize], starts: &[u32], values: &[u8]) -> u8 {
+    if cp < DIRECT {
+        return direct[cp as usize];
+    }
+    // starts[0] <= DIRECT <= cp, so the index is at least 1.
+    let i = starts.partition_point(|&s| s <= cp);
+    values.get(i.wrapping_sub(1)).copied().unwrap_or(0)
+}
+
+/// General category, in the order of Unicode's table (UAX #44).
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Category {
+    Lu,
+    Ll,
+    Lt,
+    Lm,
+    Lo,
+    Mn,
+    Mc,
+    Me,
+    Nd,
+    Nl,
+    No,
+    Pc,
+    Pd,
+    Ps,
+    Pe,
+    Pi,
+    Pf,
+    Po,
+    Sm,
+    Sc,
+    Sk,
+    So,
+    Zs,
+    Zl,
+    Zp,
+    Cc,
+    Cf,
+    Cs,
+    Co,
+    Cn,
+}
+
+impl Category {
+    const ALL: [Category; 30] = {
+        use Category::*;
+        [
+            Lu, Ll, Lt, Lm, Lo, Mn, Mc, Me, Nd, Nl, No, Pc, Pd, Ps, Pe, Pi, Pf, Po, Sm, Sc, Sk, So,
+            Zs, Zl, Zp, Cc, Cf, Cs, Co, Cn,
+        ]
+    };
+
+    /// L*: Lu, Ll, Lt, Lm, Lo.
+    pub const fn is_letter(self) -> bool {
+        (self as u8) <= Category::Lo as u8
+    }
+    /// M*: Mn, Mc, Me.
+    pub const fn is_mark(self) -> bool {
+        matches!(self, Category::Mn | Category::Mc | Category::Me)
+    }
+    /// N*: Nd, Nl, No.
+    pub const fn is_number(self) -> bool {
+        matches!(self, Category::Nd | Category::Nl | Category::No)
+    }
+    /// P*: Pc, Pd, Ps, Pe, Pi, Pf, Po.
+    pub const fn is_punctuation(self) -> bool {
+        let v = self as u8;
+        v >= Category::Pc as u8 && v <= Category::Po as u8
+    }
+    /// S*: Sm, Sc, Sk, So.
+    pub const fn is_symbol(self) -> bool {
+        let v = self as u8;
+        v >= Category::Sm as u8 && v <= Category::So as u8
+    }
+    /// Z*: Zs, Zl, Zp.
+    pub const fn is_separator(self) -> bool {
+        matches!(self, Category::Zs | Category::Zl | Category::Zp)
+    }
+    /// C*: Cc, Cf, Cs, Co, Cn.
+    pub const fn is_other(self) -> bool {
+        (self as u8) >= Category::Cc as u8
+    }
+    /// The two-letter abbreviation, e.g. "Lu".
+    pub const fn abbreviation(self) -> &'static str {
+        const NAMES: [&str; 30] = [
+            "Lu", "Ll", "Lt", "Lm", "Lo", "Mn", "Mc", "Me", "Nd", "Nl", "No", "Pc", "Pd", "Ps",
+            "Pe", "Pi", "Pf", "Po", "Sm", "Sc", "Sk", "So", "Zs", "Zl", "Zp", "Cc", "Cf", "Cs",
+            "Co", "Cn",
+        ];
+        NAMES[self as usize]
+    }
+}
+
+/// General category of a code point; `Cs` for surrogates, `Cn` past U+10FFFF.
+#[inline]
+pub fn category(cp: u32) -> Category {
+    if cp >= 0x11_0000 {
+        return Category::Cn;
+    }
+    let v = run_lookup(
+        cp,
+        &tables::CATEGORY_DIRECT,
+        &tables::CATEGORY_RUN_START,
+        &tables::CATEGORY_RUN_VALUE,
+    );
+    Category::ALL
+        .get(v as usize)
+        .copied()
+        .unwrap_or(Category::Cn)
+}
+
+/// The White_Space property (as Rust's `char::is_whitespace`).
+#[inline]
+pub fn is_white_space(cp: u32) -> bool {
+    match cp {
+        0x09..=0x0D | 0x20 => true,
+        _ if cp < 0x85 => false,
+        _ => tables::WHITE_SPACE.binary_search(&cp).is_ok(),
+    }
+}
+
+/// The full lowercase mapping of one code point: one to three code points.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lowercase {
+    cps: [u32; 3],
+    len: u8,
+}
+
+impl Lowercase {
+    pub fn as_slice(&self) -> &[u32] {
+        &self.cps[..self.len as usize]
+    }
+}
+
+/// Full lowercase mapping (as `char::to_lowercase`, context-free: Σ always gives σ).
+/// A code point without a mapping maps to itself.
+#[inline]
+pub fn to_lowercase(cp: u32) -> Lowercase {
+    let single = |c| Lowercase {
+        cps: [c, 0, 0],
+        len: 1,
+    };
+    if cp < 0x80 {
+        return single(if cp.wrapping_sub(b'A' as u32) < 26 {
+            cp + 32
+        } else {
+            cp
+        });
+    }
+    let Ok(i) = tables::LOWER_FROM.binary_search(&cp) else {
+        return single(cp);
+    };
+    let to = tables::LOWER_TO[i];
+    if to & 0x8000_0000 == 0 {
+        return single(to);
+    }
+    let (at, len) = (((to >> 8) & 0xFFFF) as usize, (to & 0xFF) as usize);
+    let mut m = Lowercase {
+        cps: [0; 3],
+        len: 0,
+    };
+    for (slot, &c) in m
+        .cps
+        .iter_mut()
+        .zip(tables::LOWER_MULTI.iter().skip(at).take(len))
+    {
+        *slot = c;
+        m.len += 1;
+    }
+    m
+}
+
+/// Hangul syllables decompose by formula (Unicode §3.12), not by table.
+mod hangul {
+    pub const S_BASE: u32 = 0xAC00;
+    pub const L_BASE: u32 = 0x1100;
+    pub const V_BASE: u32 = 0x1161;
+    pub const T_BASE: u32 = 0x11A7;
+    pub const V_COUNT: u32 = 21;
+    pub const T_COUNT: u32 = 28;
+    pub const S_COUNT: u32 = 19 * V_COUNT * T_COUNT;
+}
+
+/// Full canonical decomposition of one code point, emitted in order (not yet canonically
+/// reordered across neighbouring characters: see [`canonical_combining_class`]). A code point
+/// without one is emitted as is.
+#[inline]
+pub fn nfd(cp: u32, mut emit: impl FnMut(u32)) {
+    use hangul::*;
+    let s = cp.wrapping_sub(S_BASE);
+    if s < S_COUNT {
+        emit(L_BASE + s / (V_COUNT * T_COUNT));
+        emit(V_BASE + (s % (V_COUNT * T_COUNT)) / T_COUNT);
+        if s % T_COUNT != 0 {
+            emit(T_BASE + s % T_COUNT);
+        }
+        return;
+    }
+    if cp < 0xC0 {
+        return emit(cp);
+    }
+    let Ok(i) = tables::NFD_FROM.binary_search(&cp) else {
+        return emit(cp);
+    };
+    let at = tables::NFD_AT[i];
+    let (start, len) = ((at >> 8) as usize, (at & 0xFF) as usize);
+    for &c in tables::NFD_POOL.iter().skip(start).take(len) {
+        emit(c);
+    }
+}
+
+/// Canonical combining class (0 for starters), for canonical ordering after [`nfd`].
+#[inline]
+pub fn canonical_combining_class(cp: u32) -> u8 {
+    if cp >= 0x11_0000 {
+        return 0;
+    }
+    run_lookup(
+        cp,
+        &tables::CCC_DIRECT,
+        &tables::CCC_RUN_START,
+        &tables::CCC_RUN_VALUE,
+    )
+}
+
+/// Character classes of Hugging Face's BERT normalizer and pre-tokenizer, one byte of flags
+/// per code point. A code point whose class is 0 passes normalization unchanged and is part of
+/// a word.
+pub mod bert {
+    use super::{run_lookup, tables};
+
+    /// Removed by `clean_text`: U+0000, U+FFFD, and Cc/Cf/Co (of `unicode_categories`) other
+    /// than tab, newline and carriage return.
+    pub const DROP: u8 = 1;
+    /// White space (`char::is_whitespace`, plus tab/newline/CR): becomes ' ' in `clean_text`,
+    /// splits words in the pre-tokenizer.
+    pub const SPACE: u8 = 2;
+    /// In the CJK ideograph blocks: surrounded by spaces by `handle_chinese_chars`.
+    pub const CJK: u8 = 4;
+    /// ASCII punctuation or P* (of `unicode_categories`): a word of its own.
+    pub const PUNCT: u8 = 8;
+    /// Mn (of `unicode_categories`): removed after NFD by `strip_accents`.
+    pub const MN: u8 = 16;
+    /// Has a canonical decomposition ([`super::nfd`] changes it).
+    pub const DECOMPOSES: u8 = 32;
+    /// Lowercase changes it ([`super::to_lowercase`]).
+    pub const LOWER: u8 = 64;
+
+    /// The flags of one code point.
+    #[inline(always)]
+    pub fn class(cp: u32) -> u8 {
+        if cp >= 0x11_0000 {
+            return 0;
+        }
+        run_lookup(
+            cp,
+            &tables::BERT_DIRECT,
+            &tables::BERT_RUN_START,
+            &tables::BERT_RUN_VALUE,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Every code point against the generator crates and std (the sources of the tables).
+    use super::*;
+    use std::vec::Vec;
+
+    #[test]
+    fn category_matches_the_crate_everywhere() {
+        use unicode_general_category::{GeneralCategory as G, get_general_category};
+        for cp in 0..0x11_0000u32 {
+            let want = match char::from_u32(cp).map(get_general_category) {
+                None => "Cs",
+                Some(G::Unassigned) => "Cn",
+                Some(g) => g.abbreviation(),
+            };
+            assert_eq!(category(cp).abbreviation(), want, "U+{cp:04X}");
+        }
+        assert_eq!(category(0x11_0000), Category::Cn);
+        assert_eq!(category(u32::MAX), Category::Cn);
+        assert_eq!(UNICODE_VERSION, (16, 0, 0));
+        assert!(category('a' as u32).is_letter() && category('!' as u32).is_punctuation());
+    }
+
+    #[test]
+    fn white_space_and_lowercase_match_std_everywhere() {
+        for cp in 0..0x11_0000u32 {
+            let Some(ch) = char::from_u32(cp) else {
+                assert!(!is_white_space(cp));
+                assert_eq!(to_lowercase(cp).as_slice(), &[cp]);
+                continue;
+            };
+            assert_eq!(is_white_space(cp), ch.is_whitespace(), "U+{cp:04X}");
+            let want: Vec<u32> = ch.to_lowercase().map(|c| c as u32).collect();
+            assert_eq!(to_lowercase(cp).as_slice(), &want[..], "U+{cp:04X}");
+        }
+        assert_eq!(to_lowercase(0x130).as_slice(), &[0x69, 0x307]);
+    }
+
+    #[test]
+    fn nfd_and_ccc_match_the_crate_everywhere() {
+        use unicode_normalization_alignments::char as un;
+        for cp in 0..0x11_0000u32 {
+            let Some(ch) = char::from_u32(cp) else {
+                continue;
+            };
+            let mut want = Vec::new();
+            un::decompose_canonical(ch, |c| want.push(c as u32));
+            let mut got = Vec::new();
+            nfd(cp, |c| got.push(c));
+            assert_eq!(got, want, "U+{cp:04X}");
+            assert_eq!(
+                canonical_combining_class(cp),
+                un::canonical_combining_class(ch)
+            );
+        }
+    }
+
+    #[test]
+    fn bert_classes_match_the_crates_everywhere() {
+        use unicode_categories::UnicodeCategories;
+        for cp in 0..0x11_0000u32 {
+            let f = bert::class(cp);
+            let Some(ch) = char::from_u32(cp) else {
+                assert_eq!(f, 0);
+                continue;
+            };
+            let special = matches!(ch, '\t' | '\n' | '\r');
+            let drop = cp == 0 || cp == 0xFFFD || (!special && ch.is_other());
+            assert_eq!(f & bert::DROP != 0, drop, "U+{cp:04X}");
+            assert_eq!(
+                f & bert::SPACE != 0,
+                special || ch.is_whitespace(),
+                "U+{cp:04X}"
+            );
+            let punct = ch.is_ascii_punctuation() || ch.is_punctuation();
+            assert_eq!(f & bert::PUNCT != 0, punct, "U+{cp:04X}");
+            assert_eq!(f & bert::MN != 0, ch.is_mark_nonspacing(), "U+{cp:04X}");
+            let mut d = Vec::new();
+            nfd(cp, |c| d.push(c));
+            assert_eq!(f & bert::DECOMPOSES != 0, d != [cp], "U+{cp:04X}");
+            assert_eq!(
+                f & bert::LOWER != 0,
+                to_lowercase(cp).as_slice() != [cp],
+                "U+{cp:04X}"
+            );
+        }
+        assert_eq!(bert::class(0x4E00) & bert::CJK, bert::CJK);
+        assert_eq!(bert::class(0x3000) & bert::CJK, 0);
+    }
+}
