@@ -37,7 +37,7 @@ pub enum Kind {
 }
 
 /// A validated JSON string: the bytes between the quotes, escapes still in place.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Str<'a> {
     raw: &'a [u8],
     escaped: bool,
@@ -51,6 +51,11 @@ impl<'a> Str<'a> {
         } else {
             core::str::from_utf8(self.raw).ok()
         }
+    }
+
+    /// Length in bytes as written (escapes included): an upper bound of the decoded length.
+    pub fn raw_len(&self) -> usize {
+        self.raw.len()
     }
 
     /// The unescaped text (allocates only when the string had escapes).

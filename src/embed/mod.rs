@@ -1,1 +1,468 @@
-//! (being written)
+//! Model2Vec sentence embeddings, as the Python `model2vec` package (0.10) computes them.
+//!
+//! A Model2Vec model is a static table: one vector per token. From a model directory's own
+//! files (passed in as bytes):
+//! - `model.safetensors`: `embeddings` (rows, dim) in F32, F16, BF16 or I8; optionally
+//!   `mapping` (vocab,) I32, token id -> row (vocabulary quantization), and `weights` (vocab,)
+//!   F64/F32/F16, a per-token scale;
+//! - `tokenizer.json`: see [`tokenizer`];
+//! - `config.json`: `normalize` (missing or null: false) and `max_length` (missing: 512; null:
+//!   no truncation).
+//!
+//! Encoding one text, in order:
+//! 1. cut the text to `max_length × median token length` code points;
+//! 2. tokenize ([`tokenizer::Tokenizer::encode`]), keeping at most `max_length` tokens;
+//! 3. drop the unknown token;
+//! 4. mean of `embeddings[mapping[id]] × weights[id]` over the ids (a zero vector if none);
+//! 5. divide by the L2 norm (+1e-32) when `normalize`.
+//!
+//! Memory: F32 and I8 tables are used in place (zero-copy) when the F32 data is 4-byte aligned
+//! in the caller's buffer, which is why [`Embedder`] borrows the safetensors bytes; F16/BF16
+//! tables (and unaligned F32) are converted to F32 once at load (`dim × rows × 4` bytes).
+
+pub mod safetensors;
+pub mod tokenizer;
+pub mod wordpiece;
+
+use crate::error::{Result, Status};
+use crate::json::{Kind, Reader};
+use crate::{bail, err};
+use alloc::vec::Vec;
+use safetensors::{Dtype, SafeTensors, Tensor};
+pub use tokenizer::Tokenizer;
+
+/// model2vec's default `max_length` when config.json has none.
+pub const DEFAULT_MAX_LENGTH: usize = 512;
+/// Cap on `max_length` from a file.
+const MAX_MAX_LENGTH: u64 = 1 << 24;
+/// Cap on the embedding dimension.
+const MAX_DIM: u64 = 1 << 16;
+
+/// The settings of `config.json` that change the output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub normalize: bool,
+    /// `None`: no truncation at all.
+    pub max_length: Option<usize>,
+}
+
+impl Config {
+    pub fn from_json(bytes: &[u8]) -> Result<Config> {
+        let mut c = Config {
+            normalize: false,
+            max_length: Some(DEFAULT_MAX_LENGTH),
+        };
+        let mut r = Reader::new(bytes)?;
+        if r.peek()? != Kind::Object {
+            bail!(Status::BadFormat, "config.json is not a JSON object");
+        }
+        r.begin_object()?;
+        while let Some(k) = r.next_key()? {
+            if k.eq_str("normalize") {
+                c.normalize = match r.peek()? {
+                    Kind::Null => r.read_null().map(|_| false)?,
+                    Kind::Bool => r.read_bool()?,
+                    k => bail!(
+                        Status::BadFormat,
+                        "config.json: normalize should be a bool, found {k:?}"
+                    ),
+                };
+            } else if k.eq_str("max_length") {
+                c.max_length = match r.peek()? {
+                    Kind::Null => r.read_null().map(|_| None)?,
+                    Kind::Number => {
+                        let v = r.read_u64()?;
+                        if v > MAX_MAX_LENGTH {
+                            bail!(
+                                Status::BadFormat,
+                                "config.json: max_length {v} exceeds {MAX_MAX_LENGTH}"
+                            );
+                        }
+                        Some(v as usize)
+                    }
+                    k => bail!(
+                        Status::BadFormat,
+                        "config.json: max_length should be an integer, found {k:?}"
+                    ),
+                };
+            } else {
+                r.skip_value()?;
+            }
+        }
+        r.finish()?;
+        Ok(c)
+    }
+}
+
+/// The embedding rows, in place or converted.
+enum Rows<'a> {
+    /// Aligned little-endian f32 in the caller's buffer.
+    F32(&'a [f32]),
+    I8(&'a [i8]),
+    Owned(Vec<f32>),
+}
+
+/// A loaded Model2Vec model.
+pub struct Embedder<'a> {
+    tokenizer: Tokenizer,
+    config: Config,
+    rows: Rows<'a>,
+    n_rows: usize,
+    dim: usize,
+    /// Token id -> row (vocabulary quantization).
+    mapping: Option<Vec<u32>>,
+    /// Token id -> scale.
+    weights: Option<Vec<f32>>,
+    /// Truncation of the text in code points (`max_length × median token length`).
+    max_chars: Option<usize>,
+}
+
+/// Buffers reused across calls (one per thread): no allocation per text once warm.
+#[derive(Default)]
+pub struct Scratch {
+    tok: tokenizer::Scratch,
+    ids: Vec<u32>,
+    acc: Vec<f32>,
+}
+
+impl Scratch {
+    pub fn new() -> Scratch {
+        Scratch::default()
+    }
+}
+
+fn f16_to_f32(h: u16) -> f32 {
+    let sign = ((h >> 15) as u32) << 31;
+    let exp = ((h >> 10) & 0x1F) as u32;
+    let man = (h & 0x3FF) as u32;
+    let bits = match exp {
+        0 if man == 0 => sign,
+        0 => {
+            // Subnormal: value = man × 2^-24.
+            let v = man as f32 * (1.0 / 16_777_216.0);
+            return if sign != 0 { -v } else { v };
+        }
+        0x1F => sign | 0x7F80_0000 | man << 13,
+        _ => sign | (exp + 127 - 15) << 23 | man << 13,
+    };
+    f32::from_bits(bits)
+}
+
+/// A 1-D tensor of `n` values as f32 (F64/F32/F16), for `weights`.
+fn vector_f32(t: &Tensor, n: usize, what: &str) -> Result<Vec<f32>> {
+    if t.shape() != [n as u64] {
+        bail!(
+            Status::BadFormat,
+            "safetensors: {what} has shape {:?}, expected [{n}]",
+            t.shape()
+        );
+    }
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| err!(Status::OutOfMemory, "{what}"))?;
+    match t.dtype {
+        Dtype::F64 => v.extend(
+            t.data
+                .chunks_exact(8)
+                .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32),
+        ),
+        Dtype::F32 => v.extend(
+            t.data
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().unwrap_or([0; 4]))),
+        ),
+        Dtype::F16 => v.extend(
+            t.data
+                .chunks_exact(2)
+                .map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]]))),
+        ),
+        d => bail!(
+            Status::Unsupported,
+            "safetensors: {what} in {d:?} (F64, F32 or F16 expected)"
+        ),
+    }
+    Ok(v)
+}
+
+impl<'a> Embedder<'a> {
+    /// Loads a model from the bytes of its three files. The embedding table is borrowed from
+    /// `safetensors` when it is F32 (aligned) or I8.
+    pub fn load(
+        safetensors: &'a [u8],
+        tokenizer_json: &[u8],
+        config_json: &[u8],
+    ) -> Result<Embedder<'a>> {
+        let config = Config::from_json(config_json)?;
+        let tokenizer = Tokenizer::from_json(tokenizer_json)?;
+        let st = SafeTensors::parse(safetensors)?;
+
+        let Some(emb) = st.get("embeddings") else {
+            bail!(Status::BadFormat, "safetensors: no 'embeddings' tensor");
+        };
+        let &[n_rows, dim] = emb.shape() else {
+            bail!(
+                Status::BadFormat,
+                "safetensors: embeddings has shape {:?}, expected [rows, dim]",
+                emb.shape()
+            );
+        };
+        if dim == 0 || dim > MAX_DIM {
+            bail!(
+                Status::BadFormat,
+                "safetensors: embedding dimension {dim} (1..={MAX_DIM})"
+            );
+        }
+        let (n_rows, dim) = (n_rows as usize, dim as usize);
+        let rows = match emb.dtype {
+            Dtype::I8 => {
+                // SAFETY: i8 and u8 have the same size and alignment, and every bit pattern is valid.
+                let s = unsafe {
+                    core::slice::from_raw_parts(emb.data.as_ptr() as *const i8, emb.data.len())
+                };
+                Rows::I8(s)
+            }
+            Dtype::F32 => {
+                // SAFETY: every bit pattern is a valid f32; `align_to` only returns the middle part
+                // that is correctly aligned. The targets (x86_64, wasm32) are little-endian.
+                let (head, mid, tail) = unsafe { emb.data.align_to::<f32>() };
+                if head.is_empty() && tail.is_empty() && cfg!(target_endian = "little") {
+                    Rows::F32(mid)
+                } else {
+                    Rows::Owned(convert(
+                        emb,
+                        |c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                        4,
+                    )?)
+                }
+            }
+            Dtype::F16 => Rows::Owned(convert(
+                emb,
+                |c| f16_to_f32(u16::from_le_bytes([c[0], c[1]])),
+                2,
+            )?),
+            Dtype::Bf16 => Rows::Owned(convert(
+                emb,
+                |c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16),
+                2,
+            )?),
+            d => bail!(
+                Status::Unsupported,
+                "safetensors: embeddings in {d:?} (F32, F16, BF16 or I8 expected)"
+            ),
+        };
+
+        // Every token id must reach a row: directly, or through `mapping`.
+        let n_ids = tokenizer.id_bound as usize;
+        let mapping = match st.get("mapping") {
+            None => {
+                if n_ids > n_rows {
+                    bail!(
+                        Status::BadFormat,
+                        "tokenizer has ids up to {} but embeddings has {n_rows} rows",
+                        n_ids - 1
+                    );
+                }
+                None
+            }
+            Some(t) => {
+                if t.dtype != Dtype::I32 || t.shape().len() != 1 || (t.shape()[0] as usize) < n_ids
+                {
+                    bail!(
+                        Status::BadFormat,
+                        "safetensors: mapping must be I32 [>= {n_ids}], is {:?} {:?}",
+                        t.dtype,
+                        t.shape()
+                    );
+                }
+                let mut m = Vec::new();
+                m.try_reserve_exact(t.len())
+                    .map_err(|_| err!(Status::OutOfMemory, "mapping"))?;
+                for c in t.data.chunks_exact(4) {
+                    let v = i32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                    if v < 0 || v as usize >= n_rows {
+                        bail!(
+                            Status::BadFormat,
+                            "safetensors: mapping entry {v} is outside the {n_rows} rows"
+                        );
+                    }
+                    m.push(v as u32);
+                }
+                Some(m)
+            }
+        };
+        let weights = match st.get("weights") {
+            None => None,
+            Some(t) => {
+                let n = t.shape().first().copied().unwrap_or(0) as usize;
+                if n < n_ids {
+                    bail!(
+                        Status::BadFormat,
+                        "safetensors: weights has {n} entries, the tokenizer {n_ids} ids"
+                    );
+                }
+                Some(vector_f32(t, n, "weights")?)
+            }
+        };
+
+        let max_chars = match config.max_length {
+            Some(m) => Some(
+                m.checked_mul(tokenizer.median_token_length)
+                    .ok_or_else(|| {
+                        err!(Status::BadFormat, "config.json: max_length {m} overflows")
+                    })?,
+            ),
+            None => None,
+        };
+        Ok(Embedder {
+            tokenizer,
+            config,
+            rows,
+            n_rows,
+            dim,
+            mapping,
+            weights,
+            max_chars,
+        })
+    }
+
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    pub fn config(&self) -> Config {
+        self.config
+    }
+
+    pub fn median_token_length(&self) -> usize {
+        self.tokenizer.median_token_length
+    }
+
+    /// Whether the embedding table is used in place (not converted at load).
+    pub fn is_zero_copy(&self) -> bool {
+        !matches!(self.rows, Rows::Owned(_))
+    }
+
+    /// The ids that are pooled for `text` (after truncation and dropping the unknown token).
+    pub fn encode_ids(&self, text: &str, scratch: &mut Scratch, ids: &mut Vec<u32>) -> Result<()> {
+        let text = match self.max_chars {
+            Some(m) => cut_chars(text, m),
+            None => text,
+        };
+        let limit = self.config.max_length.unwrap_or(usize::MAX);
+        self.tokenizer.encode(text, limit, &mut scratch.tok, ids)?;
+        if let Some(unk) = self.tokenizer.unk_id {
+            ids.retain(|&id| id != unk);
+        }
+        Ok(())
+    }
+
+    /// Like [`Embedder::embed`], for bytes that must first be checked as UTF-8.
+    pub fn embed_bytes(&self, text: &[u8], scratch: &mut Scratch, out: &mut [f32]) -> Result<()> {
+        let Ok(text) = core::str::from_utf8(text) else {
+            bail!(Status::InvalidUtf8, "text is not valid UTF-8");
+        };
+        self.embed(text, scratch, out)
+    }
+
+    /// The sentence vector of `text` into `out` (`dim()` values).
+    pub fn embed(&self, text: &str, scratch: &mut Scratch, out: &mut [f32]) -> Result<()> {
+        if out.len() != self.dim {
+            bail!(
+                Status::InvalidArgument,
+                "output has {} values, the model {}",
+                out.len(),
+                self.dim
+            );
+        }
+        let mut ids = core::mem::take(&mut scratch.ids);
+        let r = self.encode_ids(text, scratch, &mut ids);
+        let pooled = r.and_then(|_| self.pool(&ids, &mut scratch.acc, out));
+        scratch.ids = ids;
+        pooled
+    }
+
+    /// Mean of the rows of `ids` (weighted), then the optional L2 normalization.
+    fn pool(&self, ids: &[u32], acc: &mut Vec<f32>, out: &mut [f32]) -> Result<()> {
+        let dim = self.dim;
+        out.fill(0.0);
+        if ids.is_empty() {
+            return Ok(());
+        }
+        if acc.len() != dim {
+            acc.clear();
+            acc.try_reserve_exact(dim)
+                .map_err(|_| err!(Status::OutOfMemory, "accumulator"))?;
+            acc.resize(dim, 0.0);
+        }
+        acc.fill(0.0);
+        for &id in ids {
+            let row = match &self.mapping {
+                Some(m) => m.get(id as usize).copied().unwrap_or(0) as usize,
+                None => id as usize,
+            };
+            if row >= self.n_rows {
+                bail!(Status::BadFormat, "token id {id} has no embedding row");
+            }
+            let w = match &self.weights {
+                Some(ws) => ws.get(id as usize).copied().unwrap_or(0.0),
+                None => 1.0,
+            };
+            let span = row * dim..(row + 1) * dim;
+            match &self.rows {
+                Rows::F32(t) => add_scaled(acc, &t[span], w),
+                Rows::Owned(t) => add_scaled(acc, &t[span], w),
+                Rows::I8(t) => add_scaled_i8(acc, &t[span], w),
+            }
+        }
+        let inv_n = 1.0 / ids.len() as f32;
+        for (o, a) in out.iter_mut().zip(acc.iter()) {
+            *o = a * inv_n;
+        }
+        if self.config.normalize {
+            let norm = out.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt() as f32;
+            let inv = 1.0 / (norm + 1e-32);
+            for o in out.iter_mut() {
+                *o *= inv;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `acc += w × row` (dim values).
+#[inline]
+fn add_scaled(acc: &mut [f32], row: &[f32], w: f32) {
+    for (a, &x) in acc.iter_mut().zip(row) {
+        *a += w * x;
+    }
+}
+
+#[inline]
+fn add_scaled_i8(acc: &mut [f32], row: &[i8], w: f32) {
+    for (a, &x) in acc.iter_mut().zip(row) {
+        *a += w * x as f32;
+    }
+}
+
+/// Converts a whole 2-D tensor to f32, element by element.
+fn convert(t: &Tensor, f: impl Fn(&[u8]) -> f32, size: usize) -> Result<Vec<f32>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(t.len())
+        .map_err(|_| err!(Status::OutOfMemory, "embeddings of {} values", t.len()))?;
+    v.extend(t.data.chunks_exact(size).map(f));
+    Ok(v)
+}
+
+/// The first `n` code points of `text` (Python's `text[:n]`).
+fn cut_chars(text: &str, n: usize) -> &str {
+    if text.len() <= n {
+        return text;
+    }
+    match text.char_indices().nth(n) {
+        Some((i, _)) => &text[..i],
+        None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests;

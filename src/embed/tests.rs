@@ -1,0 +1,341 @@
+//! The embedder against the Python `model2vec` 0.10 references in `shared/reference/`
+//! (pooled ids and vectors of every corpus text), and against hostile inputs.
+
+use super::*;
+use crate::json::Reader;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec;
+use std::vec::Vec as StdVec;
+
+const SHARED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared");
+
+fn read(path: &str) -> StdVec<u8> {
+    std::fs::read(path)
+        .unwrap_or_else(|e| panic!("cannot read {path}: {e} (shared/ is needed for this test)"))
+}
+
+/// The three files of a model directory.
+struct ModelFiles {
+    safetensors: StdVec<u8>,
+    tokenizer: StdVec<u8>,
+    config: StdVec<u8>,
+}
+
+fn model_files(name: &str) -> ModelFiles {
+    let dir = format!("{SHARED}/models/{name}");
+    ModelFiles {
+        safetensors: read(&format!("{dir}/model.safetensors")),
+        tokenizer: read(&format!("{dir}/tokenizer.json")),
+        config: read(&format!("{dir}/config.json")),
+    }
+}
+
+struct RefRow {
+    text: String,
+    ids: StdVec<u32>,
+    embedding: StdVec<f32>,
+}
+
+struct Reference {
+    median: usize,
+    rows: StdVec<RefRow>,
+}
+
+/// Reads `reference/m2v-NAME.json` (written by `reference/gen/m2v_ref.py`).
+fn reference(name: &str) -> Reference {
+    let bytes = read(&format!("{SHARED}/reference/{name}.json"));
+    let mut r = Reader::new(&bytes).unwrap();
+    let mut out = Reference {
+        median: 0,
+        rows: StdVec::new(),
+    };
+    r.begin_object().unwrap();
+    while let Some(k) = r.next_key().unwrap() {
+        if k.eq_str("median_token_length") {
+            out.median = r.read_u64().unwrap() as usize;
+        } else if k.eq_str("rows") {
+            r.begin_array().unwrap();
+            while r.next_item().unwrap() {
+                let mut row = RefRow {
+                    text: String::new(),
+                    ids: StdVec::new(),
+                    embedding: StdVec::new(),
+                };
+                r.begin_object().unwrap();
+                while let Some(k) = r.next_key().unwrap() {
+                    if k.eq_str("text") {
+                        r.read_str().unwrap().decode_into(&mut row.text).unwrap();
+                    } else if k.eq_str("ids") {
+                        r.begin_array().unwrap();
+                        while r.next_item().unwrap() {
+                            row.ids.push(r.read_u64().unwrap() as u32);
+                        }
+                    } else if k.eq_str("embedding") {
+                        r.begin_array().unwrap();
+                        while r.next_item().unwrap() {
+                            row.embedding.push(r.read_f64().unwrap() as f32);
+                        }
+                    } else {
+                        r.skip_value().unwrap();
+                    }
+                }
+                out.rows.push(row);
+            }
+        } else {
+            r.skip_value().unwrap();
+        }
+    }
+    out
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum();
+    let na: f64 = a.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+    dot / (na * nb)
+}
+
+const MIN_COSINE: f64 = 0.99999;
+
+fn parity(name: &str) {
+    let files = model_files(name);
+    let reference = reference(name);
+    assert_eq!(reference.rows.len(), 631, "corpus size");
+    let e = Embedder::load(&files.safetensors, &files.tokenizer, &files.config).unwrap();
+    assert_eq!(
+        e.median_token_length(),
+        reference.median,
+        "median token length"
+    );
+    let mut scratch = Scratch::new();
+    let mut ids = Vec::new();
+    let mut out = vec![0f32; e.dim()];
+    let mut failures = StdVec::new();
+    let mut worst = 1.0f64;
+    for (i, row) in reference.rows.iter().enumerate() {
+        e.encode_ids(&row.text, &mut scratch, &mut ids).unwrap();
+        if ids[..] != row.ids[..] {
+            failures.push(format!(
+                "text {i} {:?}: ids\n  ours {:?}\n  want {:?}",
+                row.text, ids, row.ids
+            ));
+            continue;
+        }
+        e.embed(&row.text, &mut scratch, &mut out).unwrap();
+        if row.embedding.iter().all(|&x| x == 0.0) {
+            if out.iter().any(|&x| x != 0.0) {
+                failures.push(format!("text {i}: reference is zero, ours is not"));
+            }
+            continue;
+        }
+        let c = cosine(&out, &row.embedding);
+        worst = worst.min(c);
+        if !(c >= MIN_COSINE) {
+            failures.push(format!("text {i} {:?}: cosine {c}", row.text));
+        }
+    }
+    std::eprintln!(
+        "{name}: {} texts, worst cosine {worst:.9}, zero-copy {}",
+        reference.rows.len(),
+        e.is_zero_copy()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of 631 texts differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn parity_m2v_minilm_256() {
+    parity("m2v-minilm-256");
+}
+
+#[test]
+fn parity_m2v_minilm_128_vq() {
+    parity("m2v-minilm-128-vq");
+}
+
+#[test]
+fn config_defaults() {
+    assert_eq!(
+        Config::from_json(b"{}").unwrap(),
+        Config {
+            normalize: false,
+            max_length: Some(512)
+        }
+    );
+    assert_eq!(
+        Config::from_json(br#"{"normalize": null, "max_length": null}"#).unwrap(),
+        Config {
+            normalize: false,
+            max_length: None
+        }
+    );
+    assert!(Config::from_json(br#"{"max_length": -1}"#).is_err());
+    assert!(Config::from_json(br#"{"normalize": "yes"}"#).is_err());
+    assert!(Config::from_json(b"[]").is_err());
+}
+
+#[test]
+fn f16_conversion() {
+    for (h, f) in [
+        (0x3C00u16, 1.0f32),
+        (0xC000, -2.0),
+        (0x0001, 5.960_464_5e-8),
+        (0x7BFF, 65504.0),
+        (0x8000, -0.0),
+    ] {
+        assert_eq!(f16_to_f32(h), f, "{h:#x}");
+    }
+    assert!(f16_to_f32(0x7C00).is_infinite() && f16_to_f32(0x7E00).is_nan());
+}
+
+/// A small valid model: a 6-piece vocabulary, 2-D F32 rows.
+fn tiny_model() -> (StdVec<u8>, String, String) {
+    let tokenizer = r###"{"added_tokens":[{"id":0,"content":"[UNK]","single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true}],
+      "normalizer":{"type":"BertNormalizer","clean_text":true,"handle_chinese_chars":true,"strip_accents":null,"lowercase":true},
+      "pre_tokenizer":{"type":"BertPreTokenizer"},
+      "model":{"type":"WordPiece","unk_token":"[UNK]","continuing_subword_prefix":"##","max_input_chars_per_word":100,
+        "vocab":{"[UNK]":0,"ba":1,"##na":2,"!":3,"cafe":4,"\u4e2d":5}}}"###;
+    let header = r#"{"embeddings":{"dtype":"F32","shape":[6,2],"data_offsets":[0,48]}}"#;
+    let mut st = safetensors::tests::file(header, 0);
+    // Pad so the data is 4-byte aligned relative to the buffer start.
+    for r in 0..6u32 {
+        st.extend_from_slice(&(r as f32).to_le_bytes());
+        st.extend_from_slice(&(1.0f32).to_le_bytes());
+    }
+    (st, tokenizer.into(), r#"{"normalize": false}"#.into())
+}
+
+#[test]
+fn tiny_model_tokenizes_like_wordpiece() {
+    let (st, tok, cfg) = tiny_model();
+    let e = Embedder::load(&st, tok.as_bytes(), cfg.as_bytes()).unwrap();
+    let mut s = Scratch::new();
+    let mut ids = Vec::new();
+    let cases: [(&str, &[u32]); 7] = [
+        ("banana!", &[1, 2, 2, 3]),
+        ("BANANA", &[1, 2, 2]),
+        ("nanana ba", &[1]),
+        ("Café中ba", &[4, 5, 1]),
+        ("[UNK]ba", &[1]),
+        ("\u{0}\u{FFFD}\u{200B}", &[]),
+        ("", &[]),
+    ];
+    for (text, want) in cases {
+        e.encode_ids(text, &mut s, &mut ids).unwrap();
+        assert_eq!(&ids[..], want, "{text:?}");
+    }
+    let mut out = [0f32; 2];
+    e.embed("ba !", &mut s, &mut out).unwrap();
+    assert_eq!(out, [2.0, 1.0]);
+    e.embed("zzz", &mut s, &mut out).unwrap();
+    assert_eq!(out, [0.0, 0.0]);
+    assert!(e.embed("ba", &mut s, &mut [0f32; 3]).is_err());
+    let err = e.embed_bytes(b"ba\xFF", &mut s, &mut out).unwrap_err();
+    assert_eq!(err.status, Status::InvalidUtf8);
+}
+
+#[test]
+fn bad_inputs_are_errors() {
+    let files = model_files("m2v-minilm-128-vq");
+    let (st, tok, cfg) = (
+        &files.safetensors[..],
+        &files.tokenizer[..],
+        &files.config[..],
+    );
+    assert!(Embedder::load(st, tok, cfg).is_ok());
+
+    // Truncated safetensors: inside the length, the header, and the data.
+    let header_end = 8 + u64::from_le_bytes(st[..8].try_into().unwrap()) as usize;
+    let cuts = (0..header_end + 16).chain([st.len() / 2, st.len() - 1]);
+    for cut in cuts {
+        assert!(
+            Embedder::load(&st[..cut], tok, cfg).is_err(),
+            "safetensors cut at {cut} accepted"
+        );
+    }
+    // A header claiming huge tensors.
+    let huge =
+        r#"{"embeddings":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,64]}}"#;
+    assert!(Embedder::load(&safetensors::tests::file(huge, 64), tok, cfg).is_err());
+    let huge =
+        r#"{"embeddings":{"dtype":"I8","shape":[100000000,128],"data_offsets":[0,12800000000]}}"#;
+    assert!(Embedder::load(&safetensors::tests::file(huge, 64), tok, cfg).is_err());
+    // A header length near u64::MAX.
+    let mut bad = st.to_vec();
+    bad[..8].copy_from_slice(&(u64::MAX - 4).to_le_bytes());
+    assert!(Embedder::load(&bad, tok, cfg).is_err());
+    // A mapping that points outside the rows.
+    let mut bad = st.to_vec();
+    let text = core::str::from_utf8(&st[8..header_end]).unwrap();
+    let map_at = text.find("\"mapping\"").unwrap();
+    let begin: usize = {
+        let t = &text[map_at..];
+        let o = t.find("data_offsets\":[").unwrap() + 15;
+        t[o..].split(',').next().unwrap().parse().unwrap()
+    };
+    bad[header_end + begin..header_end + begin + 4].copy_from_slice(&5000i32.to_le_bytes());
+    assert!(Embedder::load(&bad, tok, cfg).is_err());
+
+    // Malformed tokenizer.json: truncations and byte mutations.
+    let step = (tok.len() / 64).max(1);
+    for cut in (0..tok.len()).step_by(step) {
+        assert!(
+            Embedder::load(st, &tok[..cut], cfg).is_err(),
+            "tokenizer.json cut at {cut} accepted"
+        );
+        let mut m = tok.to_vec();
+        m[cut] = b'{';
+        let _ = Embedder::load(st, &m, cfg);
+        m[cut] = 0xFF;
+        let _ = Embedder::load(st, &m, cfg);
+    }
+    let wrong = [
+        r#"{"model": {"type": "BPE", "vocab": {}}}"#,
+        r#"{"model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"a": 0}}}"#,
+        r#"{"model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"[UNK]": 99999999999}}}"#,
+        r#"{"model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"[UNK]": 0}}, "normalizer": {"type": "NFKC"}}"#,
+        r#"{"model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"[UNK]": 0}}, "normalizer": 5}"#,
+        r#"{"model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"[UNK]": 0}, "max_input_chars_per_word": 1e99}}"#,
+        r#"{"model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"[UNK]": 0}}} x"#,
+        r#"{"model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"[UNK]": 40000}}}"#,
+        "{\"model\": {\"type\": \"WordPiece\", \"unk_token\": \"[UNK]\", \"vocab\": {\"\\ud800\": 0}}}",
+    ];
+    for w in wrong {
+        assert!(
+            Embedder::load(st, w.as_bytes(), cfg).is_err(),
+            "accepted {w}"
+        );
+    }
+    // Bad config.json.
+    for c in [
+        "",
+        "{",
+        "{\"max_length\": 1e3}",
+        "{\"max_length\": 99999999999999999999}",
+    ] {
+        assert!(
+            Embedder::load(st, tok, c.as_bytes()).is_err(),
+            "accepted config {c}"
+        );
+    }
+
+    // Invalid UTF-8 text.
+    let e = Embedder::load(st, tok, cfg).unwrap();
+    let mut s = Scratch::new();
+    let mut out = vec![0f32; e.dim()];
+    for bad in [
+        &b"\xFF"[..],
+        b"abc\xC3",
+        b"\xED\xA0\x80",
+        b"\xF4\x90\x80\x80",
+        b"\xC0\xAF",
+    ] {
+        let err = e.embed_bytes(bad, &mut s, &mut out).unwrap_err();
+        assert_eq!(err.status, Status::InvalidUtf8);
+    }
+}

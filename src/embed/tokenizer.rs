@@ -1,0 +1,889 @@
+//! The text-to-ids half of the embedder: Hugging Face `tokenizer.json` read into a streaming
+//! tokenizer that behaves like `tokenizers`' `encode(text, add_special_tokens=False)`.
+//!
+//! Stages, in the order text flows (each one char at a time, no intermediate strings):
+//! 1. Added tokens (`added_tokens` with `normalized: false`) are matched in the raw text,
+//!    leftmost then longest, and become their ids; the text between them goes on.
+//! 2. Normalizer (`BertNormalizer`): clean text (drop controls, U+0000, U+FFFD; white space to
+//!    ' '), spaces around CJK ideographs, strip accents (NFD, canonical reordering, drop Mn),
+//!    lowercase (full mapping).
+//! 3. Pre-tokenizer (`BertPreTokenizer`): split on white space, each punctuation character a
+//!    word of its own.
+//! 4. Model (`WordPiece`): each word to pieces ([`super::wordpiece`]).
+//!
+//! The normalizer, pre-tokenizer and model are enums so that Unigram + Metaspace can join;
+//! anything else in a file is refused with `Status::Unsupported` naming it.
+
+use super::wordpiece::{PieceTable, WordPiece};
+use crate::error::{Result, Status};
+use crate::json::{Kind, Reader, Str};
+use crate::unicode::{self, bert};
+use crate::{bail, err};
+use alloc::vec::Vec;
+
+/// Most added tokens.
+const MAX_ADDED: usize = 1 << 16;
+/// Most vocabulary entries.
+const MAX_VOCAB: usize = 1 << 24;
+/// Cap on `max_input_chars_per_word` (words are buffered up to it).
+const MAX_WORD_CHARS: usize = 1 << 16;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BertNormalizer {
+    pub clean_text: bool,
+    pub handle_chinese_chars: bool,
+    pub strip_accents: bool,
+    pub lowercase: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Normalizer {
+    None,
+    Bert(BertNormalizer),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PreTokenizer {
+    /// The whole normalized text is one word.
+    None,
+    Bert,
+}
+
+pub enum Model {
+    WordPiece(WordPiece),
+}
+
+/// What an ASCII byte does in the fast path (decided once at load from the configuration).
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum AsciiAction {
+    /// Appended to the word as `ascii_out[b]`.
+    Word,
+    /// Ends the word.
+    Space,
+    /// Ends the word and is a word of its own.
+    Punct,
+    /// Removed.
+    Drop,
+}
+
+/// A token matched in the raw text before normalization.
+struct AddedToken {
+    /// `content` in `arena`.
+    off: u32,
+    len: u32,
+    id: u32,
+    lstrip: bool,
+    rstrip: bool,
+}
+
+pub struct Tokenizer {
+    normalizer: Normalizer,
+    pre_tokenizer: PreTokenizer,
+    model: Model,
+    /// Sorted by content length, longest first (so the first match at a position is longest).
+    added: Vec<AddedToken>,
+    added_arena: Vec<u8>,
+    /// Bytes that start some added token.
+    added_first: [bool; 256],
+    pub unk_id: Option<u32>,
+    /// One past the largest id any token can have.
+    pub id_bound: u32,
+    /// Median length of the vocabulary's tokens in code points (model2vec's truncation unit).
+    pub median_token_length: usize,
+    ascii_action: [AsciiAction; 128],
+    ascii_out: [u8; 128],
+}
+
+/// Reusable buffers for [`Tokenizer::encode`]; they grow once and are then reused.
+#[derive(Default)]
+pub struct Scratch {
+    /// The current word, UTF-8, normalized.
+    word: Vec<u8>,
+    word_chars: usize,
+    /// Non-starters waiting for canonical reordering: (code point, combining class).
+    run: Vec<(u32, u8)>,
+    hashes: Vec<u64>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading
+
+fn expect_kind(r: &mut Reader, want: Kind, what: &str) -> Result<()> {
+    let k = r.peek()?;
+    if k != want {
+        bail!(
+            Status::BadFormat,
+            "tokenizer.json: {what} should be {want:?}, found {k:?}"
+        );
+    }
+    Ok(())
+}
+
+fn read_bool(r: &mut Reader, what: &str) -> Result<bool> {
+    expect_kind(r, Kind::Bool, what)?;
+    r.read_bool()
+}
+
+fn read_string<'a>(r: &mut Reader<'a>, what: &str) -> Result<Str<'a>> {
+    expect_kind(r, Kind::String, what)?;
+    r.read_str()
+}
+
+fn read_id(r: &mut Reader, what: &str) -> Result<u32> {
+    expect_kind(r, Kind::Number, what)?;
+    let v = r.read_u64()?;
+    u32::try_from(v)
+        .ok()
+        .filter(|&v| v < u32::MAX)
+        .ok_or_else(|| {
+            err!(
+                Status::BadFormat,
+                "tokenizer.json: {what} {v} is out of range"
+            )
+        })
+}
+
+/// Fields of `model` as read (zero-copy), before they are built into a model.
+#[derive(Default)]
+struct ModelSpec<'a> {
+    kind: Option<Str<'a>>,
+    unk_token: Option<Str<'a>>,
+    prefix: Option<Str<'a>>,
+    max_chars: Option<u64>,
+    vocab: Vec<(Str<'a>, u32)>,
+}
+
+struct AddedSpec<'a> {
+    content: Str<'a>,
+    id: u32,
+    lstrip: bool,
+    rstrip: bool,
+    single_word: bool,
+    normalized: bool,
+}
+
+fn read_added<'a>(r: &mut Reader<'a>) -> Result<Vec<AddedSpec<'a>>> {
+    let mut out = Vec::new();
+    expect_kind(r, Kind::Array, "added_tokens")?;
+    r.begin_array()?;
+    while r.next_item()? {
+        if out.len() >= MAX_ADDED {
+            bail!(
+                Status::BadFormat,
+                "tokenizer.json: more than {MAX_ADDED} added tokens"
+            );
+        }
+        expect_kind(r, Kind::Object, "an added token")?;
+        r.begin_object()?;
+        let (mut content, mut id) = (None, None);
+        let mut t = AddedSpec {
+            content: Str::default(),
+            id: 0,
+            lstrip: false,
+            rstrip: false,
+            single_word: false,
+            normalized: true,
+        };
+        while let Some(k) = r.next_key()? {
+            if k.eq_str("content") {
+                content = Some(read_string(r, "added token content")?);
+            } else if k.eq_str("id") {
+                id = Some(read_id(r, "added token id")?);
+            } else if k.eq_str("lstrip") {
+                t.lstrip = read_bool(r, "added token lstrip")?;
+            } else if k.eq_str("rstrip") {
+                t.rstrip = read_bool(r, "added token rstrip")?;
+            } else if k.eq_str("single_word") {
+                t.single_word = read_bool(r, "added token single_word")?;
+            } else if k.eq_str("normalized") {
+                t.normalized = read_bool(r, "added token normalized")?;
+            } else {
+                r.skip_value()?;
+            }
+        }
+        let (Some(c), Some(i)) = (content, id) else {
+            bail!(
+                Status::BadFormat,
+                "tokenizer.json: an added token lacks content or id"
+            );
+        };
+        t.content = c;
+        t.id = i;
+        out.try_reserve(1)
+            .map_err(|_| err!(Status::OutOfMemory, "added tokens"))?;
+        out.push(t);
+    }
+    Ok(out)
+}
+
+fn read_normalizer(r: &mut Reader) -> Result<Normalizer> {
+    if r.skip_null()? {
+        return Ok(Normalizer::None);
+    }
+    expect_kind(r, Kind::Object, "normalizer")?;
+    r.begin_object()?;
+    let mut kind_ok = None;
+    // Hugging Face's defaults; strip_accents None follows lowercase.
+    let (mut clean, mut chinese, mut strip, mut lower) = (true, true, None, true);
+    while let Some(k) = r.next_key()? {
+        if k.eq_str("type") {
+            kind_ok = Some(read_string(r, "normalizer type")?.eq_str("BertNormalizer"));
+        } else if k.eq_str("clean_text") {
+            clean = read_bool(r, "clean_text")?;
+        } else if k.eq_str("handle_chinese_chars") {
+            chinese = read_bool(r, "handle_chinese_chars")?;
+        } else if k.eq_str("strip_accents") {
+            strip = if r.skip_null()? {
+                None
+            } else {
+                Some(read_bool(r, "strip_accents")?)
+            };
+        } else if k.eq_str("lowercase") {
+            lower = read_bool(r, "lowercase")?;
+        } else {
+            r.skip_value()?;
+        }
+    }
+    match kind_ok {
+        Some(true) => Ok(Normalizer::Bert(BertNormalizer {
+            clean_text: clean,
+            handle_chinese_chars: chinese,
+            strip_accents: strip.unwrap_or(lower),
+            lowercase: lower,
+        })),
+        Some(false) => bail!(
+            Status::Unsupported,
+            "tokenizer.json: only the BertNormalizer is supported"
+        ),
+        None => bail!(Status::BadFormat, "tokenizer.json: normalizer has no type"),
+    }
+}
+
+fn read_pre_tokenizer(r: &mut Reader) -> Result<PreTokenizer> {
+    if r.skip_null()? {
+        return Ok(PreTokenizer::None);
+    }
+    expect_kind(r, Kind::Object, "pre_tokenizer")?;
+    r.begin_object()?;
+    let mut kind_ok = None;
+    while let Some(k) = r.next_key()? {
+        if k.eq_str("type") {
+            kind_ok = Some(read_string(r, "pre_tokenizer type")?.eq_str("BertPreTokenizer"));
+        } else {
+            r.skip_value()?;
+        }
+    }
+    match kind_ok {
+        Some(true) => Ok(PreTokenizer::Bert),
+        Some(false) => bail!(
+            Status::Unsupported,
+            "tokenizer.json: only the BertPreTokenizer is supported"
+        ),
+        None => bail!(
+            Status::BadFormat,
+            "tokenizer.json: pre_tokenizer has no type"
+        ),
+    }
+}
+
+fn read_model<'a>(r: &mut Reader<'a>) -> Result<ModelSpec<'a>> {
+    let mut m = ModelSpec::default();
+    expect_kind(r, Kind::Object, "model")?;
+    r.begin_object()?;
+    while let Some(k) = r.next_key()? {
+        if k.eq_str("type") {
+            m.kind = Some(read_string(r, "model type")?);
+        } else if k.eq_str("unk_token") {
+            if !r.skip_null()? {
+                m.unk_token = Some(read_string(r, "unk_token")?);
+            }
+        } else if k.eq_str("continuing_subword_prefix") {
+            m.prefix = Some(read_string(r, "continuing_subword_prefix")?);
+        } else if k.eq_str("max_input_chars_per_word") {
+            expect_kind(r, Kind::Number, "max_input_chars_per_word")?;
+            m.max_chars = Some(r.read_u64()?);
+        } else if k.eq_str("vocab") && r.peek()? == Kind::Object {
+            r.begin_object()?;
+            while let Some(piece) = r.next_key()? {
+                if m.vocab.len() >= MAX_VOCAB {
+                    bail!(
+                        Status::BadFormat,
+                        "tokenizer.json: more than {MAX_VOCAB} vocabulary entries"
+                    );
+                }
+                let id = read_id(r, "vocabulary id")?;
+                m.vocab
+                    .try_reserve(1)
+                    .map_err(|_| err!(Status::OutOfMemory, "vocabulary"))?;
+                m.vocab.push((piece, id));
+            }
+        } else {
+            r.skip_value()?;
+        }
+    }
+    Ok(m)
+}
+
+/// Decodes a JSON string into a reusable buffer (no allocation when it had no escapes).
+fn bytes_of<'b>(s: &Str<'b>, buf: &'b mut alloc::string::String) -> Result<&'b [u8]> {
+    if let Some(t) = s.as_str() {
+        return Ok(t.as_bytes());
+    }
+    buf.clear();
+    s.decode_into(buf)?;
+    Ok(buf.as_bytes())
+}
+
+/// `int(np.median(lengths))`: the middle value, or the floor of the mean of the two middle ones.
+fn median(lengths: &mut [usize]) -> usize {
+    if lengths.is_empty() {
+        return 0;
+    }
+    lengths.sort_unstable();
+    let n = lengths.len();
+    if n % 2 == 1 {
+        lengths[n / 2]
+    } else {
+        (lengths[n / 2 - 1] + lengths[n / 2]) / 2
+    }
+}
+
+impl Tokenizer {
+    pub fn from_json(bytes: &[u8]) -> Result<Tokenizer> {
+        let mut r = Reader::new(bytes)?;
+        expect_kind(&mut r, Kind::Object, "the top level")?;
+        r.begin_object()?;
+        let mut added = Vec::new();
+        let mut normalizer = None;
+        let mut pre_tokenizer = None;
+        let mut model = None;
+        while let Some(k) = r.next_key()? {
+            if k.eq_str("added_tokens") {
+                if !r.skip_null()? {
+                    added = read_added(&mut r)?;
+                }
+            } else if k.eq_str("normalizer") {
+                normalizer = Some(read_normalizer(&mut r)?);
+            } else if k.eq_str("pre_tokenizer") {
+                pre_tokenizer = Some(read_pre_tokenizer(&mut r)?);
+            } else if k.eq_str("model") {
+                model = Some(read_model(&mut r)?);
+            } else {
+                r.skip_value()?;
+            }
+        }
+        r.finish()?;
+        let Some(spec) = model else {
+            bail!(Status::BadFormat, "tokenizer.json has no model");
+        };
+        let normalizer = normalizer.unwrap_or(Normalizer::None);
+        let pre_tokenizer = pre_tokenizer.unwrap_or(PreTokenizer::None);
+        Tokenizer::build(normalizer, pre_tokenizer, spec, &added)
+    }
+
+    fn build(
+        normalizer: Normalizer,
+        pre_tokenizer: PreTokenizer,
+        spec: ModelSpec,
+        added: &[AddedSpec],
+    ) -> Result<Tokenizer> {
+        let Some(kind) = spec.kind else {
+            bail!(Status::BadFormat, "tokenizer.json: model has no type");
+        };
+        if !kind.eq_str("WordPiece") {
+            bail!(
+                Status::Unsupported,
+                "tokenizer.json: only the WordPiece model is supported"
+            );
+        }
+        if spec.vocab.is_empty() {
+            bail!(
+                Status::BadFormat,
+                "tokenizer.json: WordPiece model has no vocab"
+            );
+        }
+        let mut buf = alloc::string::String::new();
+        let prefix_owned: Vec<u8> = match &spec.prefix {
+            Some(p) => bytes_of(p, &mut buf)?.to_vec(),
+            None => b"##".to_vec(),
+        };
+        let prefix = &prefix_owned[..];
+        let max_chars = spec.max_chars.unwrap_or(100);
+        if max_chars > MAX_WORD_CHARS as u64 {
+            bail!(
+                Status::Unsupported,
+                "tokenizer.json: max_input_chars_per_word {max_chars} exceeds {MAX_WORD_CHARS}"
+            );
+        }
+
+        // The vocabulary, split into word-initial and continuation pieces. `lengths` collects the
+        // length in code points of every distinct token (vocabulary and added tokens, as
+        // `get_vocab()` lists them) for the median.
+        let total_bytes: usize = spec.vocab.iter().map(|(s, _)| s.raw_len()).sum();
+        let mut initial = PieceTable::with_capacity(spec.vocab.len(), total_bytes)?;
+        let mut continuation = PieceTable::with_capacity(spec.vocab.len(), total_bytes)?;
+        let mut all = PieceTable::with_capacity(spec.vocab.len() + added.len(), total_bytes)?;
+        let mut lengths: Vec<usize> = Vec::new();
+        lengths
+            .try_reserve(spec.vocab.len() + added.len())
+            .map_err(|_| err!(Status::OutOfMemory, "token lengths"))?;
+        let mut id_bound = 0u32;
+        for (piece, id) in &spec.vocab {
+            let bytes = bytes_of(piece, &mut buf)?;
+            initial.insert(bytes, *id)?;
+            if let Some(rest) = bytes.strip_prefix(prefix) {
+                continuation.insert(rest, *id)?;
+            }
+            all.insert(bytes, *id)?;
+            id_bound = id_bound.max(id + 1);
+        }
+        let mut added_tokens: Vec<AddedToken> = Vec::new();
+        let mut added_arena = Vec::new();
+        let mut added_first = [false; 256];
+        for t in added {
+            let bytes = bytes_of(&t.content, &mut buf)?;
+            all.insert(bytes, t.id)?;
+            id_bound = id_bound.max(t.id + 1);
+            if bytes.is_empty() {
+                continue;
+            }
+            if t.normalized {
+                bail!(
+                    Status::Unsupported,
+                    "tokenizer.json: added tokens matched after normalization are not supported yet"
+                );
+            }
+            if t.single_word {
+                bail!(
+                    Status::Unsupported,
+                    "tokenizer.json: single_word added tokens are not supported"
+                );
+            }
+            added_first[bytes[0] as usize] = true;
+            added_tokens
+                .try_reserve(1)
+                .map_err(|_| err!(Status::OutOfMemory, "added tokens"))?;
+            added_arena
+                .try_reserve(bytes.len())
+                .map_err(|_| err!(Status::OutOfMemory, "added tokens"))?;
+            added_tokens.push(AddedToken {
+                off: added_arena.len() as u32,
+                len: bytes.len() as u32,
+                id: t.id,
+                lstrip: t.lstrip,
+                rstrip: t.rstrip,
+            });
+            added_arena.extend_from_slice(bytes);
+        }
+        added_tokens.sort_by(|a, b| b.len.cmp(&a.len));
+        // Every distinct token once (a later duplicate replaced an earlier one in `all`).
+        lengths.extend(
+            all.keys()
+                .map(|k| core::str::from_utf8(k).map_or(0, |s| s.chars().count())),
+        );
+        let median_token_length = median(&mut lengths);
+
+        let unk_id = match &spec.unk_token {
+            Some(u) => all.get(bytes_of(u, &mut buf)?),
+            None => None,
+        };
+        let Some(unk) = unk_id else {
+            bail!(
+                Status::BadFormat,
+                "tokenizer.json: WordPiece unk_token is missing from the vocabulary"
+            );
+        };
+
+        let mut t = Tokenizer {
+            normalizer,
+            pre_tokenizer,
+            model: Model::WordPiece(WordPiece {
+                initial,
+                continuation,
+                unk_id: unk,
+                max_input_chars_per_word: max_chars as usize,
+            }),
+            added: added_tokens,
+            added_arena,
+            added_first,
+            unk_id,
+            id_bound,
+            median_token_length,
+            ascii_action: [AsciiAction::Word; 128],
+            ascii_out: [0; 128],
+        };
+        t.plan_ascii();
+        Ok(t)
+    }
+
+    /// Decides once what each ASCII byte does (none decomposes, is CJK or a mark).
+    fn plan_ascii(&mut self) {
+        for b in 0..128u8 {
+            let f = bert::class(b as u32);
+            let (clean, lower) = match self.normalizer {
+                Normalizer::Bert(n) => (n.clean_text, n.lowercase),
+                Normalizer::None => (false, false),
+            };
+            let split = self.pre_tokenizer == PreTokenizer::Bert;
+            let action = if clean && f & bert::DROP != 0 {
+                AsciiAction::Drop
+            } else if split && f & bert::SPACE != 0 {
+                AsciiAction::Space
+            } else if split && f & bert::PUNCT != 0 {
+                AsciiAction::Punct
+            } else {
+                AsciiAction::Word
+            };
+            self.ascii_action[b as usize] = action;
+            self.ascii_out[b as usize] = if lower { b.to_ascii_lowercase() } else { b };
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encoding
+
+/// Why the encoder stopped early: `limit` ids reached, or memory ran out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    Full,
+    OutOfMemory,
+}
+
+type Flow = core::result::Result<(), Stop>;
+
+fn stopped(r: Flow) -> Result<()> {
+    match r {
+        Err(Stop::OutOfMemory) => Err(err!(Status::OutOfMemory, "tokenizer buffers")),
+        _ => Ok(()),
+    }
+}
+
+impl Tokenizer {
+    /// Appends the ids of `text` to `ids` (cleared first), as `encode(text,
+    /// add_special_tokens=False)` with truncation to `limit` tokens (unknown tokens included).
+    pub fn encode(
+        &self,
+        text: &str,
+        limit: usize,
+        s: &mut Scratch,
+        ids: &mut Vec<u32>,
+    ) -> Result<()> {
+        ids.clear();
+        let max_chars = match &self.model {
+            Model::WordPiece(wp) => wp.max_input_chars_per_word,
+        };
+        let word_cap = (max_chars + 1) * 4;
+        if s.word.capacity() < word_cap {
+            s.word
+                .try_reserve(word_cap)
+                .map_err(|_| err!(Status::OutOfMemory, "word buffer"))?;
+        }
+        if s.hashes.capacity() < word_cap + 1 {
+            s.hashes
+                .try_reserve(word_cap + 1)
+                .map_err(|_| err!(Status::OutOfMemory, "hash buffer"))?;
+        }
+        s.word.clear();
+        s.word_chars = 0;
+        s.run.clear();
+        let bytes = text.as_bytes();
+        let mut seg_start = 0;
+        let mut i = 0;
+        while i < bytes.len() {
+            // Added tokens: leftmost, then longest.
+            if self.added_first[bytes[i] as usize] {
+                if let Some((tok, len)) = self.added_at(bytes, i) {
+                    let mut seg_end = i;
+                    if tok.lstrip {
+                        seg_end = trim_end_ws(text, seg_start, seg_end);
+                    }
+                    let r = self.segment(text_slice(text, seg_start, seg_end), limit, s, ids);
+                    stopped(r)?;
+                    if r.is_err() {
+                        break;
+                    }
+                    if ids.len() >= limit {
+                        break;
+                    }
+                    reserve(ids, 1)?;
+                    ids.push(tok.id);
+                    i += len;
+                    if tok.rstrip {
+                        i = skip_ws(text, i);
+                    }
+                    seg_start = i;
+                    continue;
+                }
+            }
+            i += 1;
+        }
+        if ids.len() < limit {
+            stopped(self.segment(text_slice(text, seg_start, bytes.len()), limit, s, ids))?;
+        }
+        ids.truncate(limit);
+        Ok(())
+    }
+
+    fn added_at(&self, bytes: &[u8], i: usize) -> Option<(&AddedToken, usize)> {
+        let rest = &bytes[i..];
+        self.added.iter().find_map(|t| {
+            let c = self
+                .added_arena
+                .get(t.off as usize..(t.off + t.len) as usize)?;
+            rest.starts_with(c).then_some((t, c.len()))
+        })
+    }
+
+    /// Normalizes, pre-tokenizes and tokenizes one stretch of text without added tokens.
+    fn segment(&self, seg: &str, limit: usize, s: &mut Scratch, ids: &mut Vec<u32>) -> Flow {
+        let Model::WordPiece(wp) = &self.model;
+        let bytes = seg.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            let b = bytes[i];
+            if b < 0x80 && s.run.is_empty() {
+                // ASCII fast path.
+                i += 1;
+                match self.ascii_action[b as usize] {
+                    AsciiAction::Word => {
+                        s.word_chars += 1;
+                        if s.word_chars <= wp.max_input_chars_per_word {
+                            s.word.push(self.ascii_out[b as usize]);
+                        }
+                    }
+                    AsciiAction::Space => self.end_word(wp, limit, s, ids)?,
+                    AsciiAction::Punct => {
+                        self.end_word(wp, limit, s, ids)?;
+                        s.word.push(self.ascii_out[b as usize]);
+                        s.word_chars = 1;
+                        self.end_word(wp, limit, s, ids)?;
+                    }
+                    AsciiAction::Drop => {}
+                }
+                continue;
+            }
+            // One whole character (the text is valid UTF-8).
+            let len = utf8_len(b);
+            let cp = decode(&bytes[i..(i + len).min(bytes.len())]);
+            i += len;
+            self.normalize_char(cp, wp, limit, s, ids)?;
+        }
+        self.flush_run(wp, limit, s, ids)?;
+        self.end_word(wp, limit, s, ids)
+    }
+
+    /// Stage 2 for one input character: clean text, CJK spacing, then NFD.
+    #[inline(never)]
+    fn normalize_char(
+        &self,
+        cp: u32,
+        wp: &WordPiece,
+        limit: usize,
+        s: &mut Scratch,
+        ids: &mut Vec<u32>,
+    ) -> Flow {
+        let Normalizer::Bert(n) = self.normalizer else {
+            return self.pre_tokenize(cp, wp, limit, s, ids);
+        };
+        let f = bert::class(cp);
+        let mut cp = cp;
+        if n.clean_text {
+            if f & bert::DROP != 0 {
+                return Ok(());
+            }
+            if f & bert::SPACE != 0 {
+                cp = ' ' as u32;
+            }
+        }
+        if n.handle_chinese_chars && f & bert::CJK != 0 {
+            self.decompose(' ' as u32, n, wp, limit, s, ids)?;
+            self.decompose(cp, n, wp, limit, s, ids)?;
+            return self.decompose(' ' as u32, n, wp, limit, s, ids);
+        }
+        self.decompose(cp, n, wp, limit, s, ids)
+    }
+
+    /// NFD with canonical reordering of non-starters, when accents are stripped.
+    fn decompose(
+        &self,
+        cp: u32,
+        n: BertNormalizer,
+        wp: &WordPiece,
+        limit: usize,
+        s: &mut Scratch,
+        ids: &mut Vec<u32>,
+    ) -> Flow {
+        if !n.strip_accents {
+            return self.after_nfd(cp, n, wp, limit, s, ids);
+        }
+        let mut result = Ok(());
+        unicode::nfd(cp, |d| {
+            if result.is_err() {
+                return;
+            }
+            let ccc = unicode::canonical_combining_class(d);
+            if ccc == 0 {
+                result = self
+                    .flush_run(wp, limit, s, ids)
+                    .and_then(|_| self.after_nfd(d, n, wp, limit, s, ids));
+            } else if s.run.len() < s.run.capacity() || s.run.try_reserve(8).is_ok() {
+                s.run.push((d, ccc));
+            } else {
+                result = Err(Stop::OutOfMemory);
+            }
+        });
+        result
+    }
+
+    /// Emits the waiting non-starters in canonical order (stable by combining class).
+    fn flush_run(&self, wp: &WordPiece, limit: usize, s: &mut Scratch, ids: &mut Vec<u32>) -> Flow {
+        if s.run.is_empty() {
+            return Ok(());
+        }
+        let Normalizer::Bert(n) = self.normalizer else {
+            return Ok(());
+        };
+        // Insertion sort: stable, and runs are short.
+        for k in 1..s.run.len() {
+            let mut j = k;
+            while j > 0 && s.run[j - 1].1 > s.run[j].1 {
+                s.run.swap(j - 1, j);
+                j -= 1;
+            }
+        }
+        let mut k = 0;
+        while k < s.run.len() {
+            let d = s.run[k].0;
+            k += 1;
+            // Taking the run out would allocate; after_nfd never touches `run`.
+            self.after_nfd(d, n, wp, limit, s, ids)?;
+        }
+        s.run.clear();
+        Ok(())
+    }
+
+    /// Strip Mn (when stripping accents), then lowercase.
+    fn after_nfd(
+        &self,
+        cp: u32,
+        n: BertNormalizer,
+        wp: &WordPiece,
+        limit: usize,
+        s: &mut Scratch,
+        ids: &mut Vec<u32>,
+    ) -> Flow {
+        if n.strip_accents && bert::class(cp) & bert::MN != 0 {
+            return Ok(());
+        }
+        if n.lowercase {
+            let l = unicode::to_lowercase(cp);
+            for &c in l.as_slice() {
+                self.pre_tokenize(c, wp, limit, s, ids)?;
+            }
+            return Ok(());
+        }
+        self.pre_tokenize(cp, wp, limit, s, ids)
+    }
+
+    /// Stage 3 for one normalized character.
+    #[inline]
+    fn pre_tokenize(
+        &self,
+        cp: u32,
+        wp: &WordPiece,
+        limit: usize,
+        s: &mut Scratch,
+        ids: &mut Vec<u32>,
+    ) -> Flow {
+        if self.pre_tokenizer == PreTokenizer::Bert {
+            let f = bert::class(cp);
+            if f & bert::SPACE != 0 {
+                return self.end_word(wp, limit, s, ids);
+            }
+            if f & bert::PUNCT != 0 {
+                self.end_word(wp, limit, s, ids)?;
+                push_char(&mut s.word, cp);
+                s.word_chars = 1;
+                return self.end_word(wp, limit, s, ids);
+            }
+        }
+        s.word_chars += 1;
+        if s.word_chars <= wp.max_input_chars_per_word {
+            push_char(&mut s.word, cp);
+        }
+        Ok(())
+    }
+
+    /// Stage 4: the finished word to ids.
+    #[inline]
+    fn end_word(&self, wp: &WordPiece, limit: usize, s: &mut Scratch, ids: &mut Vec<u32>) -> Flow {
+        if s.word_chars == 0 {
+            return Ok(());
+        }
+        if ids.len() >= limit {
+            return Err(Stop::Full);
+        }
+        if ids.try_reserve(s.word.len() + 1).is_err() {
+            return Err(Stop::OutOfMemory);
+        }
+        wp.tokenize(&s.word, s.word_chars, &mut s.hashes, ids);
+        s.word.clear();
+        s.word_chars = 0;
+        if ids.len() >= limit {
+            Err(Stop::Full)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+fn reserve(ids: &mut Vec<u32>, n: usize) -> Result<()> {
+    ids.try_reserve(n)
+        .map_err(|_| err!(Status::OutOfMemory, "token ids"))
+}
+
+fn text_slice(text: &str, a: usize, b: usize) -> &str {
+    text.get(a..b).unwrap_or("")
+}
+
+/// Moves `end` back over white space (as `char::is_whitespace`) not before `start`.
+fn trim_end_ws(text: &str, start: usize, end: usize) -> usize {
+    let s = text_slice(text, start, end);
+    start + s.trim_end_matches(char::is_whitespace).len()
+}
+
+fn skip_ws(text: &str, i: usize) -> usize {
+    let s = text_slice(text, i, text.len());
+    i + (s.len() - s.trim_start_matches(char::is_whitespace).len())
+}
+
+#[inline(always)]
+fn utf8_len(first: u8) -> usize {
+    match first {
+        0x00..=0x7F => 1,
+        0xC0..=0xDF => 2,
+        0xE0..=0xEF => 3,
+        _ => 4,
+    }
+}
+
+/// Decodes one UTF-8 sequence known to be valid.
+#[inline(always)]
+fn decode(b: &[u8]) -> u32 {
+    let at = |k: usize| b.get(k).map_or(0, |&x| (x & 0x3F) as u32);
+    match b.len() {
+        2 => ((b[0] & 0x1F) as u32) << 6 | at(1),
+        3 => ((b[0] & 0x0F) as u32) << 12 | at(1) << 6 | at(2),
+        4 => ((b[0] & 0x07) as u32) << 18 | at(1) << 12 | at(2) << 6 | at(3),
+        _ => b.first().map_or(0, |&x| x as u32),
+    }
+}
+
+#[inline(always)]
+fn push_char(word: &mut Vec<u8>, cp: u32) {
+    let mut buf = [0u8; 4];
+    let ch = char::from_u32(cp).unwrap_or('\u{FFFD}');
+    word.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
+}
