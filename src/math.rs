@@ -14,7 +14,7 @@
 //!   - `sin`/`cos`: x = q pi/2 + (head + tail). For |x| < 2^20 Cody–Waite: pi/2 in four parts
 //!     (33 + 33 + 33 + 53 bits); q times each of the first three is exact, and the differences
 //!     are carried as exact two-sums, so even arguments next to a multiple of pi/2 (where up
-//!     to ~70 leading bits cancel) keep full relative precision. Above 2^20 Payne–Hanek: x
+//!     to ~80 leading bits cancel) keep full relative precision. Above 2^20 Payne–Hanek: x
 //!     times a 192-bit window of the bits of 2/pi, in integers. Taylor kernels on |h| <= pi/4
 //!     take the (head, tail) pair.
 //! - f32 [`expf`] and its 4-lane forms: the softmax and SiLU hot loop. One scalar lane
@@ -31,7 +31,8 @@
 //!
 //! The constants are derived by `src/math/gen_constants.py` (mpmath); each is written as its
 //! bit pattern with the value in a comment. Polynomial coefficients of the f64 functions are the
-//! Taylor coefficients themselves (1/n!, 2/(2n+1)), written as exact-quotient constants.
+//! Taylor coefficients themselves (1/n!, 2/(2n+1)), written as quotients that the compiler
+//! rounds correctly.
 
 // ---------------------------------------------------------------------------------------------
 // Shared helpers
