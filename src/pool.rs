@@ -1,1 +1,374 @@
-//! (being written)
+//! The thread pool: helpers are other instances of this module on the same shared memory.
+//!
+//! A host starts N helper instances (each with its own stack) and calls `helper_loop(id)` on each,
+//! ids `0..N` in any order; the call never returns while the pool lives. The driver instance runs
+//! the model and hands out jobs with [`par_for`]: a job is a kernel (a function pointer, which is
+//! a table index in wasm and so means the same function in every instance), an item count, a
+//! chunk size and a pointer to the kernel's arguments. Every thread, the driver included, claims
+//! chunks of items with an atomic add on a shared counter until none are left.
+//!
+//! Protocol (all words in [`PoolState`], each busy word on its own 64-byte line):
+//! - `registered`: helpers count themselves in id order, after they have read `job_word`, so
+//!   `registered == k` means helpers `0..k` are all listening and none can miss a job.
+//! - `job_word = (sequence << 8) | participants`: the driver publishes a job by writing the job
+//!   descriptor, setting `left = participants`, and then bumping `job_word` (release) and
+//!   notifying it. Packing the participant count into the same word means a helper decides to
+//!   take part from the very word that told it a job exists; a helper with `id < participants`
+//!   is then counted in `left`, so that job cannot finish (and its descriptor cannot change)
+//!   before this helper is done with it.
+//! - `left`: participating helpers still working. The last one to finish notifies the driver,
+//!   which waits on it (spinning first) after doing its own share.
+//! - Helpers spin a bounded number of rounds on `job_word`, then sleep in
+//!   `memory.atomic.wait32`. Lowering the thread count only lowers `participants`: the extra
+//!   helpers see the new word, find their id too high, and go back to waiting.
+//! - `shutdown`: `pool_shutdown` sets it and bumps `job_word`; every helper returns.
+//!
+//! Determinism: chunks are fixed ranges of items and each output element is computed inside one
+//! chunk by one thread, so results do not depend on the thread count or on who took what.
+//!
+//! In the single-threaded build (and natively on the host) there are no helpers and every job
+//! runs inline on the caller.
+
+use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+
+/// A kernel: runs items `start..end` of a job whose arguments are at `args`.
+pub type Kernel = unsafe fn(args: *const u8, start: usize, end: usize);
+
+/// Most helpers a pool will use (the participant count lives in 8 bits of `job_word`).
+pub const MAX_HELPERS: u32 = 255;
+/// Rounds a waiting thread spins before it sleeps in `memory.atomic.wait32`.
+const SPIN_ROUNDS: u32 = 1 << 16;
+
+/// One 64-byte line, so that the words threads hammer do not share a cache line.
+#[repr(C, align(64))]
+pub struct Line<T>(pub T);
+
+/// What a job is: written by the driver before it publishes `job_word`.
+#[repr(C)]
+pub struct JobDescriptor {
+    pub kernel: AtomicUsize,
+    pub args: AtomicUsize,
+    pub items: AtomicUsize,
+    pub chunk: AtomicUsize,
+}
+
+/// The pool's shared words. Lives inside [`crate::state::Shared`] at a fixed address.
+#[repr(C)]
+pub struct PoolState {
+    /// `(sequence << 8) | participants`; helpers wait on it.
+    pub job_word: Line<AtomicU32>,
+    /// Participating helpers still working on the current job; the driver waits on it.
+    pub left: Line<AtomicU32>,
+    /// Next item index to claim.
+    pub next_item: Line<AtomicUsize>,
+    /// Helpers listening, counted in id order.
+    pub registered: Line<AtomicU32>,
+    /// The current job.
+    pub job: Line<JobDescriptor>,
+    /// Threads the driver wants to use, itself included (1 = no helpers).
+    pub threads: AtomicU32,
+    /// Set by `pool_shutdown`: helpers return from `helper_loop`.
+    pub shutdown: AtomicU32,
+    /// Jobs run so far (diagnostics and tests).
+    pub jobs_run: AtomicU32,
+}
+
+const _: () = assert!(core::mem::size_of::<Line<AtomicU32>>() == 64);
+const _: () = assert!(core::mem::offset_of!(PoolState, left) == 64);
+const _: () = assert!(core::mem::offset_of!(PoolState, next_item) == 128);
+const _: () = assert!(core::mem::offset_of!(PoolState, registered) == 192);
+const _: () = assert!(core::mem::offset_of!(PoolState, job) == 256);
+const _: () = assert!(core::mem::offset_of!(PoolState, threads) == 320);
+const _: () = assert!(core::mem::offset_of!(PoolState, shutdown) == 324);
+const _: () = assert!(core::mem::size_of::<PoolState>() == 384);
+
+impl PoolState {
+    pub const fn new() -> PoolState {
+        PoolState {
+            job_word: Line(AtomicU32::new(0)),
+            left: Line(AtomicU32::new(0)),
+            next_item: Line(AtomicUsize::new(0)),
+            registered: Line(AtomicU32::new(0)),
+            job: Line(JobDescriptor {
+                kernel: AtomicUsize::new(0),
+                args: AtomicUsize::new(0),
+                items: AtomicUsize::new(0),
+                chunk: AtomicUsize::new(0),
+            }),
+            threads: AtomicU32::new(1),
+            shutdown: AtomicU32::new(0),
+            jobs_run: AtomicU32::new(0),
+        }
+    }
+}
+
+impl Default for PoolState {
+    fn default() -> Self {
+        PoolState::new()
+    }
+}
+
+fn pool() -> &'static PoolState {
+    &crate::state::SHARED.pool
+}
+
+/// Sets how many threads (driver included) later jobs use; clamped to `1..=MAX_HELPERS + 1`.
+/// Call only between jobs, from the driver.
+pub fn set_threads(n: u32) {
+    pool().threads.store(n.clamp(1, MAX_HELPERS + 1), Ordering::Relaxed);
+}
+
+pub fn threads() -> u32 {
+    pool().threads.load(Ordering::Relaxed)
+}
+
+/// Helpers registered and listening.
+pub fn helpers_ready() -> u32 {
+    pool().registered.0.load(Ordering::Acquire)
+}
+
+/// Runs `kernel` over items `0..items` in chunks of `chunk`, on the driver and the helpers.
+///
+/// # Safety
+/// `kernel(args, start, end)` must be safe to call for disjoint ranges at the same time from
+/// several threads, and `args` must stay valid until this returns (it does: the call blocks
+/// until every chunk is done).
+pub unsafe fn par_for(kernel: Kernel, args: *const u8, items: usize, chunk: usize) {
+    let p = pool();
+    let chunk = chunk.max(1);
+    let chunks = items.div_ceil(chunk);
+    let helpers = (p.threads.load(Ordering::Relaxed) - 1)
+        .min(p.registered.0.load(Ordering::Acquire))
+        .min(chunks.saturating_sub(1) as u32);
+    p.jobs_run.fetch_add(1, Ordering::Relaxed);
+    if helpers == 0 {
+        // SAFETY: the caller's contract; one thread runs the whole range.
+        unsafe { kernel(args, 0, items) };
+        return;
+    }
+    p.job.0.kernel.store(kernel as usize, Ordering::Relaxed);
+    p.job.0.args.store(args as usize, Ordering::Relaxed);
+    p.job.0.items.store(items, Ordering::Relaxed);
+    p.job.0.chunk.store(chunk, Ordering::Relaxed);
+    p.next_item.0.store(0, Ordering::Relaxed);
+    p.left.0.store(helpers, Ordering::Relaxed);
+    let word = p.job_word.0.load(Ordering::Relaxed);
+    let next = (((word >> 8).wrapping_add(1)) << 8) | helpers;
+    p.job_word.0.store(next, Ordering::Release);
+    wake(&p.job_word.0, u32::MAX);
+    // SAFETY: as above; chunks are claimed atomically, so ranges are disjoint.
+    unsafe { run_chunks(p) };
+    wait_until_zero(&p.left.0);
+}
+
+/// Claims and runs chunks of the current job until none are left.
+unsafe fn run_chunks(p: &PoolState) {
+    let kernel_addr = p.job.0.kernel.load(Ordering::Relaxed);
+    // SAFETY: the driver stored a valid `Kernel` before publishing the job (release/acquire on
+    // `job_word`), and a function pointer round-trips through usize.
+    let kernel: Kernel = unsafe { core::mem::transmute::<usize, Kernel>(kernel_addr) };
+    let args = p.job.0.args.load(Ordering::Relaxed) as *const u8;
+    let items = p.job.0.items.load(Ordering::Relaxed);
+    let chunk = p.job.0.chunk.load(Ordering::Relaxed);
+    loop {
+        let start = p.next_item.0.fetch_add(chunk, Ordering::Relaxed);
+        if start >= items {
+            break;
+        }
+        // SAFETY: the ranges handed out by the atomic counter are disjoint.
+        unsafe { kernel(args, start, (start + chunk).min(items)) };
+    }
+}
+
+/// The body of the `helper_loop` export. Returns only after [`shutdown`].
+pub fn helper_loop(id: u32) {
+    let p = pool();
+    let mut seen = p.job_word.0.load(Ordering::Acquire);
+    // Count ourselves in, in id order: wait for helpers 0..id to be listening first.
+    loop {
+        let r = p.registered.0.load(Ordering::Acquire);
+        if r == id {
+            p.registered.0.store(id + 1, Ordering::Release);
+            wake(&p.registered.0, u32::MAX);
+            break;
+        }
+        if p.shutdown.load(Ordering::Acquire) != 0 {
+            return;
+        }
+        wait_while_equal(&p.registered.0, r, 64);
+    }
+    let mut spins = 0u32;
+    loop {
+        let word = p.job_word.0.load(Ordering::Acquire);
+        if word == seen {
+            spins += 1;
+            if spins > SPIN_ROUNDS {
+                wait_while_equal(&p.job_word.0, seen, 0);
+            } else {
+                core::hint::spin_loop();
+            }
+            continue;
+        }
+        seen = word;
+        if p.shutdown.load(Ordering::Acquire) != 0 {
+            return;
+        }
+        if id < (word & 0xFF) {
+            spins = 0;
+            // SAFETY: this helper is counted in `left`, so the job it read stays valid.
+            unsafe { run_chunks(p) };
+            if p.left.0.fetch_sub(1, Ordering::AcqRel) == 1 {
+                wake(&p.left.0, 1);
+            }
+        }
+    }
+}
+
+/// Releases every helper from `helper_loop` (so a page can unload). Later jobs run inline.
+pub fn shutdown() {
+    let p = pool();
+    p.shutdown.store(1, Ordering::Release);
+    p.threads.store(1, Ordering::Relaxed);
+    p.registered.0.store(0, Ordering::Release);
+    let word = p.job_word.0.load(Ordering::Relaxed);
+    p.job_word.0.store(word.wrapping_add(1 << 8) & !0xFF, Ordering::Release);
+    wake(&p.job_word.0, u32::MAX);
+    wake(&p.registered.0, u32::MAX);
+}
+
+fn wait_until_zero(word: &AtomicU32) {
+    let mut spins = 0u32;
+    loop {
+        let v = word.load(Ordering::Acquire);
+        if v == 0 {
+            return;
+        }
+        spins += 1;
+        if spins > SPIN_ROUNDS {
+            wait_while_equal(word, v, 0);
+        } else {
+            core::hint::spin_loop();
+        }
+    }
+}
+
+/// Sleeps while `*word == expected` (or returns at once if it differs). `spin_first` rounds of
+/// busy-waiting come before the sleep.
+fn wait_while_equal(word: &AtomicU32, expected: u32, spin_first: u32) {
+    for _ in 0..spin_first {
+        if word.load(Ordering::Acquire) != expected {
+            return;
+        }
+        core::hint::spin_loop();
+    }
+    #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+    // SAFETY: `word` is a valid, aligned i32 in shared linear memory; wait32 only reads it.
+    unsafe {
+        core::arch::wasm32::memory_atomic_wait32(word.as_ptr() as *mut i32, expected as i32, -1);
+    }
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "atomics")))]
+    core::hint::spin_loop();
+}
+
+fn wake(word: &AtomicU32, count: u32) {
+    #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+    // SAFETY: `word` is a valid, aligned i32 in shared linear memory.
+    unsafe {
+        core::arch::wasm32::memory_atomic_notify(word.as_ptr() as *mut i32, count);
+    }
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "atomics")))]
+    let _ = (word, count);
+}
+
+/// Self-test used by the host tests: `jobs` jobs of pseudo-random sizes and chunkings (from
+/// `seed`), the thread count changing between jobs within `1..=max_threads`. Each item is computed
+/// through a stack-heavy kernel (a 256-word array on the stack), so helpers sharing a stack would
+/// corrupt it. Returns a checksum over all outputs, which must not depend on the thread counts.
+pub fn selftest(jobs: u32, seed: u32, max_threads: u32) -> crate::error::Result<u32> {
+    use alloc::vec::Vec;
+    const MAX_ITEMS: usize = 4096;
+    let mut out: Vec<u32> = Vec::new();
+    out.try_reserve_exact(MAX_ITEMS)
+        .map_err(|_| crate::err!(crate::error::Status::OutOfMemory, "selftest buffer"))?;
+    out.resize(MAX_ITEMS, 0);
+    let saved_threads = threads();
+    let mut rng = seed as u64 | 1;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        (rng >> 16) as u32
+    };
+    let mut checksum = 0u32;
+    for job in 0..jobs {
+        let items = 1 + next() as usize % MAX_ITEMS;
+        let chunk = 1 + next() as usize % 97;
+        set_threads(1 + next() % max_threads.max(1));
+        let args = SelftestArgs { out: out.as_mut_ptr(), len: items, salt: job ^ seed };
+        // SAFETY: `selftest_kernel` writes only `out[start..end]` for in-range items.
+        unsafe { par_for(selftest_kernel, &args as *const _ as *const u8, items, chunk) };
+        for &v in &out[..items] {
+            checksum = checksum.rotate_left(5) ^ v;
+        }
+    }
+    set_threads(saved_threads);
+    Ok(checksum)
+}
+
+struct SelftestArgs {
+    out: *mut u32,
+    len: usize,
+    salt: u32,
+}
+
+unsafe fn selftest_kernel(args: *const u8, start: usize, end: usize) {
+    // SAFETY: `selftest` passes a live `SelftestArgs`.
+    let a = unsafe { &*(args as *const SelftestArgs) };
+    for item in start..end.min(a.len) {
+        let mut scratch = [0u32; 256];
+        let mut x = (item as u32).wrapping_mul(0x9E37_79B9) ^ a.salt;
+        for s in scratch.iter_mut() {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            *s = x;
+        }
+        // Keep the array on the stack and in use across the fold.
+        let scratch = core::hint::black_box(scratch);
+        let v = scratch.iter().fold(0u32, |acc, &s| acc.wrapping_mul(31).wrapping_add(s));
+        // SAFETY: item < len, and each item belongs to exactly one chunk.
+        unsafe { a.out.add(item).write(v) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec;
+
+    unsafe fn square_into(args: *const u8, start: usize, end: usize) {
+        // SAFETY: the test passes a pointer to `(ptr, len)` of an output slice.
+        let (out, len) = unsafe { *(args as *const (*mut u64, usize)) };
+        for i in start..end {
+            assert!(i < len);
+            // SAFETY: i < len; ranges are disjoint.
+            unsafe { *out.add(i) = (i as u64) * (i as u64) };
+        }
+    }
+
+    #[test]
+    fn inline_job_covers_every_item_once() {
+        let mut out = vec![0u64; 1001];
+        let args = (out.as_mut_ptr(), out.len());
+        unsafe { par_for(square_into, &args as *const _ as *const u8, out.len(), 64) };
+        assert!(out.iter().enumerate().all(|(i, &v)| v == (i * i) as u64));
+    }
+
+    #[test]
+    fn selftest_checksum_is_stable() {
+        let a = selftest(50, 7, 4).unwrap();
+        let b = selftest(50, 7, 1).unwrap();
+        assert_eq!(a, b);
+        assert_ne!(a, selftest(50, 8, 1).unwrap());
+    }
+}

@@ -1,1 +1,122 @@
-//! (being written)
+//! The shared state block: every word that more than one instance (driver, helpers, host) reads.
+//!
+//! Globals belong to an instance, but statics live in linear memory at addresses fixed by the
+//! linker, and every instance of the threaded module runs on the same memory. So all shared state
+//! is in statics: this block (pool words, stop flag, last error), and the engine objects it points
+//! to. The export `shared_state()` returns the block's address; `abi/ABI.md` documents the
+//! offsets, pinned here by compile-time asserts.
+//!
+//! Only the driver (the instance that called `load_model` and runs `step`) touches the engine,
+//! tokenizer and sampler objects; helpers only run kernels handed to them through the pool.
+
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use crate::error::{Error, Message};
+use crate::pool::{Line, PoolState};
+
+/// Layout version of [`Shared`]; bump when an offset documented in `abi/ABI.md` changes.
+pub const SHARED_LAYOUT_VERSION: u32 = 1;
+/// First word of the block, so a host can check it found the right thing.
+pub const SHARED_MAGIC: u32 = u32::from_le_bytes(*b"wmnd");
+
+#[repr(C, align(64))]
+pub struct Shared {
+    /// `SHARED_MAGIC`.
+    pub magic: u32,
+    /// `SHARED_LAYOUT_VERSION`.
+    pub layout_version: u32,
+    /// Nonzero asks a running generation to stop after the current token. Any thread or the host
+    /// may set it (a plain 32-bit store); the driver clears it when a reply starts.
+    pub stop: Line<AtomicU32>,
+    /// The thread pool's words (offset 128).
+    pub pool: PoolState,
+    /// Last error: status code and UTF-8 message (driver only).
+    pub error: LastError,
+}
+
+const _: () = assert!(core::mem::offset_of!(Shared, stop) == 64);
+const _: () = assert!(core::mem::offset_of!(Shared, pool) == 128);
+const _: () = assert!(core::mem::offset_of!(Shared, error) == 512);
+
+pub struct LastError {
+    inner: UnsafeCell<(i32, Message)>,
+}
+
+// SAFETY: the last error is written and read only by the driver thread (documented in ABI.md);
+// helpers never touch it.
+unsafe impl Sync for LastError {}
+
+impl LastError {
+    const fn new() -> LastError {
+        LastError { inner: UnsafeCell::new((0, Message::new())) }
+    }
+
+    /// Records `e` as the last error and returns its (negative) status code.
+    pub fn set(&self, e: &Error) -> i32 {
+        // SAFETY: driver-only (see the Sync impl).
+        let slot = unsafe { &mut *self.inner.get() };
+        *slot = (e.status.code(), e.message.clone());
+        e.status.code()
+    }
+
+    /// The last error's code (0 if none) and message.
+    pub fn get(&self) -> (i32, &str) {
+        // SAFETY: driver-only (see the Sync impl).
+        let slot = unsafe { &*self.inner.get() };
+        (slot.0, slot.1.as_str())
+    }
+}
+
+pub static SHARED: Shared = Shared {
+    magic: SHARED_MAGIC,
+    layout_version: SHARED_LAYOUT_VERSION,
+    stop: Line(AtomicU32::new(0)),
+    pool: PoolState::new(),
+    error: LastError::new(),
+};
+
+/// True when someone asked the current generation to stop.
+pub fn stop_requested() -> bool {
+    SHARED.stop.0.load(Ordering::Relaxed) != 0
+}
+
+pub fn clear_stop() {
+    SHARED.stop.0.store(0, Ordering::Relaxed);
+}
+
+/// A driver-only slot for one engine object (model, tokenizer, embedder ...), in a static.
+pub struct DriverCell<T> {
+    value: UnsafeCell<Option<T>>,
+}
+
+// SAFETY: only the driver thread calls `get`/`set` (the ABI forbids helpers from calling the
+// exports that reach them); helpers see engine data only through kernel arguments.
+unsafe impl<T> Sync for DriverCell<T> {}
+
+impl<T> DriverCell<T> {
+    pub const fn new() -> DriverCell<T> {
+        DriverCell { value: UnsafeCell::new(None) }
+    }
+
+    /// # Safety
+    /// Driver thread only, and the returned reference must not outlive a later `set`.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn get(&self) -> Option<&mut T> {
+        // SAFETY: the caller's contract.
+        unsafe { (*self.value.get()).as_mut() }
+    }
+
+    /// # Safety
+    /// Driver thread only, with no reference from `get` alive.
+    pub unsafe fn set(&self, v: Option<T>) {
+        // SAFETY: the caller's contract.
+        unsafe { *self.value.get() = v };
+    }
+}
+
+impl<T> Default for DriverCell<T> {
+    fn default() -> Self {
+        DriverCell::new()
+    }
+}

@@ -1,1 +1,228 @@
+//! A wasmtime host for wasmind: the modules (embedded at build time), a driver instance on a
+//! shared memory, and helper instances on OS threads, each with its own stack.
+//!
+//! The `wasmind` command line (src/bin/wasmind.rs) and the integration tests (tests/) use this.
 
+use std::thread::JoinHandle;
+
+use wasmtime::{
+    Config, Engine, Instance, Memory, Module, SharedMemory, Store, TypedFunc, Val,
+    WasmParams, WasmResults,
+};
+
+pub use wasmtime::Result;
+
+/// The single-threaded module: no imports, exports its memory.
+pub const WASM_ST: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/wasmind.wasm"));
+/// The threaded module: imports a shared `env.memory`.
+pub const WASM_MT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/wasmind-mt.wasm"));
+
+/// Bytes of each helper's stack.
+pub const HELPER_STACK_BYTES: u32 = 1 << 20;
+/// Largest shared memory the host creates, in 64 KiB pages (4 GiB, the wasm32 limit).
+pub const MAX_PAGES: u32 = 65_536;
+
+pub fn engine() -> Result<Engine> {
+    let mut config = Config::new();
+    config.wasm_threads(true).shared_memory(true).wasm_simd(true);
+    Engine::new(&config)
+}
+
+/// Where the module's memory lives: its own (single-threaded) or a shared one.
+#[derive(Clone)]
+enum Mem {
+    Own(Memory),
+    Shared(SharedMemory),
+}
+
+/// One running wasmind: the driver instance plus any helpers.
+pub struct Wasmind {
+    pub engine: Engine,
+    pub module: Module,
+    pub store: Store<()>,
+    pub instance: Instance,
+    mem: Mem,
+    helpers: Vec<JoinHandle<Result<i32>>>,
+}
+
+impl Wasmind {
+    /// The single-threaded module, on its own memory.
+    pub fn single_threaded() -> Result<Wasmind> {
+        let engine = engine()?;
+        let module = Module::new(&engine, WASM_ST)?;
+        let mut store = Store::new(&engine, ());
+        let instance = Instance::new(&mut store, &module, &[])?;
+        let memory = instance
+            .get_memory(&mut store, "memory")
+            .ok_or_else(|| wasmtime::format_err!("module exports no memory"))?;
+        Ok(Wasmind { engine, module, store, instance, mem: Mem::Own(memory), helpers: Vec::new() })
+    }
+
+    /// The threaded module on a new shared memory, with `threads - 1` helpers on OS threads.
+    pub fn threaded(threads: u32) -> Result<Wasmind> {
+        let engine = engine()?;
+        let module = Module::new(&engine, WASM_MT)?;
+        let min_pages = module
+            .imports()
+            .find_map(|i| i.ty().memory().map(|m| m.minimum()))
+            .ok_or_else(|| wasmtime::format_err!("module imports no memory"))?;
+        let memory = SharedMemory::new(
+            &engine,
+            wasmtime::MemoryType::shared(min_pages as u32, MAX_PAGES),
+        )?;
+        let mut store = Store::new(&engine, ());
+        let instance = Instance::new(&mut store, &module, &[memory.clone().into()])?;
+        let mut w = Wasmind {
+            engine,
+            module,
+            store,
+            instance,
+            mem: Mem::Shared(memory),
+            helpers: Vec::new(),
+        };
+        w.start_helpers(threads.saturating_sub(1))?;
+        w.call::<u32, i32>("pool_set_threads", threads.max(1))?;
+        Ok(w)
+    }
+
+    /// A second instance of the threaded module on this memory, with its own stack of
+    /// `stack_bytes` (allocated through the driver). Used by helpers and by tests.
+    pub fn instance_on_shared_memory(&mut self, stack_bytes: u32) -> Result<(Store<()>, Instance)> {
+        let Mem::Shared(memory) = &self.mem else {
+            wasmtime::bail!("the single-threaded module cannot share its memory");
+        };
+        let memory = memory.clone();
+        let stack = self.call::<u32, u32>("alloc", stack_bytes)?;
+        if stack == 0 {
+            wasmtime::bail!("cannot allocate a helper stack");
+        }
+        let mut store = Store::new(&self.engine, ());
+        let instance = Instance::new(&mut store, &self.module, &[memory.into()])?;
+        let sp = instance
+            .get_global(&mut store, "__stack_pointer")
+            .ok_or_else(|| wasmtime::format_err!("module does not export __stack_pointer"))?;
+        // The stack grows down from the top of its block; keep 16-byte alignment.
+        sp.set(&mut store, Val::I32(((stack + stack_bytes) & !15) as i32))?;
+        Ok((store, instance))
+    }
+
+    fn start_helpers(&mut self, n: u32) -> Result<()> {
+        for id in 0..n {
+            let (mut store, instance) = self.instance_on_shared_memory(HELPER_STACK_BYTES)?;
+            let run = instance.get_typed_func::<u32, i32>(&mut store, "helper_loop")?;
+            self.helpers.push(std::thread::spawn(move || run.call(&mut store, id)));
+        }
+        // Wait until every helper is listening, so the first job uses them all.
+        let start = std::time::Instant::now();
+        while (self.call::<(), i32>("pool_helpers_ready", ())? as u32) < n {
+            if start.elapsed().as_secs() > 30 {
+                wasmtime::bail!("helpers did not start");
+            }
+            std::thread::yield_now();
+        }
+        Ok(())
+    }
+
+    pub fn func<P: WasmParams, R: WasmResults>(&mut self, name: &str) -> Result<TypedFunc<P, R>> {
+        self.instance.get_typed_func::<P, R>(&mut self.store, name)
+    }
+
+    pub fn call<P: WasmParams, R: WasmResults>(&mut self, name: &str, args: P) -> Result<R> {
+        let f = self.func::<P, R>(name)?;
+        f.call(&mut self.store, args)
+    }
+
+    /// A status-returning call: `Ok(value)` if `>= 0`, else the module's error message.
+    pub fn check(&mut self, name: &str, value: i32) -> Result<i32> {
+        if value >= 0 {
+            return Ok(value);
+        }
+        let msg = self.last_error()?;
+        wasmtime::bail!("{name} failed ({value}): {msg}")
+    }
+
+    pub fn last_error(&mut self) -> Result<String> {
+        let ptr = self.call::<(), u32>("last_error", ())?;
+        let len = self.call::<(), u32>("last_error_len", ())?;
+        Ok(String::from_utf8_lossy(&self.read(ptr, len as usize)).into_owned())
+    }
+
+    /// Base pointer and current length of linear memory.
+    fn raw(&mut self) -> (*mut u8, usize) {
+        match &self.mem {
+            Mem::Own(m) => (m.data_ptr(&self.store), m.data_size(&self.store)),
+            Mem::Shared(m) => {
+                let d = m.data();
+                (d.as_ptr() as *mut u8, d.len())
+            }
+        }
+    }
+
+    /// Copies `len` bytes out of linear memory (zero-filled past the end).
+    pub fn read(&mut self, ptr: u32, len: usize) -> Vec<u8> {
+        let (base, size) = self.raw();
+        let mut out = vec![0u8; len];
+        let start = (ptr as usize).min(size);
+        let n = len.min(size - start);
+        // SAFETY: the range is inside linear memory; the module is not running (we hold the
+        // store), and helpers only write memory while a driver call is in progress.
+        unsafe { std::ptr::copy_nonoverlapping(base.add(start), out.as_mut_ptr(), n) };
+        out
+    }
+
+    /// Copies `bytes` into linear memory at `ptr`. Panics if out of range (a host bug).
+    pub fn write(&mut self, ptr: u32, bytes: &[u8]) {
+        let (base, size) = self.raw();
+        assert!(ptr as usize + bytes.len() <= size, "write past the end of linear memory");
+        // SAFETY: in range, and no wasm code runs during the copy (see `read`).
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(ptr as usize), bytes.len()) };
+    }
+
+    /// Allocates `bytes.len()` bytes in the module and copies `bytes` there.
+    pub fn put(&mut self, bytes: &[u8]) -> Result<u32> {
+        let ptr = self.call::<u32, u32>("alloc", bytes.len() as u32)?;
+        if ptr == 0 && !bytes.is_empty() {
+            wasmtime::bail!("alloc({}) failed: out of memory", bytes.len());
+        }
+        self.write(ptr, bytes);
+        Ok(ptr)
+    }
+
+    pub fn memory_bytes(&mut self) -> usize {
+        self.raw().1
+    }
+
+    /// Releases the helpers and waits for their threads to end.
+    pub fn shutdown(&mut self) -> Result<()> {
+        self.call::<(), ()>("pool_shutdown", ())?;
+        for h in self.helpers.drain(..) {
+            match h.join() {
+                Ok(r) => {
+                    r?;
+                }
+                Err(_) => wasmtime::bail!("a helper thread panicked"),
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Wasmind {
+    fn drop(&mut self) {
+        if !self.helpers.is_empty() {
+            let _ = self.shutdown();
+        }
+    }
+}
+
+/// Names of a module's imports and exports, for the command line and the tests.
+pub fn describe(bytes: &[u8]) -> Result<(Vec<(String, String, String)>, Vec<(String, String)>)> {
+    let engine = engine()?;
+    let module = Module::new(&engine, bytes)?;
+    let imports = module
+        .imports()
+        .map(|i| (i.module().to_string(), i.name().to_string(), format!("{:?}", i.ty())))
+        .collect();
+    let exports = module.exports().map(|e| (e.name().to_string(), format!("{:?}", e.ty()))).collect();
+    Ok((imports, exports))
+}

@@ -1,1 +1,77 @@
-fn main(){}
+//! `cargo xtask <task>`: the project's build and test entry points (alias in .cargo/config.toml).
+//!
+//! - `dist`  builds `dist/wasmind.wasm` (single-threaded) and `dist/wasmind-mt.wasm` (threaded).
+//! - `test`  runs every test: native unit tests, the same unit tests inside wasm (Node WASI), the
+//!           wasmtime host tests, and the Node tests of the glue.
+
+use std::path::Path;
+use std::process::{Command, ExitCode};
+
+use xtask::{build_all_into, workspace_root};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("dist") => dist(),
+        Some("test") => test(&args[1..]),
+        _ => {
+            eprintln!("usage: cargo xtask dist | test");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn dist() -> Result<(), String> {
+    let dir = workspace_root().join("dist");
+    for path in build_all_into(&dir)? {
+        let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        println!("{}  {} bytes ({:.1} KiB)", path.display(), size, size as f64 / 1024.0);
+    }
+    Ok(())
+}
+
+fn run(step: &str, cmd: &mut Command) -> Result<(), String> {
+    println!("\n==> {step}");
+    let status = cmd.status().map_err(|e| format!("{step}: cannot start: {e}"))?;
+    if status.success() { Ok(()) } else { Err(format!("{step}: failed ({status})")) }
+}
+
+fn cargo(root: &Path) -> Command {
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(root);
+    c
+}
+
+fn test(extra: &[String]) -> Result<(), String> {
+    let root = workspace_root();
+    println!("==> cargo xtask dist");
+    dist()?;
+    run(
+        "unit tests, native",
+        cargo(&root).args(["test", "--release", "--package", "wasmind", "--lib"]).args(extra),
+    )?;
+    run(
+        "unit tests, inside wasm (wasm32-wasip1 + simd128, Node WASI)",
+        cargo(&root)
+            .args(["test", "--release", "--package", "wasmind", "--lib"])
+            .args(["--target", "wasm32-wasip1", "--target-dir", "target/wasi"])
+            .args(extra),
+    )?;
+    run(
+        "host tests (wasmtime)",
+        cargo(&root).args(["test", "--release", "--package", "host-tests"]).args(extra),
+    )?;
+    let node_tests = root.join("glue/test");
+    if node_tests.is_dir() {
+        run("glue tests (Node)", Command::new("node").current_dir(&root).args(["--test", "glue/test/"]))?;
+    }
+    println!("\nall tests passed");
+    Ok(())
+}

@@ -1,0 +1,248 @@
+//! The module contract: imports, exports (against abi/wasmind.h), shared memory, instruction
+//! sets, size; and two instances of the threaded module on one shared memory.
+
+use host_tests::{WASM_MT, WASM_ST, Wasmind};
+use wasmparser::{Operator, Parser, Payload, TypeRef, ValType};
+
+/// Size budget per module while features grow.
+const SIZE_BUDGET: usize = 256 * 1024;
+
+#[derive(Debug, PartialEq, Clone)]
+struct Sig {
+    params: Vec<ValType>,
+    results: Vec<ValType>,
+}
+
+struct Parsed {
+    imports: Vec<(String, String, TypeRef)>,
+    memory_import: Option<wasmparser::MemoryType>,
+    exported_memory: bool,
+    exports: Vec<(String, Sig)>,
+    globals_exported: Vec<String>,
+    simd_ops: usize,
+    atomic_ops: usize,
+    wait_notify_ops: usize,
+}
+
+fn parse(bytes: &[u8]) -> Parsed {
+    let mut types: Vec<Sig> = Vec::new();
+    let mut func_types: Vec<u32> = Vec::new(); // imported functions first, then defined
+    let mut p = Parsed {
+        imports: vec![],
+        memory_import: None,
+        exported_memory: false,
+        exports: vec![],
+        globals_exported: vec![],
+        simd_ops: 0,
+        atomic_ops: 0,
+        wait_notify_ops: 0,
+    };
+    let mut raw_exports = vec![];
+    for payload in Parser::new(0).parse_all(bytes) {
+        match payload.expect("valid module") {
+            Payload::TypeSection(r) => {
+                for rg in r {
+                    for t in rg.expect("type").into_types() {
+                        if let wasmparser::CompositeInnerType::Func(f) = &t.composite_type.inner {
+                            types.push(Sig { params: f.params().to_vec(), results: f.results().to_vec() });
+                        }
+                    }
+                }
+            }
+            Payload::ImportSection(r) => {
+                for imp in r.into_imports() {
+                    let imp = imp.expect("import");
+                    if let TypeRef::Memory(m) = imp.ty {
+                        p.memory_import = Some(m);
+                    }
+                    if let TypeRef::Func(t) = imp.ty {
+                        func_types.push(t);
+                    }
+                    p.imports.push((imp.module.to_string(), imp.name.to_string(), imp.ty));
+                }
+            }
+            Payload::FunctionSection(r) => {
+                for t in r {
+                    func_types.push(t.expect("func"));
+                }
+            }
+            Payload::ExportSection(r) => {
+                for e in r {
+                    let e = e.expect("export");
+                    raw_exports.push((e.name.to_string(), e.kind, e.index));
+                }
+            }
+            Payload::CodeSectionEntry(body) => {
+                let mut ops = body.get_operators_reader().expect("ops");
+                while !ops.eof() {
+                    let op = ops.read().expect("op");
+                    let name = format!("{op:?}");
+                    if name.starts_with("V128") || name.contains("x4") || name.contains("x8") || name.contains("x16") || name.contains("x2") {
+                        p.simd_ops += 1;
+                    }
+                    if name.contains("Atomic") {
+                        p.atomic_ops += 1;
+                    }
+                    if matches!(op, Operator::MemoryAtomicWait32 { .. } | Operator::MemoryAtomicNotify { .. }) {
+                        p.wait_notify_ops += 1;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    for (name, kind, index) in raw_exports {
+        match kind {
+            wasmparser::ExternalKind::Func => {
+                let sig = types[func_types[index as usize] as usize].clone();
+                p.exports.push((name, sig));
+            }
+            wasmparser::ExternalKind::Memory => p.exported_memory = true,
+            wasmparser::ExternalKind::Global => p.globals_exported.push(name),
+            _ => {}
+        }
+    }
+    p
+}
+
+/// Every `WASMIND_API <ret> <name>(<params>);` line of abi/wasmind.h, as a wasm signature.
+fn header_exports() -> Vec<(String, Sig)> {
+    let header = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../abi/wasmind.h"))
+        .expect("abi/wasmind.h");
+    let ty = |c: &str| -> Option<ValType> {
+        let c = c.trim();
+        let base = c.rsplit_once(' ').map(|(t, _)| t).unwrap_or(c).trim().trim_start_matches("const ");
+        match base {
+            "void" => None,
+            "int32_t" | "uint32_t" | "wasmind_ptr" | "size_t" => Some(ValType::I32),
+            "int64_t" | "uint64_t" => Some(ValType::I64),
+            "float" => Some(ValType::F32),
+            "double" => Some(ValType::F64),
+            other => panic!("wasmind.h: unknown type {other:?} in {c:?}"),
+        }
+    };
+    let mut out = vec![];
+    for line in header.lines() {
+        let Some(rest) = line.strip_prefix("WASMIND_API ") else { continue };
+        let decl = rest.split(';').next().unwrap();
+        let (head, params) = decl.split_once('(').expect("(");
+        let params = params.trim_end_matches(')');
+        let mut words: Vec<&str> = head.split_whitespace().collect();
+        let name = words.pop().unwrap().to_string();
+        let ret = ty(&words.join(" "));
+        let params: Vec<ValType> = if params.trim() == "void" {
+            vec![]
+        } else {
+            params.split(',').map(|p| ty(p).expect("void parameter")).collect()
+        };
+        out.push((name, Sig { params, results: ret.into_iter().collect() }));
+    }
+    assert!(out.len() >= 15, "wasmind.h lists only {} exports", out.len());
+    out
+}
+
+fn check_exports(which: &str, p: &Parsed) {
+    for (name, sig) in header_exports() {
+        let found = p.exports.iter().find(|(n, _)| *n == name);
+        let Some((_, actual)) = found else { panic!("{which}: export {name} (in wasmind.h) is missing") };
+        assert_eq!(*actual, sig, "{which}: export {name} has a different signature from wasmind.h");
+    }
+    let documented: Vec<String> = header_exports().into_iter().map(|(n, _)| n).collect();
+    for (name, _) in &p.exports {
+        assert!(documented.contains(name), "{which}: export {name} is not in wasmind.h");
+    }
+    assert!(p.globals_exported.contains(&"__stack_pointer".to_string()), "{which}: __stack_pointer not exported");
+}
+
+#[test]
+fn single_threaded_module_has_no_imports_and_exports_its_memory() {
+    let p = parse(WASM_ST);
+    assert!(p.imports.is_empty(), "imports: {:?}", p.imports);
+    assert!(p.exported_memory);
+    check_exports("wasmind.wasm", &p);
+    assert!(p.simd_ops > 0, "no SIMD instructions in wasmind.wasm");
+    assert_eq!(p.wait_notify_ops, 0);
+    println!("wasmind.wasm: {} bytes, {} exports, {} SIMD ops", WASM_ST.len(), p.exports.len(), p.simd_ops);
+    assert!(WASM_ST.len() <= SIZE_BUDGET, "wasmind.wasm is {} bytes", WASM_ST.len());
+}
+
+#[test]
+fn threaded_module_imports_only_a_shared_memory_with_a_maximum() {
+    let p = parse(WASM_MT);
+    assert_eq!(p.imports.len(), 1, "imports: {:?}", p.imports);
+    let (module, name, _) = &p.imports[0];
+    assert_eq!((module.as_str(), name.as_str()), ("env", "memory"));
+    let m = p.memory_import.expect("memory import");
+    assert!(m.shared, "imported memory is not shared");
+    assert!(m.maximum.is_some(), "imported memory has no maximum");
+    assert!(!m.memory64);
+    check_exports("wasmind-mt.wasm", &p);
+    assert!(p.simd_ops > 0, "no SIMD instructions in wasmind-mt.wasm");
+    assert!(p.atomic_ops > 0, "no atomic instructions in wasmind-mt.wasm");
+    assert!(p.wait_notify_ops >= 2, "memory.atomic.wait32/notify missing");
+    println!(
+        "wasmind-mt.wasm: {} bytes, {} exports, {} SIMD ops, {} atomic ops, memory {}..{:?} pages",
+        WASM_MT.len(), p.exports.len(), p.simd_ops, p.atomic_ops, m.initial, m.maximum
+    );
+    assert!(WASM_MT.len() <= SIZE_BUDGET, "wasmind-mt.wasm is {} bytes", WASM_MT.len());
+}
+
+#[test]
+fn two_instances_share_state_through_one_memory() {
+    let mut w = Wasmind::threaded(1).unwrap();
+    let (mut store, other) = w.instance_on_shared_memory(256 * 1024).unwrap();
+    // The pool's thread count, written through the driver, read through the other instance.
+    w.call::<u32, i32>("pool_set_threads", 7).unwrap();
+    let threads = other.get_typed_func::<(), u32>(&mut store, "pool_threads").unwrap();
+    assert_eq!(threads.call(&mut store, ()).unwrap(), 7);
+    // And back the other way.
+    let set = other.get_typed_func::<u32, i32>(&mut store, "pool_set_threads").unwrap();
+    set.call(&mut store, 3).unwrap();
+    assert_eq!(w.call::<(), u32>("pool_threads", ()).unwrap(), 3);
+    // One allocator for both: blocks from either instance never overlap.
+    let a = w.call::<u32, u32>("alloc", 1000).unwrap();
+    let alloc_other = other.get_typed_func::<u32, u32>(&mut store, "alloc").unwrap();
+    let b = alloc_other.call(&mut store, 1000).unwrap();
+    assert!(a != 0 && b != 0);
+    assert!(a + 1000 <= b || b + 1000 <= a, "blocks overlap: {a} {b}");
+    // Same shared state block address in both.
+    let s1 = w.call::<(), u32>("shared_state", ()).unwrap();
+    let shared_other = other.get_typed_func::<(), u32>(&mut store, "shared_state").unwrap();
+    assert_eq!(s1, shared_other.call(&mut store, ()).unwrap());
+    assert_eq!(&w.read(s1, 4), b"wmnd");
+}
+
+#[test]
+fn helpers_on_their_own_stacks_run_jobs_with_the_driver() {
+    // 2,000 jobs of mixed sizes, thread counts changing between jobs; the checksum must equal the
+    // single-threaded one. Each item uses a 1 KiB array on its thread's stack.
+    let single = {
+        let mut w = Wasmind::single_threaded().unwrap();
+        w.call::<(u32, u32, u32), i32>("pool_selftest", (2000, 42, 1)).unwrap()
+    };
+    for threads in [2u32, 4] {
+        let mut w = Wasmind::threaded(threads).unwrap();
+        assert_eq!(w.call::<(), i32>("pool_helpers_ready", ()).unwrap() as u32, threads - 1);
+        let r = w.call::<(u32, u32, u32), i32>("pool_selftest", (2000, 42, threads)).unwrap();
+        assert_eq!(r, single, "threads {threads}");
+        w.shutdown().unwrap();
+    }
+}
+
+#[test]
+fn failed_allocation_returns_zero() {
+    let mut w = Wasmind::single_threaded().unwrap();
+    assert_eq!(w.call::<u32, u32>("alloc", u32::MAX - 64).unwrap(), 0);
+    assert_eq!(w.call::<u32, u32>("alloc", 3_900_000_000).unwrap(), 0);
+    let p = w.call::<u32, u32>("alloc", 1 << 20).unwrap();
+    assert!(p != 0 && p % 16 == 0);
+    w.call::<(u32, u32), ()>("free", (p, 1 << 20)).unwrap();
+}
+
+#[test]
+fn helper_loop_is_refused_in_the_single_threaded_build() {
+    let mut w = Wasmind::single_threaded().unwrap();
+    let r = w.call::<u32, i32>("helper_loop", 0).unwrap();
+    assert_eq!(r, -9);
+    assert!(w.last_error().unwrap().contains("threaded"));
+}

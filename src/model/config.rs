@@ -1,0 +1,165 @@
+//! Hyper-parameters of a llama-family model, read from GGUF metadata. Nothing about a model is
+//! compiled in: every size comes from here, and every tensor is checked against these sizes.
+
+use crate::error::{Result, Status};
+use crate::gguf::Gguf;
+use crate::{bail, err};
+
+/// Largest values accepted from metadata (hostile files): they bound every buffer we allocate.
+const MAX_DIM: u32 = 1 << 16;
+const MAX_LAYERS: u32 = 512;
+const MAX_HEADS: u32 = 1024;
+const MAX_HEAD_DIM: u32 = 1024;
+const MAX_CONTEXT: u32 = 1 << 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    /// llama, SmolLM2, TinyLlama, Llama 3.x, Mistral: no attention biases, RoPE on adjacent pairs.
+    Llama,
+    /// Qwen2 / Qwen2.5: biases on q, k, v; RoPE on the two halves (NeoX style).
+    Qwen2,
+}
+
+impl Arch {
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+        }
+    }
+}
+
+/// Which elements RoPE rotates together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// (x[2i], x[2i+1]): ggml's "normal" RoPE; llama GGUF files permute q/k weights for it.
+    AdjacentPairs,
+    /// (x[i], x[i + rot/2]): ggml's NeoX RoPE, used by qwen2.
+    Halves,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    pub arch: Arch,
+    /// Width of the residual stream.
+    pub dim: usize,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    /// Hidden width of the SwiGLU feed-forward.
+    pub ffn_dim: usize,
+    pub vocab: usize,
+    /// Context length the model was trained for.
+    pub train_context: usize,
+    pub rms_eps: f32,
+    pub rope_base: f32,
+    /// Dimensions of each head that RoPE rotates (the first `rope_dims`).
+    pub rope_dims: usize,
+    pub rope_style: RopeStyle,
+}
+
+impl Config {
+    pub fn q_dim(&self) -> usize {
+        self.n_heads * self.head_dim
+    }
+    pub fn kv_dim(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+
+    pub fn from_gguf(g: &Gguf<'_>) -> Result<Config> {
+        let arch_name = g.get_str("general.architecture")?;
+        let arch = match arch_name {
+            "llama" => Arch::Llama,
+            "qwen2" => Arch::Qwen2,
+            other => bail!(Status::Unsupported, "architecture {:?} (supported: llama, qwen2)", other),
+        };
+        let key = |suffix: &str| {
+            let mut k = alloc::string::String::new();
+            k.push_str(arch_name);
+            k.push('.');
+            k.push_str(suffix);
+            k
+        };
+        let bounded = |suffix: &str, max: u32| -> Result<usize> {
+            let v = g.get_u32(&key(suffix))?;
+            if v == 0 || v > max {
+                bail!(Status::BadFormat, "{}.{} = {} is out of range 1..={}", arch_name, suffix, v, max);
+            }
+            Ok(v as usize)
+        };
+        let dim = bounded("embedding_length", MAX_DIM)?;
+        let n_layers = bounded("block_count", MAX_LAYERS)?;
+        let n_heads = bounded("attention.head_count", MAX_HEADS)?;
+        let n_kv_heads = match g.get_u32_opt(&key("attention.head_count_kv"))? {
+            Some(v) if v == 0 || v > n_heads as u32 => {
+                bail!(Status::BadFormat, "{}.attention.head_count_kv = {} is out of range", arch_name, v)
+            }
+            Some(v) => v as usize,
+            None => n_heads,
+        };
+        if n_heads % n_kv_heads != 0 {
+            bail!(Status::BadFormat, "head_count {} is not a multiple of head_count_kv {}", n_heads, n_kv_heads);
+        }
+        let head_dim = match g.get_u32_opt(&key("attention.key_length"))? {
+            Some(v) => v as usize,
+            None => {
+                if dim % n_heads != 0 {
+                    bail!(Status::BadFormat, "embedding_length {} is not a multiple of head_count {}", dim, n_heads);
+                }
+                dim / n_heads
+            }
+        };
+        if head_dim == 0 || head_dim > MAX_HEAD_DIM as usize || head_dim % 2 != 0 {
+            bail!(Status::BadFormat, "head dimension {} is out of range", head_dim);
+        }
+        if let Some(v) = g.get_u32_opt(&key("attention.value_length"))? {
+            if v as usize != head_dim {
+                bail!(Status::Unsupported, "value_length {} differs from key_length {}", v, head_dim);
+            }
+        }
+        let ffn_dim = bounded("feed_forward_length", MAX_DIM * 4)?;
+        let train_context = bounded("context_length", MAX_CONTEXT)?;
+        let rms_eps = g.get_f32_opt(&key("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-5);
+        let rope_base = g.get_f32_opt(&key("rope.freq_base"))?.unwrap_or(10_000.0);
+        if !(rms_eps.is_finite() && rms_eps >= 0.0 && rope_base.is_finite() && rope_base > 1.0) {
+            bail!(Status::BadFormat, "bad rms epsilon {} or rope base {}", rms_eps, rope_base);
+        }
+        let rope_dims = match g.get_u32_opt(&key("rope.dimension_count"))? {
+            Some(v) if v as usize > head_dim || v % 2 != 0 || v == 0 => {
+                bail!(Status::BadFormat, "rope.dimension_count {} is out of range", v)
+            }
+            Some(v) => v as usize,
+            None => head_dim,
+        };
+        if let Some(scaling) = g.get_str_opt(&key("rope.scaling.type"))? {
+            if scaling != "none" && scaling != "llama3" {
+                bail!(Status::Unsupported, "rope scaling {:?}", scaling);
+            }
+        }
+        // The vocabulary size is the embedding's row count (checked in the weights).
+        let embd = g
+            .tensor("token_embd.weight")
+            .ok_or_else(|| err!(Status::BadFormat, "tensor token_embd.weight is missing"))?;
+        let vocab = embd.dims[1] as usize;
+        let rope_style = match arch {
+            Arch::Llama => RopeStyle::AdjacentPairs,
+            Arch::Qwen2 => RopeStyle::Halves,
+        };
+        Ok(Config {
+            arch,
+            dim,
+            n_layers,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            ffn_dim,
+            vocab,
+            train_context,
+            rms_eps,
+            rope_base,
+            rope_dims,
+            rope_style,
+        })
+    }
+}

@@ -1,0 +1,92 @@
+//! Building the two WebAssembly modules, shared by `cargo xtask dist` and by the host crate's
+//! build script (so `cargo run --bin wasmind` works on a fresh clone without a separate step).
+//!
+//! Both builds compile the root crate for `wasm32-unknown-unknown` with SIMD128; the threaded one
+//! adds `atomics,bulk-memory,mutable-globals`. Their linker arguments come from the crate's own
+//! `build.rs`. Each build has its own target directory, so switching between them never
+//! recompiles the other.
+//!
+//! Toolchain: stable Rust (pinned in `rust-toolchain.toml`). The threaded build needs one unstable
+//! library feature, `stdarch_wasm_atomic_wait` (the `memory.atomic.wait32`/`notify` intrinsics),
+//! so it alone is compiled with `RUSTC_BOOTSTRAP=1`; everything else is plain stable.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub struct Module {
+    /// File name under `dist/`.
+    pub file: &'static str,
+    /// Target directory under the workspace `target/`.
+    pub target_dir: &'static str,
+    pub rustflags: &'static str,
+    pub needs_unstable_intrinsics: bool,
+}
+
+pub const SINGLE_THREADED: Module = Module {
+    file: "wasmind.wasm",
+    target_dir: "wasm-st",
+    rustflags: "-Ctarget-feature=+simd128",
+    needs_unstable_intrinsics: false,
+};
+
+pub const THREADED: Module = Module {
+    file: "wasmind-mt.wasm",
+    target_dir: "wasm-mt",
+    rustflags: "-Ctarget-feature=+atomics,+bulk-memory,+simd128,+mutable-globals",
+    needs_unstable_intrinsics: true,
+};
+
+pub const MODULES: [Module; 2] = [SINGLE_THREADED, THREADED];
+
+/// The workspace root (the directory holding the root `Cargo.toml`).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
+}
+
+/// Builds `m` in release mode and returns the path of the `.wasm` cargo produced.
+pub fn build_module(m: &Module) -> Result<PathBuf, String> {
+    let root = workspace_root();
+    let target_dir = root.join("target").join(m.target_dir);
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(&root)
+        // Only the cdylib: with the rlib beside it cargo would not run LTO, and LTO is what
+        // recompiles `core` with the threaded build's target features.
+        .args(["rustc", "--release", "--lib", "--package", "wasmind", "--crate-type", "cdylib"])
+        .args(["--target", "wasm32-unknown-unknown"])
+        .arg("--target-dir")
+        .arg(&target_dir);
+    // A build script's environment describes the outer build; none of it applies here.
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy().into_owned();
+        let outer = key.starts_with("CARGO_") && key != "CARGO_HOME" && key != "CARGO_MAKEFLAGS";
+        if outer || key.starts_with("RUSTC") || key == "RUSTFLAGS" || key == "TARGET" || key == "HOST"
+            || key == "OUT_DIR" || key == "OPT_LEVEL" || key == "PROFILE" || key == "DEBUG"
+        {
+            cmd.env_remove(&key);
+        }
+    }
+    cmd.env("CARGO_ENCODED_RUSTFLAGS", m.rustflags.replace(' ', "\x1f"));
+    if m.needs_unstable_intrinsics {
+        cmd.env("RUSTC_BOOTSTRAP", "1");
+    }
+    let status = cmd.status().map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !status.success() {
+        return Err(format!("building {} failed ({status})", m.file));
+    }
+    Ok(target_dir.join("wasm32-unknown-unknown/release/wasmind.wasm"))
+}
+
+/// Builds both modules and copies them to `dir/`. Returns their paths.
+pub fn build_all_into(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let mut out = Vec::new();
+    for m in &MODULES {
+        let built = build_module(m)?;
+        let dest = dir.join(m.file);
+        std::fs::copy(&built, &dest)
+            .map_err(|e| format!("cannot copy {} to {}: {e}", built.display(), dest.display()))?;
+        out.push(dest);
+    }
+    Ok(out)
+}
