@@ -3,6 +3,25 @@
 //! [`GgmlType`] is the tensor type id used by GGUF files (ggml's `enum ggml_type`), with the
 //! block geometry needed to size a tensor. Which types the engine can *compute* with is decided
 //! by the kernels in this module; the GGUF reader only needs sizes to bounds-check the file.
+//!
+//! # Computing with weights
+//!
+//! Supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K ([`is_supported`]).
+//! A product `y = W · x` goes in two steps, as in ggml:
+//!
+//! 1. [`quantize_activation`] (or [`quantize_activations`] for a batch) rounds `x` to the weight
+//!    type's activation format (Q8_0, Q8_1, Q8_K, f16, bf16 or f32, see `activation.rs`) into a
+//!    reusable [`ActivationBuf`];
+//! 2. [`matvec`] (one vector) or [`matmul`] (a batch, each weight row read once per 4 vectors)
+//!    multiplies a range of weight rows, read in place from the model file, with it.
+//!
+//! [`dequantize_row`] turns one weight row into f32 (embedding lookups, tests).
+//!
+//! Each block family has its own file (`float.rs`, `q4.rs`, `q5.rs`, `q8.rs`, `k_quants.rs`)
+//! with its `#[repr(C)]` layout, dequantization and a scalar reference dot product written for
+//! reading, not speed. `simd128.rs` has the wasm SIMD128 kernels: int8 products summed exactly
+//! in i32 with `i32x4.dot_i16x8_s`, converted to f32 once per block. The only switch between
+//! them is [`Kernels::dot`]: SIMD when the crate is built with `simd128`, the reference otherwise.
 
 /// ggml tensor type ids, as stored in GGUF tensor infos. Ids 4, 5 and 31..33, 36..38 were
 /// removed from ggml and never appear in current files.
@@ -126,8 +145,287 @@ impl GgmlType {
     /// type cannot be sized.
     pub const fn row_bytes(self, n: u64) -> Option<u64> {
         match self.block_geometry() {
-            Some((elems, bytes)) if n % elems as u64 == 0 => (n / elems as u64).checked_mul(bytes as u64),
+            Some((elems, bytes)) if n % elems as u64 == 0 => {
+                (n / elems as u64).checked_mul(bytes as u64)
+            }
             _ => None,
         }
     }
 }
+
+mod activation;
+mod float;
+mod half;
+mod k_quants;
+mod q4;
+mod q5;
+mod q8;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod simd128;
+use core::ops::Range;
+
+pub use activation::{
+    ActivationBuf, ActivationKind, quantize_activation, quantize_activations, stored_index,
+};
+pub use half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+
+use crate::bail;
+use crate::error::{Result, Status};
+use activation::ActRow;
+
+/// A weight block that may be viewed in place inside a model file.
+///
+/// # Safety
+/// Implementors are `#[repr(C)]` structs of byte arrays (`u8`, `i8`, [`half::F16`]) only:
+/// alignment 1, no padding, and every bit pattern is a valid value.
+unsafe trait Block: Sized {}
+
+/// `bytes` as whole blocks (a trailing partial block is left out).
+#[inline(always)]
+fn as_blocks<B: Block>(bytes: &[u8]) -> &[B] {
+    debug_assert!(bytes.len() % size_of::<B>() == 0);
+    // SAFETY: by the `Block` contract `B` has alignment 1 and accepts any bytes, and the
+    // `len / size_of::<B>()` blocks lie inside `bytes`, borrowed for the same lifetime.
+    unsafe { core::slice::from_raw_parts(bytes.as_ptr().cast::<B>(), bytes.len() / size_of::<B>()) }
+}
+
+/// The kernels of one supported weight type.
+trait Kernels {
+    /// Weights per block and the block's size in bytes.
+    const BLOCK_VALUES: usize;
+    const BLOCK_BYTES: usize;
+    /// What activations are rounded to before a product with this type.
+    const ACTIVATION: ActivationKind;
+
+    /// `row` (whole blocks) -> `out` (`[row.len() / BLOCK_BYTES * BLOCK_VALUES]`).
+    fn dequantize(row: &[u8], out: &mut [f32]);
+
+    /// Reference product of one weight row (whole blocks) with one activation vector of the same
+    /// length: plain loops in natural order, the specification the fast kernels are tested
+    /// against.
+    fn dot_ref(row: &[u8], x: &ActRow<'_>) -> f32;
+
+    /// The same product with `T` activation vectors at once (the weight row is decoded once for
+    /// all of them). SIMD128 kernels override this; otherwise it is the reference.
+    #[inline(always)]
+    fn dot<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+        core::array::from_fn(|t| Self::dot_ref(row, &xs[t]))
+    }
+}
+
+/// Runs `$body` with `$K` naming the kernel type of `$ty`, or evaluates `$none` for a type
+/// without kernels.
+macro_rules! with_kernels {
+    ($ty:expr, $K:ident => $body:expr, _ => $none:expr) => {
+        match $ty {
+            GgmlType::F32 => {
+                type $K = float::F32;
+                $body
+            }
+            GgmlType::F16 => {
+                type $K = float::F16;
+                $body
+            }
+            GgmlType::BF16 => {
+                type $K = float::BF16;
+                $body
+            }
+            GgmlType::Q4_0 => {
+                type $K = q4::Q4_0;
+                $body
+            }
+            GgmlType::Q4_1 => {
+                type $K = q4::Q4_1;
+                $body
+            }
+            GgmlType::Q5_0 => {
+                type $K = q5::Q5_0;
+                $body
+            }
+            GgmlType::Q5_1 => {
+                type $K = q5::Q5_1;
+                $body
+            }
+            GgmlType::Q8_0 => {
+                type $K = q8::Q8_0;
+                $body
+            }
+            GgmlType::Q4K => {
+                type $K = k_quants::Q4K;
+                $body
+            }
+            GgmlType::Q5K => {
+                type $K = k_quants::Q5K;
+                $body
+            }
+            GgmlType::Q6K => {
+                type $K = k_quants::Q6K;
+                $body
+            }
+            _ => $none,
+        }
+    };
+}
+
+/// The activation format ggml uses with weights of type `ty` (its "vec_dot_type"), or `None`
+/// if this build has no kernels for `ty`.
+pub const fn vec_dot_kind(ty: GgmlType) -> Option<ActivationKind> {
+    with_kernels!(ty, K => Some(K::ACTIVATION), _ => None)
+}
+
+/// Whether this build can dequantize and multiply weights of type `ty`.
+pub const fn is_supported(ty: GgmlType) -> bool {
+    vec_dot_kind(ty).is_some()
+}
+
+/// Checks, once at load, that a `[n_rows][n_cols]` matrix of type `ty` can be used by
+/// [`matvec`]/[`matmul`] and fills exactly `n_bytes`. `what` names the tensor in the error.
+pub fn check_matrix(
+    ty: GgmlType,
+    n_rows: usize,
+    n_cols: usize,
+    n_bytes: usize,
+    what: &str,
+) -> Result<()> {
+    if !is_supported(ty) {
+        bail!(
+            Status::Unsupported,
+            "tensor {}: type {} has no kernels in this build",
+            what,
+            ty.name()
+        );
+    }
+    let row_bytes = ty.row_bytes(n_cols as u64);
+    let total = row_bytes.and_then(|b| b.checked_mul(n_rows as u64));
+    if n_cols == 0 || row_bytes.is_none() || total != Some(n_bytes as u64) {
+        bail!(
+            Status::BadFormat,
+            "tensor {}: {} x {} of {} does not fill {} bytes in whole blocks",
+            what,
+            n_rows,
+            n_cols,
+            ty.name(),
+            n_bytes
+        );
+    }
+    Ok(())
+}
+
+/// Bytes of one row of `n_cols` weights of a supported type (panics on a partial block or an
+/// unsupported type: [`check_matrix`] rules both out at load).
+fn row_bytes(ty: GgmlType, n_cols: usize) -> usize {
+    match ty.row_bytes(n_cols as u64) {
+        Some(b) if is_supported(ty) => b as usize,
+        _ => panic!("quant: {} x {} cannot be multiplied", ty.name(), n_cols),
+    }
+}
+
+/// Dequantizes one weight row: `row` (`row_bytes(ty, out.len())` bytes) -> `out` (`[n_cols]`).
+pub fn dequantize_row(ty: GgmlType, row: &[u8], out: &mut [f32]) -> Result<()> {
+    let expected = ty.row_bytes(out.len() as u64);
+    if expected != Some(row.len() as u64) {
+        bail!(
+            Status::InvalidArgument,
+            "dequantize {}: {} bytes for {} values (need whole blocks, {:?} bytes)",
+            ty.name(),
+            row.len(),
+            out.len(),
+            expected
+        );
+    }
+    with_kernels!(ty, K => K::dequantize(row, out), _ => {
+        bail!(Status::Unsupported, "dequantize: type {} has no kernels in this build", ty.name())
+    });
+    Ok(())
+}
+
+/// `y = W[rows] · x`: `w` is the whole matrix `[n_rows][row_bytes(ty, n_cols)]` in place, `x`
+/// one vector quantized for `ty` with [`quantize_activation`] (`n_cols` values; only vector 0
+/// of a batch is used), `y[r - rows.start]` receives row `r` (`y.len() >= rows.len()`).
+///
+/// Panics if the type is unsupported or the shapes disagree (cheap checks once per call; the
+/// loader validates models with [`check_matrix`], so this is a bug, not bad input).
+pub fn matvec(
+    ty: GgmlType,
+    w: &[u8],
+    n_cols: usize,
+    x: &ActivationBuf,
+    rows: Range<usize>,
+    y: &mut [f32],
+) {
+    let rb = row_bytes(ty, n_cols);
+    assert!(
+        x.kind() == vec_dot_kind(ty) && x.n_cols() == n_cols && x.n_vecs() >= 1,
+        "matvec: activation does not match"
+    );
+    let w = &w[rows.start * rb..rows.end * rb];
+    let y = &mut y[..rows.len()];
+    let xs = [x.row(0)];
+    with_kernels!(ty, K => {
+        for (y, row) in y.iter_mut().zip(w.chunks_exact(rb)) {
+            *y = K::dot::<1>(row, &xs)[0];
+        }
+    }, _ => unreachable!());
+}
+
+/// Vectors per weight-row pass in [`matmul`].
+const MATMUL_TILE: usize = 4;
+/// Weight bytes per row chunk in [`matmul`]: a chunk stays in cache while every tile of
+/// activation vectors passes over it.
+const MATMUL_CHUNK_BYTES: usize = 32 << 10;
+
+/// `Y = W[rows] · Xᵀ` for a batch: `xs` holds `n_vecs` vectors quantized for `ty` with
+/// [`quantize_activations`]; `y` is `[n_vecs][rows.len()]` (`y[v * rows.len() + r - rows.start]`).
+/// Each weight row is decoded once per tile of 4 vectors; rows are taken in chunks of about 32 KiB
+/// so that both the chunk and the tile's activations stay in cache.
+///
+/// Panics like [`matvec`] if types or shapes disagree.
+pub fn matmul(
+    ty: GgmlType,
+    w: &[u8],
+    n_cols: usize,
+    xs: &ActivationBuf,
+    rows: Range<usize>,
+    y: &mut [f32],
+) {
+    let rb = row_bytes(ty, n_cols);
+    assert!(
+        xs.kind() == vec_dot_kind(ty) && xs.n_cols() == n_cols,
+        "matmul: activations do not match"
+    );
+    let n_rows = rows.len();
+    let n_vecs = xs.n_vecs();
+    let w = &w[rows.start * rb..rows.end * rb];
+    let y = &mut y[..n_vecs * n_rows];
+    let chunk_rows = (MATMUL_CHUNK_BYTES / rb).max(1);
+    with_kernels!(ty, K => {
+        for chunk_start in (0..n_rows).step_by(chunk_rows) {
+            let chunk = chunk_start..(chunk_start + chunk_rows).min(n_rows);
+            let mut v = 0;
+            while v < n_vecs {
+                let tile = (n_vecs - v).min(MATMUL_TILE);
+                for r in chunk.clone() {
+                    let row = &w[r * rb..(r + 1) * rb];
+                    match tile {
+                        4 => store(y, n_rows, v, r, K::dot::<4>(row, &[xs.row(v), xs.row(v + 1), xs.row(v + 2), xs.row(v + 3)])),
+                        3 => store(y, n_rows, v, r, K::dot::<3>(row, &[xs.row(v), xs.row(v + 1), xs.row(v + 2)])),
+                        2 => store(y, n_rows, v, r, K::dot::<2>(row, &[xs.row(v), xs.row(v + 1)])),
+                        _ => store(y, n_rows, v, r, K::dot::<1>(row, &[xs.row(v)])),
+                    }
+                }
+                v += tile;
+            }
+        }
+    }, _ => unreachable!());
+}
+
+/// Writes the products of row `r` with vectors `v..v + T` into `y` (`[n_vecs][n_rows]`).
+#[inline(always)]
+fn store<const T: usize>(y: &mut [f32], n_rows: usize, v: usize, r: usize, out: [f32; T]) {
+    for (t, value) in out.into_iter().enumerate() {
+        y[(v + t) * n_rows + r] = value;
+    }
+}
+
+#[cfg(test)]
+mod tests;

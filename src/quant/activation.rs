@@ -1,0 +1,382 @@
+//! Activation rounding before a product, as llama.cpp does it.
+//!
+//! ggml never multiplies a quantized weight row with an f32 vector: it first converts the vector
+//! to the weight type's "vec_dot_type" and multiplies in that format. We do the same, because it
+//! is both the fast integer path and the way to land on llama.cpp's numbers:
+//!
+//! | weights                 | activation | rounding                                              |
+//! | ----------------------- | ---------- | ----------------------------------------------------- |
+//! | F32                     | F32        | none                                                  |
+//! | F16                     | F16        | nearest f16, ties to even                             |
+//! | BF16                    | BF16       | nearest bf16, ties to even                            |
+//! | Q4_0, Q5_0, Q8_0        | Q8_0       | per 32: `d = amax/127` (stored as f16), `q = rne(x·127/amax)` |
+//! | Q4_1, Q5_1              | Q8_1       | as Q8_0, plus `s = f16(d·Σq)` per 32                  |
+//! | Q4_K, Q5_K, Q6_K        | Q8_K       | per 256: `iscale = -127/max` (max = the value of largest magnitude), `q = rne(iscale·x)`, `d = 1/iscale` (f32), sums of each 16 quants |
+//!
+//! Q8_0 and Q8_1 follow ggml-cpu's x86 build (`quantize_row_q8_0`/`_q8_1` with AVX, the build
+//! that produced this project's reference numbers): the multiplier is `127/amax` and rounding is
+//! to nearest even. ggml's portable `_ref` versions multiply by `1/d` and use `roundf` (ties away
+//! from zero); the two differ only for inputs within one float step of a half-integer. Q8_K is
+//! `quantize_row_q8_K_ref`, which x86 also uses. (ggml's own wasm build truncates toward zero
+//! instead of rounding; we do not copy that.)
+//!
+//! # Storage
+//!
+//! An [`ActivationBuf`] holds a batch of `n_vecs` vectors of `n_cols` values (one for a
+//! matrix-vector product, several for prompt prefill), laid out for the SIMD kernels:
+//!
+//! - float kinds: `values` `[n_vecs][n_cols]` f32, already rounded.
+//! - integer kinds: `quants` `[n_vecs][n_cols]` i16: the int8 quants widened once per vector, so
+//!   a kernel feeds them straight to `i32x4.dot_i16x8_s`. Within every 16 consecutive values the
+//!   8 even-indexed ones come first, then the 8 odd-indexed ones ("pair-interleaved"): a kernel
+//!   can then split 16 weight bytes (or 32 nibbles) into i16 lanes with shifts and masks on
+//!   16-bit lanes, never widening bytes. [`stored_index`] maps a natural index to its slot.
+//!   `scales` `[n_vecs][n_cols / block]` f32: `d` per block (32 for Q8_0/Q8_1, 256 for Q8_K).
+//!   Q8_1 adds `sums` `[n_vecs][n_cols / 32]` f32 (`s`); Q8_K adds `bsums` `[n_vecs][n_cols / 16]`
+//!   i16 (sum of each 16 quants, in natural order).
+//!
+//! Buffers grow (with `try_reserve`) and never shrink: reuse one `ActivationBuf` per call site
+//! and there is no allocation after the first call of the largest size.
+
+use alloc::vec::Vec;
+
+use super::half::{f16_to_f32, f32_to_f16, round_to_bf16, round_to_f16};
+use super::{GgmlType, vec_dot_kind};
+use crate::error::{Result, Status};
+use crate::{bail, err};
+
+/// The format an activation vector is rounded to before a product (ggml's vec_dot_type).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActivationKind {
+    F32,
+    F16,
+    BF16,
+    Q8_0,
+    Q8_1,
+    Q8K,
+}
+
+impl ActivationKind {
+    /// Values per scale block (1 for the float kinds).
+    pub const fn block(self) -> usize {
+        match self {
+            ActivationKind::F32 | ActivationKind::F16 | ActivationKind::BF16 => 1,
+            ActivationKind::Q8_0 | ActivationKind::Q8_1 => 32,
+            ActivationKind::Q8K => 256,
+        }
+    }
+    const fn is_float(self) -> bool {
+        self.block() == 1
+    }
+}
+
+/// Where natural index `i` of a vector lies in a pair-interleaved quants array: within each
+/// group of 16, the even indices take slots 0..8 and the odd ones slots 8..16.
+#[inline(always)]
+pub const fn stored_index(i: usize) -> usize {
+    (i & !15) | ((i & 1) << 3) | ((i & 15) >> 1)
+}
+
+/// A batch of activation vectors rounded for one weight type. Owned scratch: reuse it.
+#[derive(Default)]
+pub struct ActivationBuf {
+    kind: Option<ActivationKind>,
+    n_cols: usize,
+    n_vecs: usize,
+    /// Float kinds: `[n_vecs][n_cols]` rounded values.
+    values: Vec<f32>,
+    /// Integer kinds: `[n_vecs][n_cols]` quants, pair-interleaved within each 16.
+    quants: Vec<i16>,
+    /// Integer kinds: `[n_vecs][n_cols / block]` scale `d` of each block.
+    scales: Vec<f32>,
+    /// Q8_1: `[n_vecs][n_cols / 32]` `s = d·Σq` of each block, rounded through f16.
+    sums: Vec<f32>,
+    /// Q8_K: `[n_vecs][n_cols / 16]` sum of each 16 quants.
+    bsums: Vec<i16>,
+}
+
+/// One vector of an [`ActivationBuf`], as the kernels read it. Slices not used by the kind
+/// are empty.
+#[derive(Clone, Copy)]
+pub(crate) struct ActRow<'a> {
+    /// Float kinds: `[n_cols]`.
+    pub values: &'a [f32],
+    /// Integer kinds: `[n_cols]`, pair-interleaved.
+    pub quants: &'a [i16],
+    /// Integer kinds: `[n_cols / block]`.
+    pub scales: &'a [f32],
+    /// Q8_1: `[n_cols / 32]`.
+    pub sums: &'a [f32],
+    /// Q8_K: `[n_cols / 16]`.
+    pub bsums: &'a [i16],
+}
+
+impl ActivationBuf {
+    pub const fn new() -> ActivationBuf {
+        ActivationBuf {
+            kind: None,
+            n_cols: 0,
+            n_vecs: 0,
+            values: Vec::new(),
+            quants: Vec::new(),
+            scales: Vec::new(),
+            sums: Vec::new(),
+            bsums: Vec::new(),
+        }
+    }
+
+    /// A buffer with room for `n_vecs` vectors of `n_cols` values of any kind, so that later
+    /// calls up to that size never allocate.
+    pub fn with_capacity(n_cols: usize, n_vecs: usize) -> Result<ActivationBuf> {
+        let mut buf = ActivationBuf::new();
+        let n = n_cols.checked_mul(n_vecs).ok_or_else(|| {
+            err!(
+                Status::OutOfMemory,
+                "activation buffer: {} x {} values",
+                n_vecs,
+                n_cols
+            )
+        })?;
+        reserve(&mut buf.values, n)?;
+        reserve(&mut buf.quants, n)?;
+        reserve(&mut buf.scales, n / 32)?;
+        reserve(&mut buf.sums, n / 32)?;
+        reserve(&mut buf.bsums, n / 16)?;
+        Ok(buf)
+    }
+
+    /// The kind of the vectors held, `None` before the first quantization.
+    pub fn kind(&self) -> Option<ActivationKind> {
+        self.kind
+    }
+    pub fn n_cols(&self) -> usize {
+        self.n_cols
+    }
+    pub fn n_vecs(&self) -> usize {
+        self.n_vecs
+    }
+
+    /// Vector `v` (< `n_vecs`) as the kernels read it.
+    pub(crate) fn row(&self, v: usize) -> ActRow<'_> {
+        let n = self.n_cols;
+        let (values, quants, scales, sums, bsums): (&[f32], &[i16], &[f32], &[f32], &[i16]) =
+            match self.kind {
+                None => (&[], &[], &[], &[], &[]),
+                Some(kind) if kind.is_float() => {
+                    (&self.values[v * n..(v + 1) * n], &[], &[], &[], &[])
+                }
+                Some(kind) => {
+                    let nb = n / kind.block();
+                    let sums: &[f32] = if kind == ActivationKind::Q8_1 {
+                        &self.sums[v * nb..(v + 1) * nb]
+                    } else {
+                        &[]
+                    };
+                    let bsums: &[i16] = if kind == ActivationKind::Q8K {
+                        &self.bsums[v * (n / 16)..(v + 1) * (n / 16)]
+                    } else {
+                        &[]
+                    };
+                    (
+                        &[],
+                        &self.quants[v * n..(v + 1) * n],
+                        &self.scales[v * nb..(v + 1) * nb],
+                        sums,
+                        bsums,
+                    )
+                }
+            };
+        ActRow {
+            values,
+            quants,
+            scales,
+            sums,
+            bsums,
+        }
+    }
+
+    /// Sizes the arrays for `n_vecs` vectors of `n_cols` values of `kind` (contents unspecified).
+    fn resize(&mut self, kind: ActivationKind, n_cols: usize, n_vecs: usize) -> Result<()> {
+        let n = n_cols.checked_mul(n_vecs).ok_or_else(|| {
+            err!(
+                Status::OutOfMemory,
+                "activation buffer: {} x {} values",
+                n_vecs,
+                n_cols
+            )
+        })?;
+        self.kind = None; // stays None if an allocation fails below
+        if kind.is_float() {
+            resize(&mut self.values, n, 0.0)?;
+        } else {
+            let nb = n / kind.block();
+            resize(&mut self.quants, n, 0)?;
+            resize(&mut self.scales, nb, 0.0)?;
+            if kind == ActivationKind::Q8_1 {
+                resize(&mut self.sums, nb, 0.0)?;
+            }
+            if kind == ActivationKind::Q8K {
+                resize(&mut self.bsums, n / 16, 0)?;
+            }
+        }
+        self.kind = Some(kind);
+        self.n_cols = n_cols;
+        self.n_vecs = n_vecs;
+        Ok(())
+    }
+}
+
+fn reserve<T>(v: &mut Vec<T>, n: usize) -> Result<()> {
+    v.try_reserve_exact(n.saturating_sub(v.len())).map_err(|_| {
+        err!(
+            Status::OutOfMemory,
+            "activation buffer: cannot allocate {} values",
+            n
+        )
+    })
+}
+
+fn resize<T: Copy>(v: &mut Vec<T>, n: usize, fill: T) -> Result<()> {
+    if v.len() < n {
+        reserve(v, n)?;
+        v.resize(n, fill);
+    }
+    Ok(())
+}
+
+/// Rounds `x` (one vector, `[n_cols]`) for a product with weights of type `ty`; `out` then
+/// holds one vector. `n_cols` must be a whole number of the kind's blocks.
+pub fn quantize_activation(ty: GgmlType, x: &[f32], out: &mut ActivationBuf) -> Result<()> {
+    quantize_activations(ty, x, x.len(), out)
+}
+
+/// Rounds a batch `xs` (`[n_vecs][n_cols]`, row-major) for a product with weights of type
+/// `ty`; `out` then holds `n_vecs = xs.len() / n_cols` vectors.
+pub fn quantize_activations(
+    ty: GgmlType,
+    xs: &[f32],
+    n_cols: usize,
+    out: &mut ActivationBuf,
+) -> Result<()> {
+    let Some(kind) = vec_dot_kind(ty) else {
+        bail!(
+            Status::Unsupported,
+            "no kernels for tensor type {}",
+            ty.name()
+        );
+    };
+    if n_cols == 0 || n_cols % kind.block() != 0 || xs.len() % n_cols != 0 {
+        bail!(
+            Status::InvalidArgument,
+            "activation of {} values in rows of {}: rows must be whole blocks of {} for {}",
+            xs.len(),
+            n_cols,
+            kind.block(),
+            ty.name()
+        );
+    }
+    let n_vecs = xs.len() / n_cols;
+    out.resize(kind, n_cols, n_vecs)?;
+    let n = xs.len();
+    match kind {
+        ActivationKind::F32 => out.values[..n].copy_from_slice(xs),
+        ActivationKind::F16 => {
+            for (o, &x) in out.values[..n].iter_mut().zip(xs) {
+                *o = round_to_f16(x);
+            }
+        }
+        ActivationKind::BF16 => {
+            for (o, &x) in out.values[..n].iter_mut().zip(xs) {
+                *o = round_to_bf16(x);
+            }
+        }
+        ActivationKind::Q8_0 | ActivationKind::Q8_1 => {
+            let blocks = xs.as_chunks::<32>().0;
+            let quants = out.quants[..n].as_chunks_mut::<32>().0;
+            for (b, (x, q)) in blocks.iter().zip(quants).enumerate() {
+                let (d, s) = quantize_q8_0_block(x, q);
+                out.scales[b] = d;
+                if kind == ActivationKind::Q8_1 {
+                    out.sums[b] = s;
+                }
+            }
+        }
+        ActivationKind::Q8K => {
+            let blocks = xs.as_chunks::<256>().0;
+            let quants = out.quants[..n].as_chunks_mut::<256>().0;
+            let bsums = out.bsums[..n / 16].as_chunks_mut::<16>().0;
+            for (b, ((x, q), bs)) in blocks.iter().zip(quants).zip(bsums).enumerate() {
+                out.scales[b] = quantize_q8_k_block(x, q, bs);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `|x|` without `f32::abs` (not in `core` on this toolchain).
+#[inline(always)]
+fn abs(x: f32) -> f32 {
+    f32::from_bits(x.to_bits() & 0x7fff_ffff)
+}
+
+/// Round to nearest, ties to even, for `|v| < 2^22` (ggml's `nearest_int`): adding 1.5·2^23
+/// leaves the integer in the low mantissa bits, rounded by the float addition itself.
+#[inline(always)]
+fn round_nearest_even(v: f32) -> i32 {
+    let t = v + 12_582_912.0;
+    (t.to_bits() & 0x007f_ffff) as i32 - 0x0040_0000
+}
+
+/// One Q8_0/Q8_1 block: quants into `q` (pair-interleaved), returns `(d, s)` where `d` is the
+/// scale rounded through f16 and `s = f16(d_f32 · Σq)` (Q8_1's block sum).
+fn quantize_q8_0_block(x: &[f32; 32], q: &mut [i16; 32]) -> (f32, f32) {
+    let mut amax = 0.0f32;
+    for &v in x {
+        let a = abs(v);
+        if a > amax {
+            amax = a;
+        }
+    }
+    let d = amax / 127.0;
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    let mut sum = 0i32;
+    for (i, &v) in x.iter().enumerate() {
+        // |v·id| <= 127 up to one rounding step, so the clamp only guards NaN/inf input.
+        let r = round_nearest_even(v * id).clamp(-127, 127);
+        q[stored_index(i)] = r as i16;
+        sum += r;
+    }
+    (
+        f16_to_f32(f32_to_f16(d)),
+        f16_to_f32(f32_to_f16(d * sum as f32)),
+    )
+}
+
+/// One Q8_K block: quants into `q` (pair-interleaved), sums of each 16 into `bsums`, returns `d`.
+fn quantize_q8_k_block(x: &[f32; 256], q: &mut [i16; 256], bsums: &mut [i16; 16]) -> f32 {
+    let mut amax = 0.0f32;
+    let mut max = 0.0f32;
+    for &v in x {
+        let a = abs(v);
+        if a > amax {
+            amax = a;
+            max = v;
+        }
+    }
+    if amax == 0.0 {
+        q.fill(0);
+        bsums.fill(0);
+        return 0.0;
+    }
+    let iscale = -127.0 / max;
+    for (g, group) in x.chunks_exact(16).enumerate() {
+        let mut sum = 0i32;
+        for (j, &v) in group.iter().enumerate() {
+            let r = round_nearest_even(iscale * v).clamp(-128, 127);
+            q[stored_index(g * 16 + j)] = r as i16;
+            sum += r;
+        }
+        bsums[g] = sum as i16;
+    }
+    1.0 / iscale
+}

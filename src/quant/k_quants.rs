@@ -1,0 +1,276 @@
+//! K-quants: super-blocks of 256 weights with small integer scales per sub-block and one f16
+//! scale per super-block. Multiplied with Q8_K activations (one f32 scale per 256 and the sums
+//! of each 16 quants).
+//!
+//! - Q4_K: 8 sub-blocks of 32; 6-bit scale and 6-bit min each; `w = d·sc·q - dmin·m`, q in 0..16.
+//! - Q5_K: as Q4_K with a fifth bit per weight (`qh`); q in 0..32.
+//! - Q6_K: 16 sub-blocks of 16; int8 scale each; `w = d·sc·(q - 32)`, q in 0..64.
+//!
+//! The integer part of each product is exact in i32: `Σ_j sc_j Σ_i q_i x_i` is at most
+//! 256·63·31·127 (Q5_K) or 256·128·32·128 (Q6_K), well below 2^31.
+
+use super::activation::{ActRow, ActivationKind, stored_index};
+use super::half::F16;
+use super::{Block, Kernels, as_blocks};
+
+/// 256 weights. The 8 scales and 8 mins are 6 bits each, packed in `scales` (see
+/// [`scales_mins`]). Byte `l` of `qs[32j..32j+32]` holds weight `64j + l` in its low nibble and
+/// `64j + 32 + l` in its high nibble. 4.5 bits per weight.
+#[repr(C)]
+pub(crate) struct BlockQ4K {
+    /// super-block scale of the scales
+    pub d: F16,
+    /// super-block scale of the mins
+    pub dmin: F16,
+    /// 6-bit scales and mins, packed
+    pub scales: [u8; 12],
+    /// nibbles
+    pub qs: [u8; 128],
+}
+const _: () = assert!(size_of::<BlockQ4K>() == 144);
+
+/// 256 weights: Q4_K plus `qh`, whose byte `l` bit `i` is the fifth bit of weight `32i + l`.
+/// 5.5 bits per weight.
+#[repr(C)]
+pub(crate) struct BlockQ5K {
+    /// super-block scale of the scales
+    pub d: F16,
+    /// super-block scale of the mins
+    pub dmin: F16,
+    /// 6-bit scales and mins, packed
+    pub scales: [u8; 12],
+    /// fifth bits
+    pub qh: [u8; 32],
+    /// low nibbles, as Q4_K
+    pub qs: [u8; 128],
+}
+const _: () = assert!(size_of::<BlockQ5K>() == 176);
+
+/// 256 weights in two halves of 128. In half `h`, for `l` in 0..32, with `ql = ql[64h..]`,
+/// `qh = qh[32h..]`: weight `128h + l` is `ql[l] & 15 | (qh[l] & 3) << 4`, `+32` is
+/// `ql[l+32] & 15 | (qh[l] >> 2 & 3) << 4`, `+64` is `ql[l] >> 4 | (qh[l] >> 4 & 3) << 4`,
+/// `+96` is `ql[l+32] >> 4 | (qh[l] >> 6) << 4`. Weight `i` uses scale `i / 16`.
+/// 6.5625 bits per weight.
+#[repr(C)]
+pub(crate) struct BlockQ6K {
+    /// low 4 bits
+    pub ql: [u8; 128],
+    /// high 2 bits
+    pub qh: [u8; 64],
+    /// one scale per 16 weights
+    pub scales: [i8; 16],
+    /// super-block scale
+    pub d: F16,
+}
+const _: () = assert!(size_of::<BlockQ6K>() == 210);
+
+/// ggml's Q8_K activation block, recorded for reference only (this engine keeps the same numbers
+/// in the layout of `activation.rs`). 9.125 bits per value.
+#[allow(dead_code)]
+#[repr(C)]
+pub(crate) struct BlockQ8K {
+    /// scale (f32, not f16)
+    pub d: f32,
+    /// quants
+    pub qs: [i8; 256],
+    /// sum of each 16 quants
+    pub bsums: [i16; 16],
+}
+const _: () = assert!(size_of::<BlockQ8K>() == 292);
+
+// SAFETY: repr(C), only byte arrays and `F16` (a byte pair): alignment 1, no invalid bit patterns.
+unsafe impl Block for BlockQ4K {}
+// SAFETY: as above.
+unsafe impl Block for BlockQ5K {}
+// SAFETY: as above.
+unsafe impl Block for BlockQ6K {}
+
+/// The 8 scales and 8 mins of a Q4_K/Q5_K block. Bytes 0..4 hold scales 0..4 in their low 6
+/// bits, bytes 4..8 mins 0..4; scales and mins 4..8 have their low 4 bits in the nibbles of
+/// bytes 8..12 and their top 2 bits in the top bits of bytes 0..4 (scales) and 4..8 (mins).
+#[inline(always)]
+pub(crate) fn scales_mins(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+    let mut sc = [0u8; 8];
+    let mut m = [0u8; 8];
+    for j in 0..4 {
+        sc[j] = s[j] & 63;
+        m[j] = s[j + 4] & 63;
+        sc[j + 4] = (s[j + 8] & 0x0f) | ((s[j] >> 6) << 4);
+        m[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4);
+    }
+    (sc, m)
+}
+
+/// The 256 6-bit values of a Q6_K block (0..64, before the -32), in natural order.
+#[inline(always)]
+fn q6_values(blk: &BlockQ6K) -> [i32; 256] {
+    let mut q = [0i32; 256];
+    for h in 0..2 {
+        let (ql, qh) = (&blk.ql[64 * h..64 * h + 64], &blk.qh[32 * h..32 * h + 32]);
+        let out = &mut q[128 * h..128 * h + 128];
+        for l in 0..32 {
+            out[l] = (ql[l] & 0x0f | (qh[l] & 3) << 4) as i32;
+            out[l + 32] = (ql[l + 32] & 0x0f | (qh[l] >> 2 & 3) << 4) as i32;
+            out[l + 64] = (ql[l] >> 4 | (qh[l] >> 4 & 3) << 4) as i32;
+            out[l + 96] = (ql[l + 32] >> 4 | (qh[l] >> 6) << 4) as i32;
+        }
+    }
+    q
+}
+
+/// Q4_K weights.
+pub(crate) struct Q4K;
+/// Q5_K weights.
+pub(crate) struct Q5K;
+/// Q6_K weights.
+pub(crate) struct Q6K;
+
+impl Kernels for Q4K {
+    const BLOCK_VALUES: usize = 256;
+    const BLOCK_BYTES: usize = 144;
+    const ACTIVATION: ActivationKind = ActivationKind::Q8K;
+
+    fn dequantize(row: &[u8], out: &mut [f32]) {
+        for (blk, out) in as_blocks::<BlockQ4K>(row)
+            .iter()
+            .zip(out.as_chunks_mut::<256>().0)
+        {
+            let (d, dmin) = (blk.d.to_f32(), blk.dmin.to_f32());
+            let (sc, m) = scales_mins(&blk.scales);
+            for j in 0..4 {
+                let (d_lo, m_lo) = (d * sc[2 * j] as f32, dmin * m[2 * j] as f32);
+                let (d_hi, m_hi) = (d * sc[2 * j + 1] as f32, dmin * m[2 * j + 1] as f32);
+                for l in 0..32 {
+                    let byte = blk.qs[32 * j + l];
+                    out[64 * j + l] = d_lo * (byte & 0x0f) as f32 - m_lo;
+                    out[64 * j + 32 + l] = d_hi * (byte >> 4) as f32 - m_hi;
+                }
+            }
+        }
+    }
+
+    fn dot_ref(row: &[u8], x: &ActRow<'_>) -> f32 {
+        let mut sum = 0.0f32;
+        for (b, blk) in as_blocks::<BlockQ4K>(row).iter().enumerate() {
+            let xq = &x.quants[b * 256..b * 256 + 256];
+            let bsums = &x.bsums[b * 16..b * 16 + 16];
+            let (sc, m) = scales_mins(&blk.scales);
+            let (mut sumi, mut summ) = (0i32, 0i32);
+            for j in 0..8 {
+                let mut s = 0i32;
+                for l in 0..32 {
+                    let byte = blk.qs[32 * (j / 2) + l];
+                    let q = if j % 2 == 0 { byte & 0x0f } else { byte >> 4 };
+                    s += q as i32 * xq[stored_index(32 * j + l)] as i32;
+                }
+                sumi += sc[j] as i32 * s;
+                summ += m[j] as i32 * (bsums[2 * j] as i32 + bsums[2 * j + 1] as i32);
+            }
+            let dy = x.scales[b];
+            sum += dy * blk.d.to_f32() * sumi as f32 - dy * blk.dmin.to_f32() * summ as f32;
+        }
+        sum
+    }
+
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    fn dot<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+        super::simd128::dot_q4_k(row, xs)
+    }
+}
+
+impl Kernels for Q5K {
+    const BLOCK_VALUES: usize = 256;
+    const BLOCK_BYTES: usize = 176;
+    const ACTIVATION: ActivationKind = ActivationKind::Q8K;
+
+    fn dequantize(row: &[u8], out: &mut [f32]) {
+        for (blk, out) in as_blocks::<BlockQ5K>(row)
+            .iter()
+            .zip(out.as_chunks_mut::<256>().0)
+        {
+            let (d, dmin) = (blk.d.to_f32(), blk.dmin.to_f32());
+            let (sc, m) = scales_mins(&blk.scales);
+            for j in 0..4 {
+                let (d_lo, m_lo) = (d * sc[2 * j] as f32, dmin * m[2 * j] as f32);
+                let (d_hi, m_hi) = (d * sc[2 * j + 1] as f32, dmin * m[2 * j + 1] as f32);
+                for l in 0..32 {
+                    let (byte, high) = (blk.qs[32 * j + l], blk.qh[l]);
+                    let lo = (byte & 0x0f) | ((high >> (2 * j)) & 1) << 4;
+                    let hi = (byte >> 4) | ((high >> (2 * j + 1)) & 1) << 4;
+                    out[64 * j + l] = d_lo * lo as f32 - m_lo;
+                    out[64 * j + 32 + l] = d_hi * hi as f32 - m_hi;
+                }
+            }
+        }
+    }
+
+    fn dot_ref(row: &[u8], x: &ActRow<'_>) -> f32 {
+        let mut sum = 0.0f32;
+        for (b, blk) in as_blocks::<BlockQ5K>(row).iter().enumerate() {
+            let xq = &x.quants[b * 256..b * 256 + 256];
+            let bsums = &x.bsums[b * 16..b * 16 + 16];
+            let (sc, m) = scales_mins(&blk.scales);
+            let (mut sumi, mut summ) = (0i32, 0i32);
+            for j in 0..8 {
+                let mut s = 0i32;
+                for l in 0..32 {
+                    let byte = blk.qs[32 * (j / 2) + l];
+                    let low = if j % 2 == 0 { byte & 0x0f } else { byte >> 4 };
+                    let q = low | ((blk.qh[l] >> j) & 1) << 4;
+                    s += q as i32 * xq[stored_index(32 * j + l)] as i32;
+                }
+                sumi += sc[j] as i32 * s;
+                summ += m[j] as i32 * (bsums[2 * j] as i32 + bsums[2 * j + 1] as i32);
+            }
+            let dy = x.scales[b];
+            sum += dy * blk.d.to_f32() * sumi as f32 - dy * blk.dmin.to_f32() * summ as f32;
+        }
+        sum
+    }
+
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    fn dot<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+        super::simd128::dot_q5_k(row, xs)
+    }
+}
+
+impl Kernels for Q6K {
+    const BLOCK_VALUES: usize = 256;
+    const BLOCK_BYTES: usize = 210;
+    const ACTIVATION: ActivationKind = ActivationKind::Q8K;
+
+    fn dequantize(row: &[u8], out: &mut [f32]) {
+        for (blk, out) in as_blocks::<BlockQ6K>(row)
+            .iter()
+            .zip(out.as_chunks_mut::<256>().0)
+        {
+            let d = blk.d.to_f32();
+            for (i, q) in q6_values(blk).into_iter().enumerate() {
+                out[i] = d * blk.scales[i / 16] as f32 * (q - 32) as f32;
+            }
+        }
+    }
+
+    fn dot_ref(row: &[u8], x: &ActRow<'_>) -> f32 {
+        let mut sum = 0.0f32;
+        for (b, blk) in as_blocks::<BlockQ6K>(row).iter().enumerate() {
+            let xq = &x.quants[b * 256..b * 256 + 256];
+            let q = q6_values(blk);
+            let mut sumi = 0i32;
+            for j in 0..16 {
+                let mut s = 0i32;
+                for i in 16 * j..16 * j + 16 {
+                    s += (q[i] - 32) * xq[stored_index(i)] as i32;
+                }
+                sumi += blk.scales[j] as i32 * s;
+            }
+            sum += blk.d.to_f32() * x.scales[b] * sumi as f32;
+        }
+        sum
+    }
+
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    fn dot<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+        super::simd128::dot_q6_k(row, xs)
+    }
+}

@@ -1,0 +1,75 @@
+//! Q8_0: blocks of 32 int8 weights with one f16 scale; multiplied with Q8_0 activations.
+//!
+//! ggml's activation blocks Q8_0 and Q8_1 (`BlockQ8_1` below) are recorded here for reference:
+//! this engine stores activations in its own SIMD-friendly layout instead (see
+//! `activation.rs`), with the same numbers.
+
+use super::activation::{ActRow, ActivationKind, stored_index};
+use super::half::F16;
+use super::{Block, Kernels, as_blocks};
+
+/// 32 weights `w = d · q`. 8.5 bits per weight.
+#[repr(C)]
+pub(crate) struct BlockQ8_0 {
+    /// scale
+    pub d: F16,
+    /// quants, natural order
+    pub qs: [i8; 32],
+}
+const _: () = assert!(size_of::<BlockQ8_0>() == 34);
+
+/// ggml's Q8_1 activation block: as Q8_0 plus `s = d · Σq`. 9 bits per value. Layout record
+/// only; never read from files by this engine.
+#[allow(dead_code)]
+#[repr(C)]
+pub(crate) struct BlockQ8_1 {
+    /// scale
+    pub d: F16,
+    /// `d · Σ qs`
+    pub s: F16,
+    /// quants, natural order
+    pub qs: [i8; 32],
+}
+const _: () = assert!(size_of::<BlockQ8_1>() == 36);
+
+// SAFETY: repr(C), only byte arrays and `F16` (a byte pair): alignment 1, no invalid bit patterns.
+unsafe impl Block for BlockQ8_0 {}
+
+/// Q8_0 weights.
+pub(crate) struct Q8_0;
+
+impl Kernels for Q8_0 {
+    const BLOCK_VALUES: usize = 32;
+    const BLOCK_BYTES: usize = 34;
+    const ACTIVATION: ActivationKind = ActivationKind::Q8_0;
+
+    fn dequantize(row: &[u8], out: &mut [f32]) {
+        for (blk, out) in as_blocks::<BlockQ8_0>(row)
+            .iter()
+            .zip(out.as_chunks_mut::<32>().0)
+        {
+            let d = blk.d.to_f32();
+            for (o, &q) in out.iter_mut().zip(&blk.qs) {
+                *o = q as f32 * d;
+            }
+        }
+    }
+
+    fn dot_ref(row: &[u8], x: &ActRow<'_>) -> f32 {
+        let mut sum = 0.0f32;
+        for (b, blk) in as_blocks::<BlockQ8_0>(row).iter().enumerate() {
+            let xq = &x.quants[b * 32..b * 32 + 32];
+            let mut sumi = 0i32;
+            for (i, &q) in blk.qs.iter().enumerate() {
+                sumi += q as i32 * xq[stored_index(i)] as i32;
+            }
+            sum += sumi as f32 * (blk.d.to_f32() * x.scales[b]);
+        }
+        sum
+    }
+
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    fn dot<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+        super::simd128::dot_q8_0(row, xs)
+    }
+}

@@ -1,0 +1,728 @@
+//! wasm SIMD128 kernels: one weight row times `T` activation vectors (`T` = 1 for a
+//! matrix-vector product, up to 4 for a batch, so a decoded weight block is used `T` times).
+//!
+//! SIMD128 has no int8 dot product. The closest is `i32x4.dot_i16x8_s` (x86 `pmaddwd`): eight
+//! i16 products summed in adjacent pairs into four exact i32. The activations are already i16
+//! (widened once per vector, `activation.rs`) and pair-interleaved: within each 16 values, the
+//! even-indexed 8 then the odd-indexed 8. So 16 weight bytes viewed as eight i16 lanes split
+//! into "even bytes" `(v << 8) >> 8` and "odd bytes" `v >> 8`, and 16 bytes of nibbles into four
+//! vectors with 16-bit shifts and masks — no byte widening at all. Every integer sum is exact;
+//! it becomes f32 once per block (legacy types) or super-block (K-quants).
+//!
+//! Each kernel reads exactly the bytes of its row and of the activation slices it is given
+//! (their lengths are checked by the callers in `mod.rs` and asserted here in debug builds);
+//! the `unsafe` in each is only the unaligned `v128` loads from those slices.
+
+use core::arch::wasm32::*;
+
+use super::activation::ActRow;
+use super::half::f16_to_f32;
+
+/// Reads a `v128` from `p` (any alignment).
+///
+/// # Safety
+/// `p..p + 16` must be readable.
+#[inline(always)]
+unsafe fn load<T>(p: *const T) -> v128 {
+    // SAFETY: the caller guarantees 16 readable bytes; wasm loads have no alignment requirement.
+    unsafe { v128_load(p.cast::<v128>()) }
+}
+
+#[inline(always)]
+fn hsum_f32(v: v128) -> f32 {
+    let v = f32x4_add(v, i32x4_shuffle::<2, 3, 0, 1>(v, v));
+    let v = f32x4_add(v, i32x4_shuffle::<1, 0, 3, 2>(v, v));
+    f32x4_extract_lane::<0>(v)
+}
+
+#[inline(always)]
+fn hsum_i32(v: v128) -> i32 {
+    let v = i32x4_add(v, i32x4_shuffle::<2, 3, 0, 1>(v, v));
+    let v = i32x4_add(v, i32x4_shuffle::<1, 0, 3, 2>(v, v));
+    i32x4_extract_lane::<0>(v)
+}
+
+/// The f16 scale at `row[at..at + 2]`.
+#[inline(always)]
+fn f16_at(row: &[u8], at: usize) -> f32 {
+    f16_to_f32(u16::from_le_bytes([row[at], row[at + 1]]))
+}
+
+/// The sum of four i16 dot products of `w0..w3` with the 32 activations at `y`.
+///
+/// # Safety
+/// `y..y + 32` must be readable.
+#[inline(always)]
+unsafe fn dot32(w: [v128; 4], y: *const i16) -> v128 {
+    // SAFETY: 32 i16 = 64 readable bytes at y, by the caller.
+    unsafe {
+        i32x4_add(
+            i32x4_add(
+                i32x4_dot_i16x8(w[0], load(y)),
+                i32x4_dot_i16x8(w[1], load(y.add(8))),
+            ),
+            i32x4_add(
+                i32x4_dot_i16x8(w[2], load(y.add(16))),
+                i32x4_dot_i16x8(w[3], load(y.add(24))),
+            ),
+        )
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// F32, F16, BF16: f32 products, four partial sums per vector.
+
+/// 8 binary16 values (u16 lanes) -> two f32x4, exact (subnormals, infinities, NaN).
+#[inline(always)]
+fn f16x8_to_f32(h: v128) -> (v128, v128) {
+    #[inline(always)]
+    fn four(h: v128) -> v128 {
+        let sign = i32x4_shl(v128_and(h, u32x4_splat(0x8000)), 16);
+        let magnitude = v128_and(h, u32x4_splat(0x7fff));
+        // normal: rebias the exponent by 112; subnormal: m * 2^-24 (exact, no f32 subnormal
+        // ever enters an arithmetic instruction); infinity/NaN: force the exponent to all ones.
+        let normal = i32x4_add(i32x4_shl(magnitude, 13), u32x4_splat(112 << 23));
+        let subnormal = f32x4_mul(
+            f32x4_convert_i32x4(magnitude),
+            f32x4_splat(1.0 / 16_777_216.0),
+        );
+        let is_subnormal = i32x4_lt(magnitude, i32x4_splat(0x0400));
+        let is_special = i32x4_gt(magnitude, i32x4_splat(0x7bff));
+        let value = v128_bitselect(subnormal, normal, is_subnormal);
+        v128_or(
+            v128_or(value, v128_and(is_special, u32x4_splat(0x7f80_0000))),
+            sign,
+        )
+    }
+    (
+        four(u32x4_extend_low_u16x8(h)),
+        four(u32x4_extend_high_u16x8(h)),
+    )
+}
+
+/// 8 bfloat16 values (u16 lanes) -> two f32x4: each value moves to the top half of a lane.
+#[inline(always)]
+fn bf16x8_to_f32(h: v128) -> (v128, v128) {
+    let zero = u16x8_splat(0);
+    (
+        i16x8_shuffle::<8, 0, 8, 1, 8, 2, 8, 3>(h, zero),
+        i16x8_shuffle::<8, 4, 8, 5, 8, 6, 8, 7>(h, zero),
+    )
+}
+
+/// Shared body of the float kernels over `n` weights: `weights8(i)` returns weights
+/// `8i..8i + 8` as two f32x4 (only called for whole groups of 8), `weight(j)` weight `j`.
+#[inline(always)]
+fn dot_float<const T: usize>(
+    n: usize,
+    xs: &[ActRow<'_>; T],
+    weights8: impl Fn(usize) -> (v128, v128),
+    weight: impl Fn(usize) -> f32,
+) -> [f32; T] {
+    for x in xs {
+        assert!(x.values.len() >= n);
+    }
+    let mut acc = [[f32x4_splat(0.0); 4]; T];
+    let mut i = 0;
+    while i + 16 <= n {
+        let (w0, w1) = weights8(i / 8);
+        let (w2, w3) = weights8(i / 8 + 1);
+        for t in 0..T {
+            // SAFETY: i + 16 <= n <= values.len() (asserted above).
+            unsafe {
+                let x = xs[t].values.as_ptr().add(i);
+                acc[t][0] = f32x4_add(acc[t][0], f32x4_mul(w0, load(x)));
+                acc[t][1] = f32x4_add(acc[t][1], f32x4_mul(w1, load(x.add(4))));
+                acc[t][2] = f32x4_add(acc[t][2], f32x4_mul(w2, load(x.add(8))));
+                acc[t][3] = f32x4_add(acc[t][3], f32x4_mul(w3, load(x.add(12))));
+            }
+        }
+        i += 16;
+    }
+    core::array::from_fn(|t| {
+        let [a, b, c, d] = acc[t];
+        let mut sum = hsum_f32(f32x4_add(f32x4_add(a, b), f32x4_add(c, d)));
+        for j in i..n {
+            sum += weight(j) * xs[t].values[j];
+        }
+        sum
+    })
+}
+
+pub(super) fn dot_f32<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+    let n = row.len() / 4;
+    let p = row.as_ptr();
+    dot_float(
+        n,
+        xs,
+        // SAFETY: only called with 8i + 8 <= n, so bytes 32i..32i + 32 lie in `row`.
+        |i| unsafe { (load(p.add(32 * i)), load(p.add(32 * i + 16))) },
+        |j| f32::from_le_bytes([row[4 * j], row[4 * j + 1], row[4 * j + 2], row[4 * j + 3]]),
+    )
+}
+
+pub(super) fn dot_f16<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+    let n = row.len() / 2;
+    let p = row.as_ptr();
+    dot_float(
+        n,
+        xs,
+        // SAFETY: only called with 8i + 8 <= n, so bytes 16i..16i + 16 lie in `row`.
+        |i| f16x8_to_f32(unsafe { load(p.add(16 * i)) }),
+        |j| f16_at(row, 2 * j),
+    )
+}
+
+pub(super) fn dot_bf16<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+    let n = row.len() / 2;
+    let p = row.as_ptr();
+    dot_float(
+        n,
+        xs,
+        // SAFETY: only called with 8i + 8 <= n, so bytes 16i..16i + 16 lie in `row`.
+        |i| bf16x8_to_f32(unsafe { load(p.add(16 * i)) }),
+        |j| super::half::bf16_to_f32(u16::from_le_bytes([row[2 * j], row[2 * j + 1]])),
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 with Q8_0/Q8_1 activations: blocks of 32, f32 once per block.
+
+/// Asserts that every activation vector covers `n_blocks` blocks of `block` values (and their
+/// scales), so the unchecked loads below stay inside the slices.
+#[inline(always)]
+fn check_activations<const T: usize>(
+    xs: &[ActRow<'_>; T],
+    n_blocks: usize,
+    block: usize,
+    sums: bool,
+) {
+    for x in xs {
+        assert!(x.quants.len() >= n_blocks * block && x.scales.len() >= n_blocks);
+        assert!(!sums || x.sums.len() >= n_blocks);
+    }
+}
+
+/// The shared loop of the legacy kernels: `decode(block)` returns the block's scale and its 32
+/// weights as four i16x8 in the activation's storage order (evens then odds of weights 0..16,
+/// evens then odds of 16..32); `min(block)` the block's minimum (Q4_1/Q5_1) or 0.
+#[inline(always)]
+fn dot_blocks32<const T: usize>(
+    row: &[u8],
+    block_bytes: usize,
+    xs: &[ActRow<'_>; T],
+    with_min: bool,
+    decode: impl Fn(*const u8) -> (f32, [v128; 4]),
+    min: impl Fn(*const u8) -> f32,
+) -> [f32; T] {
+    debug_assert!(row.len() % block_bytes == 0);
+    let n_blocks = row.len() / block_bytes;
+    check_activations(xs, n_blocks, 32, with_min);
+    let mut acc = [f32x4_splat(0.0); T];
+    let mut acc_min = [0.0f32; T];
+    for b in 0..n_blocks {
+        // SAFETY: block b is bytes b*block_bytes..(b+1)*block_bytes of `row`.
+        let blk = unsafe { row.as_ptr().add(b * block_bytes) };
+        let (d, w) = decode(blk);
+        let m = if with_min { min(blk) } else { 0.0 };
+        for t in 0..T {
+            // SAFETY: quants[32b..32b + 32] and scales[b] are in bounds (check_activations).
+            let (sumi, dy) = unsafe {
+                (
+                    dot32(w, xs[t].quants.as_ptr().add(32 * b)),
+                    *xs[t].scales.get_unchecked(b),
+                )
+            };
+            acc[t] = f32x4_add(
+                acc[t],
+                f32x4_mul(f32x4_convert_i32x4(sumi), f32x4_splat(d * dy)),
+            );
+            if with_min {
+                // SAFETY: sums[b] is in bounds (check_activations with sums).
+                acc_min[t] += m * unsafe { *xs[t].sums.get_unchecked(b) };
+            }
+        }
+    }
+    core::array::from_fn(|t| hsum_f32(acc[t]) + acc_min[t])
+}
+
+/// Reads the f16 at `p` (2 readable bytes).
+#[inline(always)]
+unsafe fn f16_ptr(p: *const u8) -> f32 {
+    // SAFETY: 2 readable bytes at p, by the caller.
+    f16_to_f32(unsafe { p.cast::<u16>().read_unaligned() })
+}
+
+/// The 32 nibbles of 16 bytes as four i16x8 in storage order, unsigned (0..16).
+#[inline(always)]
+fn nibbles_unsigned(v: v128) -> [v128; 4] {
+    let low4 = u16x8_splat(0x000f);
+    [
+        v128_and(v, low4),               // low nibble of even bytes: weights 0, 2, .., 14
+        v128_and(u16x8_shr(v, 8), low4), // low nibble of odd bytes: weights 1, 3, .., 15
+        v128_and(u16x8_shr(v, 4), low4), // high nibble of even bytes: weights 16, 18, .., 30
+        u16x8_shr(v, 12),                // high nibble of odd bytes: weights 17, 19, .., 31
+    ]
+}
+
+pub(super) fn dot_q4_0<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+    dot_blocks32(
+        row,
+        18,
+        xs,
+        false,
+        |blk| {
+            // SAFETY: `blk` is a whole 18-byte block: d at 0..2, nibbles at 2..18.
+            let (d, v) = unsafe { (f16_ptr(blk), load(blk.add(2))) };
+            // q - 8 as a signed 4-bit value is q ^ 8; sign-extend each nibble with shifts.
+            let v = v128_xor(v, u8x16_splat(0x88));
+            (
+                d,
+                [
+                    i16x8_shr(i16x8_shl(v, 12), 12),
+                    i16x8_shr(i16x8_shl(v, 4), 12),
+                    i16x8_shr(i16x8_shl(v, 8), 12),
+                    i16x8_shr(v, 12),
+                ],
+            )
+        },
+        |_| 0.0,
+    )
+}
+
+pub(super) fn dot_q4_1<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+    dot_blocks32(
+        row,
+        20,
+        xs,
+        true,
+        // SAFETY: `blk` is a whole 20-byte block: d at 0..2, m at 2..4, nibbles at 4..20.
+        |blk| unsafe { (f16_ptr(blk), nibbles_unsigned(load(blk.add(4)))) },
+        // SAFETY: as above.
+        |blk| unsafe { f16_ptr(blk.add(2)) },
+    )
+}
+
+/// Bit `2k` of each u16 lane's `k` (even) and bit `2k + 1` (odd), as lane masks.
+const EVEN_BITS: v128 = i16x8(
+    1 << 0,
+    1 << 2,
+    1 << 4,
+    1 << 6,
+    1 << 8,
+    1 << 10,
+    1 << 12,
+    1 << 14,
+);
+const ODD_BITS: v128 = i16x8(
+    1 << 1,
+    1 << 3,
+    1 << 5,
+    1 << 7,
+    1 << 9,
+    1 << 11,
+    1 << 13,
+    i16::MIN,
+);
+
+/// Which of the 32 weights of a Q5 block have their fifth bit set: all-ones lanes, in storage
+/// order (as [`nibbles_unsigned`]).
+#[inline(always)]
+fn fifth_bits(qh: u32) -> [v128; 4] {
+    let low = u16x8_splat(qh as u16); // bits of weights 0..16
+    let high = u16x8_splat((qh >> 16) as u16); // bits of weights 16..32
+    let set = |bits: v128, mask: v128| i16x8_eq(v128_and(bits, mask), mask);
+    [
+        set(low, EVEN_BITS),
+        set(low, ODD_BITS),
+        set(high, EVEN_BITS),
+        set(high, ODD_BITS),
+    ]
+}
+
+pub(super) fn dot_q5_0<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+    dot_blocks32(
+        row,
+        22,
+        xs,
+        false,
+        |blk| {
+            // SAFETY: `blk` is a whole 22-byte block: d at 0..2, qh at 2..6, nibbles at 6..22.
+            let (d, qh, v) = unsafe {
+                (
+                    f16_ptr(blk),
+                    blk.add(2).cast::<u32>().read_unaligned(),
+                    load(blk.add(6)),
+                )
+            };
+            let (low, high) = (nibbles_unsigned(v), fifth_bits(qh));
+            // q - 16 = low - (16 where the fifth bit is clear)
+            let sixteen = u16x8_splat(16);
+            (
+                d,
+                core::array::from_fn(|k| i16x8_sub(low[k], v128_andnot(sixteen, high[k]))),
+            )
+        },
+        |_| 0.0,
+    )
+}
+
+pub(super) fn dot_q5_1<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+    dot_blocks32(
+        row,
+        24,
+        xs,
+        true,
+        |blk| {
+            // SAFETY: `blk` is a whole 24-byte block: d, m at 0..4, qh at 4..8, nibbles at 8..24.
+            let (d, qh, v) = unsafe {
+                (
+                    f16_ptr(blk),
+                    blk.add(4).cast::<u32>().read_unaligned(),
+                    load(blk.add(8)),
+                )
+            };
+            let (low, high) = (nibbles_unsigned(v), fifth_bits(qh));
+            let sixteen = u16x8_splat(16);
+            (
+                d,
+                core::array::from_fn(|k| v128_or(low[k], v128_and(sixteen, high[k]))),
+            )
+        },
+        // SAFETY: as above.
+        |blk| unsafe { f16_ptr(blk.add(2)) },
+    )
+}
+
+pub(super) fn dot_q8_0<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+    dot_blocks32(
+        row,
+        34,
+        xs,
+        false,
+        |blk| {
+            // SAFETY: `blk` is a whole 34-byte block: d at 0..2, quants at 2..34.
+            let (d, a, b) = unsafe { (f16_ptr(blk), load(blk.add(2)), load(blk.add(18))) };
+            // even bytes: sign-extend the low byte of each lane; odd bytes: the high byte
+            (
+                d,
+                [
+                    i16x8_shr(i16x8_shl(a, 8), 8),
+                    i16x8_shr(a, 8),
+                    i16x8_shr(i16x8_shl(b, 8), 8),
+                    i16x8_shr(b, 8),
+                ],
+            )
+        },
+        |_| 0.0,
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// K-quants with Q8_K activations: the sub-block scales multiply the weights in i16 (exact:
+// |q·sc| <= 31·63 for Q4_K/Q5_K, 32·128 for Q6_K), so each super-block is one exact i32 sum
+// whatever the number of vectors, converted to f32 once.
+
+/// Asserts that every activation vector covers `n_blocks` super-blocks.
+#[inline(always)]
+fn check_activations_k<const T: usize>(xs: &[ActRow<'_>; T], n_blocks: usize) {
+    for x in xs {
+        assert!(
+            x.quants.len() >= n_blocks * 256
+                && x.scales.len() >= n_blocks
+                && x.bsums.len() >= n_blocks * 16
+        );
+    }
+}
+
+/// Scales and mins of a Q4_K/Q5_K super-block from its 12 packed bytes at `p`: the 8 scales as
+/// bytes, and the 8 mins as two i16x8 with each min twice (`[m0, m0, m1, m1, ..]`), ready for a
+/// dot product with the 16 bsums.
+///
+/// # Safety
+/// `p..p + 12` must be readable.
+#[inline(always)]
+unsafe fn scales_mins_k4(p: *const u8) -> ([u8; 8], v128, v128) {
+    // SAFETY: 12 readable bytes, by the caller.
+    let (a, b, c) = unsafe {
+        (
+            p.cast::<u32>().read_unaligned(),
+            p.add(4).cast::<u32>().read_unaligned(),
+            p.add(8).cast::<u32>().read_unaligned(),
+        )
+    };
+    let sc_low = a & 0x3f3f_3f3f;
+    let sc_high = (c & 0x0f0f_0f0f) | ((a >> 2) & 0x3030_3030);
+    let m_low = b & 0x3f3f_3f3f;
+    let m_high = ((c >> 4) & 0x0f0f_0f0f) | ((b >> 2) & 0x3030_3030);
+    let scales = (sc_low as u64 | (sc_high as u64) << 32).to_le_bytes();
+    let mins = u64x2_splat(m_low as u64 | (m_high as u64) << 32);
+    let twice = u8x16_shuffle::<0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7>(mins, mins);
+    (
+        scales,
+        u16x8_extend_low_u8x16(twice),
+        u16x8_extend_high_u8x16(twice),
+    )
+}
+
+/// The shared tail of Q4_K/Q5_K: adds super-block `b`'s share `dy·(d·sumi) - dy·dmin·Σ m·bsums`.
+#[inline(always)]
+fn finish_k4<const T: usize>(
+    xs: &[ActRow<'_>; T],
+    b: usize,
+    d: f32,
+    dmin: f32,
+    mins: (v128, v128),
+    sumi: &[v128; T],
+    acc: &mut [v128; T],
+    acc_min: &mut [f32; T],
+) {
+    for t in 0..T {
+        // SAFETY: scales[b] and bsums[16b..16b + 16] are in bounds (check_activations_k).
+        let (dy, m) = unsafe {
+            let bsums = xs[t].bsums.as_ptr().add(16 * b);
+            let m = i32x4_add(
+                i32x4_dot_i16x8(load(bsums), mins.0),
+                i32x4_dot_i16x8(load(bsums.add(8)), mins.1),
+            );
+            (*xs[t].scales.get_unchecked(b), hsum_i32(m))
+        };
+        acc[t] = f32x4_add(
+            acc[t],
+            f32x4_mul(f32x4_convert_i32x4(sumi[t]), f32x4_splat(dy * d)),
+        );
+        acc_min[t] += dy * dmin * m as f32;
+    }
+}
+
+pub(super) fn dot_q4_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+    debug_assert!(row.len() % 144 == 0);
+    let n_blocks = row.len() / 144;
+    check_activations_k(xs, n_blocks);
+    let low4 = u16x8_splat(0x000f);
+    let mut acc = [f32x4_splat(0.0); T];
+    let mut acc_min = [0.0f32; T];
+    for b in 0..n_blocks {
+        // SAFETY: super-block b is bytes 144b..144b + 144 of `row`: d, dmin at 0..4, packed
+        // scales at 4..16, nibbles at 16..144; activation reads are in bounds
+        // (check_activations_k).
+        unsafe {
+            let blk = row.as_ptr().add(144 * b);
+            let (d, dmin) = (f16_ptr(blk), f16_ptr(blk.add(2)));
+            let (scales, mins_a, mins_b) = scales_mins_k4(blk.add(4));
+            let mut sumi = [i32x4_splat(0); T];
+            for j in 0..4 {
+                // 64 weights: bytes l of qa (l < 16) and qb (l >= 16) hold weight 64j + l in
+                // the low nibble (scale 2j) and 64j + 32 + l in the high nibble (scale 2j + 1).
+                let qa = load(blk.add(16 + 32 * j));
+                let qb = load(blk.add(32 + 32 * j));
+                let s_low = u16x8_splat(scales[2 * j] as u16);
+                let s_high = u16x8_splat(scales[2 * j + 1] as u16);
+                let w_low = [
+                    i16x8_mul(v128_and(qa, low4), s_low),
+                    i16x8_mul(v128_and(u16x8_shr(qa, 8), low4), s_low),
+                    i16x8_mul(v128_and(qb, low4), s_low),
+                    i16x8_mul(v128_and(u16x8_shr(qb, 8), low4), s_low),
+                ];
+                let w_high = [
+                    i16x8_mul(v128_and(u16x8_shr(qa, 4), low4), s_high),
+                    i16x8_mul(u16x8_shr(qa, 12), s_high),
+                    i16x8_mul(v128_and(u16x8_shr(qb, 4), low4), s_high),
+                    i16x8_mul(u16x8_shr(qb, 12), s_high),
+                ];
+                for t in 0..T {
+                    let y = xs[t].quants.as_ptr().add(256 * b + 64 * j);
+                    sumi[t] = i32x4_add(
+                        sumi[t],
+                        i32x4_add(dot32(w_low, y), dot32(w_high, y.add(32))),
+                    );
+                }
+            }
+            finish_k4(
+                xs,
+                b,
+                d,
+                dmin,
+                (mins_a, mins_b),
+                &sumi,
+                &mut acc,
+                &mut acc_min,
+            );
+        }
+    }
+    core::array::from_fn(|t| hsum_f32(acc[t]) - acc_min[t])
+}
+
+pub(super) fn dot_q5_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+    debug_assert!(row.len() % 176 == 0);
+    let n_blocks = row.len() / 176;
+    check_activations_k(xs, n_blocks);
+    let low4 = u16x8_splat(0x000f);
+    let bit4 = u16x8_splat(0x0010);
+    let mut acc = [f32x4_splat(0.0); T];
+    let mut acc_min = [0.0f32; T];
+    for b in 0..n_blocks {
+        // SAFETY: super-block b is bytes 176b..176b + 176 of `row`: d, dmin at 0..4, packed
+        // scales at 4..16, fifth bits at 16..48, nibbles at 48..176; activation reads are in
+        // bounds (check_activations_k).
+        unsafe {
+            let blk = row.as_ptr().add(176 * b);
+            let (d, dmin) = (f16_ptr(blk), f16_ptr(blk.add(2)));
+            let (scales, mins_a, mins_b) = scales_mins_k4(blk.add(4));
+            // byte l of qh, bit i: fifth bit of weight 32i + l
+            let (ha, hb) = (load(blk.add(16)), load(blk.add(32)));
+            let mut sumi = [i32x4_splat(0); T];
+            for j in 0..4 {
+                let qa = load(blk.add(48 + 32 * j));
+                let qb = load(blk.add(64 + 32 * j));
+                // Shifted so that bits 0/1 of each byte are bits 2j/2j+1 (of the low and the
+                // high byte of each u16 lane alike).
+                let (ha_j, hb_j) = (u16x8_shr(ha, 2 * j as u32), u16x8_shr(hb, 2 * j as u32));
+                let s_low = u16x8_splat(scales[2 * j] as u16);
+                let s_high = u16x8_splat(scales[2 * j + 1] as u16);
+                let w_low = [
+                    i16x8_mul(
+                        v128_or(v128_and(qa, low4), v128_and(i16x8_shl(ha_j, 4), bit4)),
+                        s_low,
+                    ),
+                    i16x8_mul(
+                        v128_or(
+                            v128_and(u16x8_shr(qa, 8), low4),
+                            v128_and(u16x8_shr(ha_j, 4), bit4),
+                        ),
+                        s_low,
+                    ),
+                    i16x8_mul(
+                        v128_or(v128_and(qb, low4), v128_and(i16x8_shl(hb_j, 4), bit4)),
+                        s_low,
+                    ),
+                    i16x8_mul(
+                        v128_or(
+                            v128_and(u16x8_shr(qb, 8), low4),
+                            v128_and(u16x8_shr(hb_j, 4), bit4),
+                        ),
+                        s_low,
+                    ),
+                ];
+                let w_high = [
+                    i16x8_mul(
+                        v128_or(
+                            v128_and(u16x8_shr(qa, 4), low4),
+                            v128_and(i16x8_shl(ha_j, 3), bit4),
+                        ),
+                        s_high,
+                    ),
+                    i16x8_mul(
+                        v128_or(u16x8_shr(qa, 12), v128_and(u16x8_shr(ha_j, 5), bit4)),
+                        s_high,
+                    ),
+                    i16x8_mul(
+                        v128_or(
+                            v128_and(u16x8_shr(qb, 4), low4),
+                            v128_and(i16x8_shl(hb_j, 3), bit4),
+                        ),
+                        s_high,
+                    ),
+                    i16x8_mul(
+                        v128_or(u16x8_shr(qb, 12), v128_and(u16x8_shr(hb_j, 5), bit4)),
+                        s_high,
+                    ),
+                ];
+                for t in 0..T {
+                    let y = xs[t].quants.as_ptr().add(256 * b + 64 * j);
+                    sumi[t] = i32x4_add(
+                        sumi[t],
+                        i32x4_add(dot32(w_low, y), dot32(w_high, y.add(32))),
+                    );
+                }
+            }
+            finish_k4(
+                xs,
+                b,
+                d,
+                dmin,
+                (mins_a, mins_b),
+                &sumi,
+                &mut acc,
+                &mut acc_min,
+            );
+        }
+    }
+    core::array::from_fn(|t| hsum_f32(acc[t]) - acc_min[t])
+}
+
+pub(super) fn dot_q6_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+    debug_assert!(row.len() % 210 == 0);
+    let n_blocks = row.len() / 210;
+    check_activations_k(xs, n_blocks);
+    let low4 = u8x16_splat(0x0f);
+    let bits45 = u8x16_splat(0x30);
+    let offset = u8x16_splat(32);
+    let mut acc = [f32x4_splat(0.0); T];
+    for b in 0..n_blocks {
+        // SAFETY: super-block b is bytes 210b..210b + 210 of `row`: ql at 0..128, qh at
+        // 128..192, scales at 192..208, d at 208..210; activation reads are in bounds
+        // (check_activations_k).
+        unsafe {
+            let blk = row.as_ptr().add(210 * b);
+            let d = f16_ptr(blk.add(208));
+            let scales = blk.add(192).cast::<i8>();
+            let mut sumi = [i32x4_splat(0); T];
+            for h in 0..2 {
+                for l16 in 0..2 {
+                    // 16 bytes each of ql[l], ql[l + 32], qh[l] for l in 16·l16..16·l16 + 16
+                    let a = load(blk.add(64 * h + 16 * l16));
+                    let c = load(blk.add(64 * h + 32 + 16 * l16));
+                    let high = load(blk.add(128 + 32 * h + 16 * l16));
+                    // 16-bit shifts are safe here: every result is masked per byte.
+                    let quads = [
+                        (
+                            v128_or(v128_and(a, low4), v128_and(i16x8_shl(high, 4), bits45)),
+                            0,
+                        ),
+                        (
+                            v128_or(v128_and(c, low4), v128_and(i16x8_shl(high, 2), bits45)),
+                            32,
+                        ),
+                        (
+                            v128_or(v128_and(u16x8_shr(a, 4), low4), v128_and(high, bits45)),
+                            64,
+                        ),
+                        (
+                            v128_or(
+                                v128_and(u16x8_shr(c, 4), low4),
+                                v128_and(u16x8_shr(high, 2), bits45),
+                            ),
+                            96,
+                        ),
+                    ];
+                    for (k, (q, at)) in quads.into_iter().enumerate() {
+                        // 16 weights 128h + at + 16·l16 + (0..16), all with one scale
+                        let q = i8x16_sub(q, offset);
+                        let s = i16x8_splat(*scales.add(8 * h + l16 + 2 * k) as i16);
+                        let even = i16x8_mul(i16x8_shr(i16x8_shl(q, 8), 8), s);
+                        let odd = i16x8_mul(i16x8_shr(q, 8), s);
+                        for t in 0..T {
+                            let y = xs[t].quants.as_ptr().add(256 * b + 128 * h + at + 16 * l16);
+                            sumi[t] = i32x4_add(
+                                sumi[t],
+                                i32x4_add(
+                                    i32x4_dot_i16x8(even, load(y)),
+                                    i32x4_dot_i16x8(odd, load(y.add(8))),
+                                ),
+                            );
+                        }
+                    }
+                }
+            }
+            for t in 0..T {
+                let dy = *xs[t].scales.get_unchecked(b);
+                acc[t] = f32x4_add(
+                    acc[t],
+                    f32x4_mul(f32x4_convert_i32x4(sumi[t]), f32x4_splat(d * dy)),
+                );
+            }
+        }
+    }
+    core::array::from_fn(|t| hsum_f32(acc[t]))
+}

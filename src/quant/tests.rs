@@ -1,0 +1,670 @@
+//! Tests of the quant module against references that are not this code:
+//!
+//! - dequantization against the `gguf` PyPI package's numpy dequantizer, and activation rounding
+//!   against numpy / gguf restatements of ggml's quantizers (vectors made by
+//!   `testdata/gen_vectors.py`, committed as `testdata/vectors.bin`);
+//! - each scalar reference dot product against a plain f64 dot product of the dequantized row
+//!   with the dequantized activation;
+//! - (wasm with simd128 only) each SIMD kernel against its scalar reference, and `matmul`
+//!   against `matvec`.
+//!
+//! `bench_matvec` (ignored) prints the speed of every kernel; see its doc comment.
+
+use alloc::vec;
+use alloc::vec::Vec;
+use std::println;
+
+use super::activation::ActRow;
+use super::*;
+
+/// The weight types with kernels.
+const SUPPORTED: [GgmlType; 11] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+];
+
+/// Dequantized values must equal the gguf package's bit for bit: both compute the same f32
+/// expressions in the same order.
+const DEQUANT_MAX_ULPS: u32 = 0;
+
+/// Scalar reference dot vs the f64 dot of the dequantized operands, relative to `Σ|w·x|`: f32
+/// rounding of the per-block scales and of the running sum over at most a few thousand terms.
+const DOT_REF_REL_TOL: f64 = 2e-5;
+
+/// Q8_1's per-block `s` is `f16(d_f32·Σq)`, not `d_f16·Σq`: up to 2^-10 relative difference in
+/// the minimum's share (ggml does the same), allowed on top of [`DOT_REF_REL_TOL`].
+const Q8_1_SUM_REL_TOL: f64 = 1.0 / 1024.0;
+
+/// SIMD vs scalar reference, relative to `Σ|w·x|`: the integer sums are exact in both, only the
+/// order of f32 additions differs.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+const SIMD_REL_TOL: f64 = 2e-5;
+
+// ---------------------------------------------------------------------------------------------
+// Reference vectors from testdata/gen_vectors.py
+
+static VECTORS: &[u8] = include_bytes!("testdata/vectors.bin");
+
+/// One named array of vectors.bin: its dtype code and raw little-endian bytes.
+fn record(name: &str) -> (u32, &'static [u8]) {
+    let mut at = 0;
+    let u32_at = |at: usize| u32::from_le_bytes(VECTORS[at..at + 4].try_into().unwrap());
+    while at < VECTORS.len() {
+        let name_len = u32_at(at) as usize;
+        let this = core::str::from_utf8(&VECTORS[at + 4..at + 4 + name_len]).unwrap();
+        at += 4 + name_len;
+        let (dtype, count) = (u32_at(at), u32_at(at + 4) as usize);
+        let size = [1, 1, 2, 2, 4][dtype as usize];
+        let data = &VECTORS[at + 8..at + 8 + count * size];
+        at += 8 + count * size;
+        if this == name {
+            return (dtype, data);
+        }
+    }
+    panic!("testdata/vectors.bin has no record {name}: rerun testdata/gen_vectors.py");
+}
+
+fn bytes(name: &str) -> &'static [u8] {
+    record(name).1
+}
+fn f32s(name: &str) -> Vec<f32> {
+    let (dtype, data) = record(name);
+    assert_eq!(dtype, 4, "{name} is not f32");
+    data.chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect()
+}
+fn u16s(name: &str) -> Vec<u16> {
+    record(name)
+        .1
+        .chunks_exact(2)
+        .map(|b| u16::from_le_bytes(b.try_into().unwrap()))
+        .collect()
+}
+fn i16s(name: &str) -> Vec<i16> {
+    record(name)
+        .1
+        .chunks_exact(2)
+        .map(|b| i16::from_le_bytes(b.try_into().unwrap()))
+        .collect()
+}
+fn i8s(name: &str) -> Vec<i8> {
+    record(name).1.iter().map(|&b| b as i8).collect()
+}
+
+/// Distance in units in the last place between two finite f32 of the same sign (or both zero).
+fn ulps(a: f32, b: f32) -> u32 {
+    if a == b {
+        return 0;
+    }
+    let key = |x: f32| {
+        let bits = x.to_bits() as i64;
+        if bits < 0x8000_0000 {
+            bits
+        } else {
+            0x8000_0000 - bits
+        }
+    };
+    (key(a) - key(b)).unsigned_abs().min(u32::MAX as u64) as u32
+}
+
+// ---------------------------------------------------------------------------------------------
+// Layouts, conversions, dequantization
+
+#[test]
+fn kernel_geometry_matches_type_geometry() {
+    for ty in SUPPORTED {
+        assert!(is_supported(ty), "{}", ty.name());
+        let kernel = with_kernels!(ty, K => (K::BLOCK_VALUES, K::BLOCK_BYTES), _ => unreachable!());
+        assert_eq!(Some(kernel), ty.block_geometry(), "{}", ty.name());
+    }
+    for ty in [
+        GgmlType::Q8_1,
+        GgmlType::Q2K,
+        GgmlType::Q3K,
+        GgmlType::Q8K,
+        GgmlType::I8,
+        GgmlType::Other(20),
+    ] {
+        assert!(!is_supported(ty), "{}", ty.name());
+    }
+}
+
+#[test]
+fn f16_to_f32_is_exact_for_every_value() {
+    for h in 0..=u16::MAX {
+        let sign = if h & 0x8000 != 0 { -1.0f64 } else { 1.0 };
+        let (exponent, mantissa) = ((h >> 10) & 0x1f, (h & 0x3ff) as f64);
+        let got = f16_to_f32(h);
+        if exponent == 31 {
+            assert!(
+                if mantissa == 0.0 {
+                    got.is_infinite() && got.is_sign_negative() == (sign < 0.0)
+                } else {
+                    got.is_nan()
+                },
+                "{h:#06x}"
+            );
+            continue;
+        }
+        let expected = if exponent == 0 {
+            sign * mantissa * 2f64.powi(-24)
+        } else {
+            sign * (1.0 + mantissa / 1024.0) * 2f64.powi(exponent as i32 - 15)
+        };
+        assert_eq!(got as f64, expected, "{h:#06x}");
+        assert_eq!(got.is_sign_negative(), sign < 0.0, "{h:#06x}");
+        assert_eq!(f32_to_f16(got), h, "round trip of {h:#06x}");
+    }
+}
+
+#[test]
+fn f32_to_f16_matches_numpy() {
+    let (input, expected) = (f32s("half/f32"), u16s("half/f16"));
+    assert!(input.len() > 900);
+    for (x, e) in input.into_iter().zip(expected) {
+        let got = f32_to_f16(x);
+        if x.is_nan() {
+            assert!(
+                got & 0x7c00 == 0x7c00 && got & 0x03ff != 0,
+                "NaN {:#010x} -> {got:#06x}",
+                x.to_bits()
+            );
+        } else {
+            assert_eq!(got, e, "{:#010x} ({x:e})", x.to_bits());
+        }
+    }
+}
+
+#[test]
+fn bf16_round_trip_and_rounding() {
+    for h in 0..=u16::MAX {
+        let x = bf16_to_f32(h);
+        if !x.is_nan() {
+            assert_eq!(f32_to_bf16(x), h);
+        }
+    }
+    assert_eq!(f32_to_bf16(f32::from_bits(0x3f80_8000)), 0x3f80); // tie, even stays
+    assert_eq!(f32_to_bf16(f32::from_bits(0x3f81_8000)), 0x3f82); // tie, odd rounds up
+    assert_eq!(f32_to_bf16(f32::from_bits(0x7f7f_ffff)), 0x7f80); // rounds up to infinity
+    assert_eq!(f32_to_bf16(f32::from_bits(0x7f80_0001)), 0x7fc0); // NaN made quiet
+}
+
+#[test]
+fn dequantize_matches_gguf_package() {
+    for ty in SUPPORTED {
+        let blocks = bytes(&alloc::format!("deq/{}/blocks", ty.name()));
+        let expected = f32s(&alloc::format!("deq/{}/values", ty.name()));
+        let mut got = vec![f32::NAN; expected.len()];
+        dequantize_row(ty, blocks, &mut got).unwrap();
+        for (i, (&g, &e)) in got.iter().zip(&expected).enumerate() {
+            assert!(
+                ulps(g, e) <= DEQUANT_MAX_ULPS,
+                "{} value {i}: {g:e} vs gguf {e:e}",
+                ty.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn dequantize_row_rejects_bad_shapes() {
+    let mut out = [0.0f32; 32];
+    assert_eq!(
+        dequantize_row(GgmlType::Q4_0, &[0; 17], &mut out)
+            .unwrap_err()
+            .status,
+        Status::InvalidArgument
+    );
+    assert_eq!(
+        dequantize_row(GgmlType::Q4_0, &[0; 18], &mut out[..31])
+            .unwrap_err()
+            .status,
+        Status::InvalidArgument
+    );
+    assert_eq!(
+        dequantize_row(GgmlType::Q2K, &[0; 84], &mut [0.0; 256])
+            .unwrap_err()
+            .status,
+        Status::Unsupported
+    );
+    assert!(dequantize_row(GgmlType::Q4_0, &[0; 18], &mut out).is_ok());
+}
+
+#[test]
+fn check_matrix_validates_shapes() {
+    assert!(check_matrix(GgmlType::Q4_1, 576, 1536, 576 * 48 * 20, "w").is_ok());
+    let e = check_matrix(
+        GgmlType::Q4K,
+        1536,
+        576,
+        1536 * 576 / 256 * 144,
+        "blk.0.ffn_up.weight",
+    )
+    .unwrap_err();
+    assert_eq!(e.status, Status::BadFormat);
+    assert!(e.message.as_str().contains("blk.0.ffn_up.weight"));
+    assert_eq!(
+        check_matrix(GgmlType::Q4_1, 2, 32, 41, "w")
+            .unwrap_err()
+            .status,
+        Status::BadFormat
+    );
+    assert_eq!(
+        check_matrix(GgmlType::Other(20), 2, 32, 36, "w")
+            .unwrap_err()
+            .status,
+        Status::Unsupported
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Activation rounding
+
+#[test]
+fn activation_rounding_matches_ggml() {
+    let x = f32s("act/x");
+    let mut buf = ActivationBuf::new();
+
+    quantize_activation(GgmlType::F16, &x, &mut buf).unwrap();
+    for (i, (&v, h)) in buf.row(0).values.iter().zip(u16s("act/f16")).enumerate() {
+        assert_eq!(v.to_bits(), f16_to_f32(h).to_bits(), "f16 {i}");
+    }
+    quantize_activation(GgmlType::BF16, &x, &mut buf).unwrap();
+    for (i, (&v, h)) in buf.row(0).values.iter().zip(u16s("act/bf16")).enumerate() {
+        assert_eq!(v.to_bits(), bf16_to_f32(h).to_bits(), "bf16 {i}");
+    }
+
+    // Q8_0 as ggml-cpu's x86 build: exact.
+    let (d, qs) = (u16s("act/q8_0/d"), i8s("act/q8_0/qs"));
+    quantize_activation(GgmlType::Q4_0, &x, &mut buf).unwrap();
+    let row = buf.row(0);
+    for b in 0..16 {
+        assert_eq!(
+            row.scales[b].to_bits(),
+            f16_to_f32(d[b]).to_bits(),
+            "q8_0 d {b}"
+        );
+    }
+    for i in 0..512 {
+        assert_eq!(
+            row.quants[stored_index(i)],
+            qs[i] as i16,
+            "q8_0 q {i} (x = {})",
+            x[i]
+        );
+    }
+    // ...and against the gguf package's port of ggml's portable reference: the same except at
+    // exact ties, which it rounds away from zero.
+    let (d_ref, qs_ref) = (u16s("act/q8_0_ref/d"), i8s("act/q8_0_ref/qs"));
+    let mut ties = 0;
+    for i in 0..512 {
+        assert_eq!(d_ref[i / 32], d[i / 32]);
+        let (ours, theirs) = (row.quants[stored_index(i)], qs_ref[i] as i16);
+        if ours != theirs {
+            // block 3 has amax 127, so x·127/amax = x: the tie values are the half-integers
+            let tie = (x[i] - x[i].trunc()).abs() == 0.5;
+            assert!(
+                (3 * 32..4 * 32).contains(&i) && tie,
+                "q8_0 vs ref at {i}: {ours} vs {theirs}"
+            );
+            ties += 1;
+        }
+    }
+    assert!(
+        ties > 0,
+        "the tie block should show the rounding difference"
+    );
+
+    // Q8_1: the same quants plus s.
+    quantize_activation(GgmlType::Q5_1, &x, &mut buf).unwrap();
+    let row = buf.row(0);
+    for (b, s) in u16s("act/q8_1/s").into_iter().enumerate() {
+        assert_eq!(row.sums[b].to_bits(), f16_to_f32(s).to_bits(), "q8_1 s {b}");
+        assert_eq!(
+            row.scales[b].to_bits(),
+            f16_to_f32(d[b]).to_bits(),
+            "q8_1 d {b}"
+        );
+    }
+    for i in 0..512 {
+        assert_eq!(row.quants[stored_index(i)], qs[i] as i16, "q8_1 q {i}");
+    }
+
+    // Q8_K
+    quantize_activation(GgmlType::Q6K, &x, &mut buf).unwrap();
+    let row = buf.row(0);
+    for (b, d) in f32s("act/q8_k/d").into_iter().enumerate() {
+        assert_eq!(row.scales[b].to_bits(), d.to_bits(), "q8_k d {b}");
+    }
+    let qs = i8s("act/q8_k/qs");
+    for i in 0..512 {
+        assert_eq!(row.quants[stored_index(i)], qs[i] as i16, "q8_k q {i}");
+    }
+    assert_eq!(row.bsums, &i16s("act/q8_k/bsums")[..]);
+}
+
+#[test]
+fn quantize_activation_rejects_bad_shapes_and_reuses_memory() {
+    let mut buf = ActivationBuf::with_capacity(1024, 4).unwrap();
+    let e = quantize_activation(GgmlType::Q4K, &[1.0; 576], &mut buf).unwrap_err();
+    assert_eq!(e.status, Status::InvalidArgument);
+    assert_eq!(
+        quantize_activation(GgmlType::Q2K, &[1.0; 256], &mut buf)
+            .unwrap_err()
+            .status,
+        Status::Unsupported
+    );
+    assert_eq!(
+        quantize_activations(GgmlType::Q8_0, &[1.0; 96], 64, &mut buf)
+            .unwrap_err()
+            .status,
+        Status::InvalidArgument
+    );
+    quantize_activations(GgmlType::Q8_0, &[0.5; 4096], 1024, &mut buf).unwrap();
+    let before = buf.row(0).quants.as_ptr();
+    for ty in SUPPORTED {
+        quantize_activations(ty, &[0.5; 4096], 1024, &mut buf).unwrap();
+        assert_eq!(
+            (buf.n_vecs(), buf.n_cols(), buf.kind()),
+            (4, 1024, vec_dot_kind(ty))
+        );
+    }
+    quantize_activations(GgmlType::Q8_0, &[0.5; 4096], 1024, &mut buf).unwrap();
+    assert_eq!(
+        before,
+        buf.row(0).quants.as_ptr(),
+        "no reallocation within the reserved capacity"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Random operands
+
+/// xorshift64*: deterministic test data without a dependency.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    /// Uniform in [-1, 1).
+    fn uniform(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+/// Byte offsets of the f16 scale fields within a block (to give them sane values).
+fn scale_offsets(ty: GgmlType) -> &'static [usize] {
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
+        GgmlType::Q6K => &[208],
+        _ => &[],
+    }
+}
+
+/// A random `[n_rows][n_cols]` matrix of type `ty`, with f16 scales of a size real weights have.
+fn random_matrix(ty: GgmlType, n_rows: usize, n_cols: usize, rng: &mut Rng) -> Vec<u8> {
+    let (values, block_bytes) = ty.block_geometry().unwrap();
+    let n_blocks = n_rows * n_cols / values;
+    let mut w: Vec<u8> = (0..n_blocks * block_bytes)
+        .map(|_| rng.next() as u8)
+        .collect();
+    match ty {
+        GgmlType::F32 => {
+            for c in w.chunks_exact_mut(4) {
+                c.copy_from_slice(&(rng.uniform() * 0.1).to_le_bytes());
+            }
+        }
+        GgmlType::F16 => {
+            for c in w.chunks_exact_mut(2) {
+                c.copy_from_slice(&f32_to_f16(rng.uniform() * 0.1).to_le_bytes());
+            }
+        }
+        GgmlType::BF16 => {
+            for c in w.chunks_exact_mut(2) {
+                c.copy_from_slice(&f32_to_bf16(rng.uniform() * 0.1).to_le_bytes());
+            }
+        }
+        _ => {
+            for blk in w.chunks_exact_mut(block_bytes) {
+                for &at in scale_offsets(ty) {
+                    let scale = rng.uniform() * 0.02;
+                    blk[at..at + 2].copy_from_slice(&f32_to_f16(scale).to_le_bytes());
+                }
+            }
+        }
+    }
+    w
+}
+
+/// `n` activations, each block of 32 with its own magnitude (like real hidden states).
+fn random_activation(n: usize, rng: &mut Rng) -> Vec<f32> {
+    let mut x = vec![0.0f32; n];
+    for block in x.chunks_mut(32) {
+        let scale = [0.01f32, 0.3, 1.0, 4.0, 40.0][(rng.next() % 5) as usize];
+        for v in block {
+            *v = rng.uniform() * scale;
+        }
+    }
+    x
+}
+
+/// The activation vector `v` as the kernels see it, dequantized to f64.
+fn dequantized_activation(row: &ActRow<'_>, kind: ActivationKind, n: usize) -> Vec<f64> {
+    if kind.block() == 1 {
+        return row.values.iter().map(|&v| v as f64).collect();
+    }
+    (0..n)
+        .map(|i| row.quants[stored_index(i)] as f64 * row.scales[i / kind.block()] as f64)
+        .collect()
+}
+
+/// `(Σ w·x, Σ |w·x|)` in f64, and the Q8_1 allowance for the rounding of `s`.
+fn f64_dot(
+    ty: GgmlType,
+    w_row: &[u8],
+    row: &ActRow<'_>,
+    kind: ActivationKind,
+    n: usize,
+) -> (f64, f64, f64) {
+    let mut w = vec![0.0f32; n];
+    dequantize_row(ty, w_row, &mut w).unwrap();
+    let x = dequantized_activation(row, kind, n);
+    let exact: f64 = w.iter().zip(&x).map(|(&w, &x)| w as f64 * x).sum();
+    let magnitude: f64 = w.iter().zip(&x).map(|(&w, &x)| (w as f64 * x).abs()).sum();
+    let mut sum_allowance = 0.0;
+    if kind == ActivationKind::Q8_1 {
+        // minimum m of block b: bytes 2..4 of both Q4_1 and Q5_1 blocks
+        let block_bytes = ty.block_geometry().unwrap().1;
+        for (b, blk) in w_row.chunks_exact(block_bytes).enumerate() {
+            let m = f16_to_f32(u16::from_le_bytes([blk[2], blk[3]])) as f64;
+            let share: f64 = x[32 * b..32 * b + 32].iter().sum();
+            sum_allowance += (m * share).abs() * Q8_1_SUM_REL_TOL;
+        }
+    }
+    (exact, magnitude, sum_allowance)
+}
+
+/// Column counts to try for a type: several blocks, plus odd sizes for the float types.
+fn test_widths(ty: GgmlType) -> &'static [usize] {
+    match ty.block_geometry().unwrap().0 {
+        1 => &[7, 64, 100, 576, 1000],
+        32 => &[32, 96, 576, 1536],
+        _ => &[256, 768, 1536],
+    }
+}
+
+#[test]
+fn scalar_dot_matches_f64_dot_of_dequantized_operands() {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut buf = ActivationBuf::new();
+    for ty in SUPPORTED {
+        let kind = vec_dot_kind(ty).unwrap();
+        for &n in test_widths(ty) {
+            let rb = ty.row_bytes(n as u64).unwrap() as usize;
+            let w = random_matrix(ty, 3, n, &mut rng);
+            quantize_activation(ty, &random_activation(n, &mut rng), &mut buf).unwrap();
+            let row = buf.row(0);
+            for w_row in w.chunks_exact(rb) {
+                let got =
+                    with_kernels!(ty, K => K::dot_ref(w_row, &row), _ => unreachable!()) as f64;
+                let (exact, magnitude, allowance) = f64_dot(ty, w_row, &row, kind, n);
+                let tol = DOT_REF_REL_TOL * magnitude + allowance + 1e-30;
+                assert!(
+                    (got - exact).abs() <= tol,
+                    "{} n={n}: {got} vs f64 {exact} (tol {tol:e})",
+                    ty.name()
+                );
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// SIMD kernels (wasm32 + simd128 only)
+
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+#[test]
+fn simd_matches_scalar_reference() {
+    let mut rng = Rng(0x0123_4567_89ab_cdef);
+    let mut buf = ActivationBuf::new();
+    for ty in SUPPORTED {
+        let kind = vec_dot_kind(ty).unwrap();
+        for &n in test_widths(ty) {
+            let rb = ty.row_bytes(n as u64).unwrap() as usize;
+            let n_rows = 5;
+            let n_vecs = 6;
+            let w = random_matrix(ty, n_rows, n, &mut rng);
+            let xs: Vec<f32> = (0..n_vecs)
+                .flat_map(|_| random_activation(n, &mut rng))
+                .collect();
+            quantize_activations(ty, &xs, n, &mut buf).unwrap();
+            let mut y = vec![0.0f32; n_vecs * n_rows];
+            matmul(ty, &w, n, &buf, 0..n_rows, &mut y);
+            for v in 0..n_vecs {
+                let row = buf.row(v);
+                for (r, w_row) in w.chunks_exact(rb).enumerate() {
+                    let reference =
+                        with_kernels!(ty, K => K::dot_ref(w_row, &row), _ => unreachable!()) as f64;
+                    let (_, magnitude, _) = f64_dot(ty, w_row, &row, kind, n);
+                    let got = y[v * n_rows + r] as f64;
+                    let tol = SIMD_REL_TOL * magnitude + 1e-30;
+                    assert!(
+                        (got - reference).abs() <= tol,
+                        "{} n={n} row {r} vec {v}: simd {got} vs scalar {reference}",
+                        ty.name()
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Every product of a batch equals the single-vector product bit for bit: per vector the
+/// kernels do the same operations in the same order whatever the tile size.
+#[test]
+fn matmul_equals_matvec() {
+    let mut rng = Rng(42);
+    let mut batch = ActivationBuf::new();
+    let mut single = ActivationBuf::new();
+    for ty in SUPPORTED {
+        let n = if ty.block_geometry().unwrap().0 == 256 {
+            512
+        } else {
+            96
+        };
+        let (n_rows, n_vecs) = (9, 7);
+        let w = random_matrix(ty, n_rows, n, &mut rng);
+        let xs: Vec<f32> = (0..n_vecs)
+            .flat_map(|_| random_activation(n, &mut rng))
+            .collect();
+        quantize_activations(ty, &xs, n, &mut batch).unwrap();
+        let mut y = vec![0.0f32; n_vecs * 6];
+        matmul(ty, &w, n, &batch, 2..8, &mut y);
+        for v in 0..n_vecs {
+            quantize_activation(ty, &xs[v * n..(v + 1) * n], &mut single).unwrap();
+            let mut y1 = [0.0f32; 6];
+            matvec(ty, &w, n, &single, 2..8, &mut y1);
+            assert_eq!(&y[v * 6..(v + 1) * 6], &y1, "{} vector {v}", ty.name());
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Speed
+
+/// Prints the speed of `matvec` and `matmul` for every type on SmolLM2-135M's two FFN shapes, in
+/// GB/s of weight bytes streamed (and GMAC/s). K-quants need rows of whole 256-blocks, so for them
+/// the 576-column shape is 768 columns. Run under wasm with SIMD:
+///
+/// `CARGO_TARGET_DIR=target/wasi-quant cargo test -p wasmind --lib --target wasm32-wasip1
+/// --release quant::tests::bench -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn bench_matvec() {
+    use std::time::Instant;
+    let mut rng = Rng(7);
+    let mut buf = ActivationBuf::new();
+    let simd = cfg!(all(target_arch = "wasm32", target_feature = "simd128"));
+    println!(
+        "quant bench ({}), weight GB/s (GMAC/s)",
+        if simd { "simd128" } else { "scalar" }
+    );
+    println!(
+        "{:<6} {:>22} {:>22} {:>26}",
+        "type", "matvec 576x1536", "matvec 1536x576", "matmul 16 vecs 576x1536"
+    );
+    for ty in SUPPORTED {
+        let k_quant = ty.block_geometry().unwrap().0 == 256;
+        let mut line = alloc::format!("{:<6}", ty.name());
+        for (n_rows, n_cols, n_vecs) in [
+            (576, 1536, 1),
+            (1536, if k_quant { 768 } else { 576 }, 1),
+            (576, 1536, 16),
+        ] {
+            let w = random_matrix(ty, n_rows, n_cols, &mut rng);
+            let xs: Vec<f32> = (0..n_vecs)
+                .flat_map(|_| random_activation(n_cols, &mut rng))
+                .collect();
+            quantize_activations(ty, &xs, n_cols, &mut buf).unwrap();
+            let mut y = vec![0.0f32; n_rows * n_vecs];
+            let run = |y: &mut [f32]| {
+                if n_vecs == 1 {
+                    matvec(ty, &w, n_cols, &buf, 0..n_rows, y)
+                } else {
+                    matmul(ty, &w, n_cols, &buf, 0..n_rows, y)
+                }
+            };
+            for _ in 0..20 {
+                run(&mut y); // warm up (and let the wasm engine tier up)
+            }
+            let mut iters = 0u32;
+            let start = Instant::now();
+            while start.elapsed().as_secs_f64() < 0.3 {
+                run(&mut y);
+                iters += 1;
+            }
+            let secs = start.elapsed().as_secs_f64() / iters as f64;
+            let gbs = w.len() as f64 / secs / 1e9;
+            let gmacs = (n_rows * n_cols * n_vecs) as f64 / secs / 1e9;
+            line += &alloc::format!(" {:>12.2} ({:>6.2})", gbs, gmacs);
+            if n_vecs > 1 {
+                line += "   ";
+            }
+        }
+        println!("{line}");
+    }
+}
