@@ -1,0 +1,200 @@
+//! Byte-level BPE (`tokenizer.ggml.model = gpt2`): the GPT-2 byte <-> unicode map and the
+//! merge loop.
+//!
+//! Vocabulary texts spell every byte as a printable character (GPT-2's `bytes_to_unicode`):
+//! bytes `!`..`~`, `¡`..`¬` and `®`..`ÿ` stand for themselves, the 68 others map in order to
+//! U+0100.. . A pre-tokenized word therefore starts as one symbol per byte (the token of that
+//! byte's character), and adjacent symbols are merged by rank — lowest rank first, the
+//! leftmost of equal ranks first — until no adjacent pair is a merge. llama.cpp does this
+//! with a priority queue; short words here use a scan of a rank array (no heap, no
+//! allocation), long ones a heap, with the same order of merges.
+
+use alloc::collections::BinaryHeap;
+use alloc::vec::Vec;
+use core::cmp::Reverse;
+
+use super::table::PairTable;
+
+/// A symbol that is no token of the vocabulary (never merges, emits nothing).
+pub const NONE: u32 = u32::MAX;
+
+/// The character GPT-2 uses for each byte, as a code point.
+pub const BYTE_TO_CHAR: [u16; 256] = {
+    let mut map = [0u16; 256];
+    let mut next = 256u16;
+    let mut b = 0;
+    while b < 256 {
+        let printable =
+            (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+        if printable {
+            map[b] = b as u16;
+        } else {
+            map[b] = next;
+            next += 1;
+        }
+        b += 1;
+    }
+    map
+};
+
+/// The byte each GPT-2 character stands for, indexed by code point (`-1`: not a byte char).
+const CHAR_TO_BYTE: [i16; 324] = {
+    let mut t = [-1i16; 324];
+    let mut b = 0;
+    while b < 256 {
+        t[BYTE_TO_CHAR[b] as usize] = b as i16;
+        b += 1;
+    }
+    t
+};
+
+/// The byte a GPT-2 character stands for (`None` for characters outside the byte alphabet).
+#[inline]
+pub fn char_to_byte(cp: u32) -> Option<u8> {
+    match CHAR_TO_BYTE.get(cp as usize) {
+        Some(&b) if b >= 0 => Some(b as u8),
+        _ => None,
+    }
+}
+
+/// Appends the GPT-2 spelling (UTF-8) of `byte`.
+#[inline]
+pub fn push_byte_char(byte: u8, out: &mut Vec<u8>) {
+    let c = BYTE_TO_CHAR[byte as usize];
+    if c < 0x80 {
+        out.push(c as u8);
+    } else {
+        out.push(0xC0 | (c >> 6) as u8);
+        out.push(0x80 | (c & 0x3F) as u8);
+    }
+}
+
+/// Words up to this many bytes merge by scanning a rank array; longer ones use a heap.
+const SCAN_MAX: usize = 48;
+
+/// Reusable buffers of the merge loop.
+#[derive(Default)]
+pub struct Merger {
+    syms: Vec<u32>,
+    ranks: Vec<u32>,
+    // Heap path: a linked list over the initial symbols.
+    next: Vec<u32>,
+    prev: Vec<u32>,
+    heap: BinaryHeap<Reverse<(u64, u32, u32, u32)>>,
+}
+
+impl Merger {
+    /// Merges the symbols of one word (`initial` = one token id per byte, [`NONE`] where the
+    /// byte's character is no token) and appends the resulting ids to `out`.
+    pub fn merge(
+        &mut self,
+        merges: &PairTable,
+        initial: impl Iterator<Item = u32>,
+        out: &mut Vec<u32>,
+    ) {
+        self.syms.clear();
+        self.syms.extend(initial);
+        if self.syms.len() <= SCAN_MAX {
+            self.merge_scan(merges);
+            out.extend(self.syms.iter().copied().filter(|&s| s != NONE));
+        } else {
+            self.merge_heap(merges, out);
+        }
+    }
+
+    fn rank(merges: &PairTable, a: u32, b: u32) -> (u32, u32) {
+        if a == NONE || b == NONE {
+            return (u32::MAX, NONE);
+        }
+        match merges.get(a, b) {
+            Some((rank, merged)) if merged != NONE => (rank, merged),
+            _ => (u32::MAX, NONE),
+        }
+    }
+
+    /// `ranks[i]` is the rank of the pair `(syms[i], syms[i + 1])`; each step merges the first
+    /// lowest and updates only the two neighbouring ranks.
+    fn merge_scan(&mut self, merges: &PairTable) {
+        let syms = &mut self.syms;
+        let ranks = &mut self.ranks;
+        ranks.clear();
+        for w in syms.windows(2) {
+            ranks.push(Self::rank(merges, w[0], w[1]).0);
+        }
+        loop {
+            let mut best = u32::MAX;
+            let mut at = 0;
+            for (i, &r) in ranks.iter().enumerate() {
+                if r < best {
+                    best = r;
+                    at = i;
+                }
+            }
+            if best == u32::MAX {
+                return;
+            }
+            let merged = Self::rank(merges, syms[at], syms[at + 1]).1;
+            syms[at] = merged;
+            syms.remove(at + 1);
+            ranks.remove(at);
+            if at > 0 {
+                ranks[at - 1] = Self::rank(merges, syms[at - 1], syms[at]).0;
+            }
+            if at + 1 < syms.len() {
+                ranks[at] = Self::rank(merges, syms[at], syms[at + 1]).0;
+            }
+        }
+    }
+
+    /// The same order of merges with a min-heap of `(rank, left position)`; stale entries
+    /// (a side already merged away or changed) are skipped when popped.
+    fn merge_heap(&mut self, merges: &PairTable, out: &mut Vec<u32>) {
+        let n = self.syms.len();
+        self.next.clear();
+        self.prev.clear();
+        self.next
+            .extend((1..=n as u32).map(|i| if i as usize == n { NONE } else { i }));
+        self.prev
+            .extend((0..n as u32).map(|i| if i == 0 { NONE } else { i - 1 }));
+        self.heap.clear();
+        let push = |heap: &mut BinaryHeap<_>, syms: &[u32], l: u32, r: u32| {
+            let (a, b) = (syms[l as usize], syms[r as usize]);
+            let (rank, _) = Self::rank(merges, a, b);
+            if rank != u32::MAX {
+                heap.push(Reverse((((rank as u64) << 32) | l as u64, r, a, b)));
+            }
+        };
+        for i in 0..n as u32 - 1 {
+            push(&mut self.heap, &self.syms, i, i + 1);
+        }
+        while let Some(Reverse((key, r, a, b))) = self.heap.pop() {
+            let l = key as u32;
+            let (li, ri) = (l as usize, r as usize);
+            if self.next[li] != r || self.syms[li] != a || self.syms[ri] != b {
+                continue;
+            }
+            self.syms[li] = Self::rank(merges, a, b).1;
+            let after = self.next[ri];
+            self.next[li] = after;
+            if after != NONE {
+                self.prev[after as usize] = l;
+            }
+            self.syms[ri] = NONE;
+            self.next[ri] = NONE;
+            if self.prev[li] != NONE {
+                push(&mut self.heap, &self.syms, self.prev[li], l);
+            }
+            if after != NONE {
+                push(&mut self.heap, &self.syms, l, after);
+            }
+        }
+        let mut i = 0u32;
+        while i != NONE {
+            let s = self.syms[i as usize];
+            if s != NONE {
+                out.push(s);
+            }
+            i = self.next[i as usize];
+        }
+    }
+}

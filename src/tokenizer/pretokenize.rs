@@ -1,0 +1,498 @@
+//! Pre-tokenizers of byte-level BPE vocabularies: hand-written matchers for the split regexes
+//! llama.cpp applies (`tokenizer.ggml.pre`), no regex engine.
+//!
+//! A fragment of text is decoded once into code points with a [`Class`] each; every stage
+//! then cuts the current segments further, the way llama.cpp's `unicode_regex_split` does:
+//! each match of a stage's pattern becomes a segment, and so does each run of text between
+//! matches. Stages see one segment at a time, so nothing matches across a cut.
+//!
+//! | `tokenizer.ggml.pre`            | stages |
+//! | ------------------------------- | ------ |
+//! | `gpt-2` (and aliases)           | GPT-2 |
+//! | `smollm`, `starcoder`, ...      | `\p{N}`; GPT-2 |
+//! | `llama-bpe` (Llama 3), ...      | Llama 3 (digits in runs of up to 3) |
+//! | `qwen2`, ...                    | Llama 3 with single digits |
+//! | `default`, missing              | `[\p{P}$+<=>^~|]+`; GPT-2; `\p{N}+`; `[0-9]{3}` |
+//!
+//! GPT-2: `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`.
+//! Llama 3: `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+//! ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`. Alternatives are tried in order at
+//! each position (first match wins), as a backtracking engine does.
+//!
+//! Classes follow llama.cpp's tables: `\s` is Unicode White_Space (checked before the general
+//! category), `\p{L}`/`\p{N}`/`\p{P}` are the general-category groups; marks, symbols,
+//! separators, controls, private use and unassigned code points are all "other" for these
+//! patterns. The `qwen2` and `default` patterns are not special-cased by llama.cpp but run
+//! through `std::regex` over a text in which each non-ASCII code point is collapsed to one
+//! byte standing for its class; the matchers here reproduce that engine's result.
+
+use alloc::vec::Vec;
+
+use crate::unicode::{self, Category};
+
+/// What a code point is, for the split patterns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Class {
+    /// Unicode White_Space (`\s`).
+    Space,
+    /// `\p{L}`.
+    Letter,
+    /// `\p{N}`.
+    Number,
+    /// `\p{P}`.
+    Punct,
+    /// `\p{S}`.
+    Symbol,
+    /// `\p{M}`.
+    Mark,
+    /// Anything else: controls, format, private use, surrogates, unassigned.
+    Other,
+}
+
+impl Class {
+    /// Not whitespace, letter or number: what `[^\s\p{L}\p{N}]` matches.
+    #[inline]
+    fn is_other(self) -> bool {
+        !matches!(self, Class::Space | Class::Letter | Class::Number)
+    }
+}
+
+/// Classes of ASCII, from the general category of each character.
+const ASCII_CLASS: [Class; 128] = {
+    let mut t = [Class::Other; 128];
+    let mut c = 0;
+    while c < 128 {
+        let b = c as u8;
+        t[c] = match b {
+            b'\t' | b'\n' | 0x0B | 0x0C | b'\r' | b' ' => Class::Space,
+            b'a'..=b'z' | b'A'..=b'Z' => Class::Letter,
+            b'0'..=b'9' => Class::Number,
+            b'$' | b'+' | b'<' | b'=' | b'>' | b'^' | b'`' | b'|' | b'~' => Class::Symbol,
+            0x21..=0x7E => Class::Punct,
+            _ => Class::Other,
+        };
+        c += 1;
+    }
+    t
+};
+
+/// The class of a code point.
+#[inline]
+pub fn class_of(cp: u32) -> Class {
+    if cp < 128 {
+        return ASCII_CLASS[cp as usize];
+    }
+    if unicode::is_white_space(cp) {
+        return Class::Space;
+    }
+    let cat = unicode::category(cp);
+    if cat.is_letter() {
+        Class::Letter
+    } else if cat.is_number() {
+        Class::Number
+    } else if cat.is_punctuation() {
+        Class::Punct
+    } else if cat.is_symbol() {
+        Class::Symbol
+    } else if cat.is_mark() {
+        Class::Mark
+    } else {
+        debug_assert!(matches!(
+            cat,
+            Category::Zs
+                | Category::Zl
+                | Category::Zp
+                | Category::Cc
+                | Category::Cf
+                | Category::Cs
+                | Category::Co
+                | Category::Cn
+        ));
+        Class::Other
+    }
+}
+
+/// One code point of the fragment being split.
+#[derive(Clone, Copy, Debug)]
+pub struct Cp {
+    pub cp: u32,
+    pub class: Class,
+    /// Byte offset of the code point in the fragment.
+    pub at: u32,
+}
+
+/// The split patterns, chosen by `tokenizer.ggml.pre`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PreTokenizer {
+    /// GPT-2's pattern alone.
+    Gpt2,
+    /// Every digit alone, then GPT-2 (SmolLM, StarCoder).
+    Smollm,
+    /// Llama 3's pattern, digits in runs of up to 3.
+    Llama3,
+    /// Llama 3's pattern with single digits (Qwen2).
+    Qwen2,
+    /// llama.cpp's fallback: punctuation runs, GPT-2, number runs, ASCII digit triples.
+    Default,
+}
+
+impl PreTokenizer {
+    /// The pre-tokenizer llama.cpp uses for a `tokenizer.ggml.pre` name, and whether that
+    /// name also turns on `ignore_merges` and `add_bos` (Llama 3 family). `None` for names
+    /// whose patterns are not implemented here.
+    pub fn from_name(name: &str) -> Option<(PreTokenizer, bool)> {
+        Some(match name {
+            "default" => (PreTokenizer::Default, false),
+            "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "gigachat" | "jina-v2-es"
+            | "jina-v2-de" | "a.x-4.0" | "mellum" | "modern-bert" | "mpt" | "olmo" | "jais"
+            | "trillion" | "granite-docling" | "exaone4" | "jina-v1-en" | "jina-v2-code"
+            | "roberta-bpe" => (PreTokenizer::Gpt2, false),
+            "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone"
+            | "minerva-7b" | "mellum2" => (PreTokenizer::Smollm, false),
+            "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral"
+            | "midm-2.0" | "lfm2" | "jina-v5-nano" => (PreTokenizer::Llama3, true),
+            "dbrx" | "smaug-bpe" | "glm4" | "chatglm-bpe" => (PreTokenizer::Llama3, false),
+            "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "stablelm2" | "megrez"
+            | "hunyuan" | "solar-open" => (PreTokenizer::Qwen2, false),
+            _ => return None,
+        })
+    }
+}
+
+/// Reusable buffers for splitting (kept across fragments of one `encode` call).
+#[derive(Default)]
+pub struct Splitter {
+    pub cps: Vec<Cp>,
+    /// Current segments as code point ranges `[start, end)`.
+    segs: Vec<(u32, u32)>,
+    next: Vec<(u32, u32)>,
+}
+
+impl Splitter {
+    /// Splits `text` into words and calls `word(start_byte, end_byte)` for each, in order.
+    pub fn split(&mut self, pre: PreTokenizer, text: &str, mut word: impl FnMut(usize, usize)) {
+        self.cps.clear();
+        for (at, ch) in text.char_indices() {
+            let cp = ch as u32;
+            self.cps.push(Cp {
+                cp,
+                class: class_of(cp),
+                at: at as u32,
+            });
+        }
+        let n = self.cps.len() as u32;
+        if n == 0 {
+            return;
+        }
+        self.segs.clear();
+        self.segs.push((0, n));
+        match pre {
+            PreTokenizer::Gpt2 => self.stage(gpt2),
+            PreTokenizer::Smollm => {
+                self.stage(|c, s, e, o| matches_and_gaps(c, s, e, o, each_number));
+                self.stage(gpt2);
+            }
+            PreTokenizer::Llama3 => self.stage(|c, s, e, o| llama3(c, s, e, 3, o)),
+            PreTokenizer::Qwen2 => self.stage(|c, s, e, o| llama3(c, s, e, 1, o)),
+            PreTokenizer::Default => {
+                self.stage(|c, s, e, o| matches_and_gaps(c, s, e, o, punct_run));
+                self.stage(gpt2);
+                self.stage(|c, s, e, o| matches_and_gaps(c, s, e, o, number_run));
+                self.stage(|c, s, e, o| matches_and_gaps(c, s, e, o, ascii_digit_triple));
+            }
+        }
+        for &(s, e) in &self.segs {
+            let a = self.cps[s as usize].at as usize;
+            let b = match self.cps.get(e as usize) {
+                Some(c) => c.at as usize,
+                None => text.len(),
+            };
+            word(a, b);
+        }
+    }
+
+    /// Runs one stage over every current segment.
+    fn stage(&mut self, f: impl Fn(&[Cp], usize, usize, &mut Vec<(u32, u32)>)) {
+        self.next.clear();
+        for &(s, e) in &self.segs {
+            f(&self.cps, s as usize, e as usize, &mut self.next);
+        }
+        core::mem::swap(&mut self.segs, &mut self.next);
+    }
+}
+
+/// Emits segments that end at given positions, each starting where the previous ended.
+struct Cuts<'o> {
+    out: &'o mut Vec<(u32, u32)>,
+    prev: usize,
+}
+
+impl Cuts<'_> {
+    #[inline]
+    fn cut(&mut self, end: usize) {
+        if end > self.prev {
+            self.out.push((self.prev as u32, end as u32));
+        }
+        self.prev = end;
+    }
+}
+
+/// A segment-bounded view: classes and code points past `end` read as "nothing".
+struct Seg<'c> {
+    cps: &'c [Cp],
+    end: usize,
+}
+
+impl Seg<'_> {
+    #[inline]
+    fn class(&self, i: usize) -> Option<Class> {
+        if i < self.end {
+            Some(self.cps[i].class)
+        } else {
+            None
+        }
+    }
+    #[inline]
+    fn cp(&self, i: usize) -> Option<u32> {
+        if i < self.end {
+            Some(self.cps[i].cp)
+        } else {
+            None
+        }
+    }
+    #[inline]
+    fn is(&self, i: usize, class: Class) -> bool {
+        self.class(i) == Some(class)
+    }
+    /// `[^\s\p{L}\p{N}]` at `i`.
+    #[inline]
+    fn is_other(&self, i: usize) -> bool {
+        matches!(self.class(i), Some(c) if c.is_other())
+    }
+}
+
+/// `'s|'t|'re|'ve|'m|'ll|'d` at `pos` (optionally case-insensitive): the length matched.
+#[inline]
+fn contraction(seg: &Seg, pos: usize, any_case: bool) -> Option<usize> {
+    if seg.cp(pos) != Some('\'' as u32) {
+        return None;
+    }
+    let low = |c: Option<u32>| match c {
+        Some(c) if any_case => Some(unicode_ascii_lower(c)),
+        c => c,
+    };
+    let a = low(seg.cp(pos + 1))?;
+    if matches!(char::from_u32(a), Some('s' | 't' | 'm' | 'd')) {
+        return Some(2);
+    }
+    let b = low(seg.cp(pos + 2))?;
+    match (char::from_u32(a), char::from_u32(b)) {
+        (Some('r'), Some('e')) | (Some('v'), Some('e')) | (Some('l'), Some('l')) => Some(3),
+        _ => None,
+    }
+}
+
+/// Lowercase for the contraction letters. llama.cpp lowercases with full Unicode tables, but
+/// no non-ASCII code point lowercases to one of `s t m d r e v l`, so ASCII is enough.
+#[inline]
+fn unicode_ascii_lower(c: u32) -> u32 {
+    if (b'A' as u32..=b'Z' as u32).contains(&c) {
+        c + 32
+    } else {
+        c
+    }
+}
+
+/// GPT-2's pattern over `cps[start..end]`.
+fn gpt2(cps: &[Cp], start: usize, end: usize, out: &mut Vec<(u32, u32)>) {
+    let seg = Seg { cps, end };
+    let mut cuts = Cuts { out, prev: start };
+    let mut pos = start;
+    while pos < end {
+        if let Some(n) = contraction(&seg, pos, false) {
+            pos += n;
+            cuts.cut(pos);
+            continue;
+        }
+        let space = cps[pos].cp == ' ' as u32;
+        // ` ?X+`: with a leading space, X is judged from the next code point.
+        let lead = if space { pos + 1 } else { pos };
+        match seg.class(lead) {
+            Some(Class::Letter) => {
+                pos = lead;
+                while seg.is(pos, Class::Letter) {
+                    pos += 1;
+                }
+                cuts.cut(pos);
+                continue;
+            }
+            Some(Class::Number) => {
+                pos = lead;
+                while seg.is(pos, Class::Number) {
+                    pos += 1;
+                }
+                cuts.cut(pos);
+                continue;
+            }
+            Some(c) if c.is_other() => {
+                pos = lead;
+                while seg.is_other(pos) {
+                    pos += 1;
+                }
+                cuts.cut(pos);
+                continue;
+            }
+            _ => {}
+        }
+        let mut n = 0;
+        while seg.is(pos + n, Class::Space) {
+            n += 1;
+        }
+        if n > 1 && pos + n < end {
+            // `\s+(?!\S)`: leave the last space to lead the next word.
+            pos += n - 1;
+        } else if n > 0 {
+            pos += n;
+        } else {
+            pos += 1;
+        }
+        cuts.cut(pos);
+    }
+}
+
+/// Llama 3's pattern over `cps[start..end]`, digits in runs of up to `max_digits`.
+fn llama3(cps: &[Cp], start: usize, end: usize, max_digits: usize, out: &mut Vec<(u32, u32)>) {
+    let seg = Seg { cps, end };
+    let mut cuts = Cuts { out, prev: start };
+    let mut pos = start;
+    while pos < end {
+        if let Some(n) = contraction(&seg, pos, true) {
+            pos += n;
+            cuts.cut(pos);
+            continue;
+        }
+        let c = cps[pos];
+        let newline = c.cp == '\r' as u32 || c.cp == '\n' as u32;
+        // `[^\r\n\p{L}\p{N}]?\p{L}+`
+        if !newline
+            && c.class != Class::Number
+            && (c.class == Class::Letter || seg.is(pos + 1, Class::Letter))
+        {
+            pos += 1;
+            while seg.is(pos, Class::Letter) {
+                pos += 1;
+            }
+            cuts.cut(pos);
+            continue;
+        }
+        // `\p{N}{1,max}`
+        if c.class == Class::Number {
+            let mut run = 0;
+            while seg.is(pos, Class::Number) {
+                pos += 1;
+                run += 1;
+                if run == max_digits {
+                    cuts.cut(pos);
+                    run = 0;
+                }
+            }
+            cuts.cut(pos);
+            continue;
+        }
+        // ` ?[^\s\p{L}\p{N}]+[\r\n]*`
+        let lead = if c.cp == ' ' as u32 { pos + 1 } else { pos };
+        if seg.is_other(lead) {
+            pos = lead;
+            while seg.is_other(pos) {
+                pos += 1;
+            }
+            while matches!(seg.cp(pos), Some(0x0A | 0x0D)) {
+                pos += 1;
+            }
+            cuts.cut(pos);
+            continue;
+        }
+        // `\s*[\r\n]+`, `\s+(?!\S)`, `\s+`
+        let mut n = 0;
+        let mut after_last_newline = None;
+        while seg.is(pos + n, Class::Space) {
+            if matches!(seg.cp(pos + n), Some(0x0A | 0x0D)) {
+                after_last_newline = Some(pos + n + 1);
+            }
+            n += 1;
+        }
+        if let Some(e) = after_last_newline {
+            pos = e;
+        } else if n > 1 && pos + n < end {
+            pos += n - 1;
+        } else if n > 0 {
+            pos += n;
+        } else {
+            pos += 1;
+        }
+        cuts.cut(pos);
+    }
+}
+
+/// A pattern that either matches at `pos` (returning the end) or not: a regex searched
+/// leftmost-first, matches and the gaps between them both becoming segments.
+fn matches_and_gaps(
+    cps: &[Cp],
+    start: usize,
+    end: usize,
+    out: &mut Vec<(u32, u32)>,
+    matcher: fn(&Seg, usize) -> Option<usize>,
+) {
+    let seg = Seg { cps, end };
+    let mut cuts = Cuts { out, prev: start };
+    let mut pos = start;
+    while pos < end {
+        match matcher(&seg, pos) {
+            Some(e) => {
+                cuts.cut(pos);
+                cuts.cut(e);
+                pos = e;
+            }
+            None => pos += 1,
+        }
+    }
+    cuts.cut(end);
+}
+
+/// `\p{N}`: one number.
+fn each_number(seg: &Seg, pos: usize) -> Option<usize> {
+    seg.is(pos, Class::Number).then_some(pos + 1)
+}
+
+/// `\p{N}+`.
+fn number_run(seg: &Seg, pos: usize) -> Option<usize> {
+    let mut e = pos;
+    while seg.is(e, Class::Number) {
+        e += 1;
+    }
+    (e > pos).then_some(e)
+}
+
+/// `[\p{P}\$\+<=>\^~\|]+` as llama.cpp's collapsed regex sees it: ASCII punctuation and
+/// symbols except the backtick, and non-ASCII punctuation.
+fn punct_run(seg: &Seg, pos: usize) -> Option<usize> {
+    let is = |i: usize| match seg.cp(i) {
+        Some(c) if c < 128 => {
+            (0x21..=0x7E).contains(&c) && !(c as u8).is_ascii_alphanumeric() && c != '`' as u32
+        }
+        Some(_) => seg.is(i, Class::Punct),
+        None => false,
+    };
+    let mut e = pos;
+    while is(e) {
+        e += 1;
+    }
+    (e > pos).then_some(e)
+}
+
+/// `[0-9][0-9][0-9]`.
+fn ascii_digit_triple(seg: &Seg, pos: usize) -> Option<usize> {
+    let d = |i: usize| matches!(seg.cp(i), Some(c) if (b'0' as u32..=b'9' as u32).contains(&c));
+    (d(pos) && d(pos + 1) && d(pos + 2)).then_some(pos + 3)
+}

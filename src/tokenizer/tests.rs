@@ -1,0 +1,476 @@
+//! Tokenizer tests against llama.cpp's ids (`shared/reference`), never against ourselves.
+
+use super::*;
+use crate::json::Reader;
+use alloc::boxed::Box;
+use alloc::string::String;
+use alloc::vec;
+use std::fs;
+
+const SHARED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared");
+
+fn read(rel: &str) -> Vec<u8> {
+    let path = std::format!("{SHARED}/{rel}");
+    fs::read(&path).unwrap_or_else(|e| panic!("test needs {path}: {e}"))
+}
+
+fn load(rel: &str) -> Tokenizer {
+    let bytes = read(rel);
+    let g = Gguf::parse(&bytes).unwrap_or_else(|e| panic!("{rel}: {e}"));
+    Tokenizer::from_gguf(&g).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+/// One reference row: the text, llama.cpp's plain ids and its ids with special tokens parsed.
+struct Row {
+    text: String,
+    ids: Vec<u32>,
+    ids_special: Vec<u32>,
+}
+
+fn read_ids(r: &mut Reader) -> Vec<u32> {
+    let mut v = Vec::new();
+    r.begin_array().unwrap();
+    while r.next_item().unwrap() {
+        v.push(r.read_u64().unwrap() as u32);
+    }
+    v
+}
+
+fn read_texts(r: &mut Reader) -> Vec<String> {
+    let mut v = Vec::new();
+    r.begin_array().unwrap();
+    while r.next_item().unwrap() {
+        let mut s = String::new();
+        r.read_str().unwrap().decode_into(&mut s).unwrap();
+        v.push(s);
+    }
+    v
+}
+
+/// `[{"ids": [...], "ids_special": [...], "text"?: "..."}]`
+fn read_rows(r: &mut Reader, texts: &[String]) -> Vec<Row> {
+    let mut rows = Vec::new();
+    r.begin_array().unwrap();
+    while r.next_item().unwrap() {
+        let mut row = Row {
+            text: String::new(),
+            ids: vec![],
+            ids_special: vec![],
+        };
+        r.begin_object().unwrap();
+        while let Some(k) = r.next_key().unwrap() {
+            if k.eq_str("ids") {
+                row.ids = read_ids(r);
+            } else if k.eq_str("ids_special") {
+                row.ids_special = read_ids(r);
+            } else if k.eq_str("text") {
+                r.read_str().unwrap().decode_into(&mut row.text).unwrap();
+            } else {
+                r.skip_value().unwrap();
+            }
+        }
+        if let Some(t) = texts.get(rows.len()) {
+            row.text = t.clone();
+        }
+        rows.push(row);
+    }
+    rows
+}
+
+/// `vocab-reference.json`: per vocabulary file, a row per corpus text.
+fn vocab_reference() -> Vec<(String, Vec<Row>)> {
+    let json = read("reference/vocab-reference.json");
+    let mut r = Reader::new(&json).unwrap();
+    let mut texts = Vec::new();
+    let mut files = Vec::new();
+    r.begin_object().unwrap();
+    while let Some(k) = r.next_key().unwrap() {
+        if k.eq_str("texts") {
+            texts = read_texts(&mut r);
+        } else if k.eq_str("files") {
+            r.begin_object().unwrap();
+            while let Some(name) = r.next_key().unwrap() {
+                let name = String::from(name.as_str().unwrap());
+                files.push((name, read_rows(&mut r, &[])));
+            }
+        } else {
+            r.skip_value().unwrap();
+        }
+    }
+    assert_eq!(texts.len(), 631);
+    for (_, rows) in &mut files {
+        assert_eq!(rows.len(), texts.len());
+        for (row, t) in rows.iter_mut().zip(&texts) {
+            row.text = t.clone();
+        }
+    }
+    files
+}
+
+/// `smollm2-q4_1.json` `tokenize`.
+fn smollm2_reference() -> Vec<Row> {
+    let json = read("reference/smollm2-q4_1.json");
+    let mut r = Reader::new(&json).unwrap();
+    let mut rows = Vec::new();
+    r.begin_object().unwrap();
+    while let Some(k) = r.next_key().unwrap() {
+        if k.eq_str("tokenize") {
+            rows = read_rows(&mut r, &[]);
+        } else {
+            r.skip_value().unwrap();
+        }
+    }
+    assert_eq!(rows.len(), 631);
+    rows
+}
+
+/// Encodes every row both ways; returns a description of each mismatch.
+fn mismatches(tok: &Tokenizer, rows: &[Row]) -> Vec<String> {
+    let mut work = Work::default();
+    let mut bad = Vec::new();
+    let mut out = Vec::new();
+    for (i, row) in rows.iter().enumerate() {
+        for (special, want) in [(false, &row.ids), (true, &row.ids_special)] {
+            out.clear();
+            tok.encode_with(&mut work, &row.text, false, special, &mut out)
+                .unwrap();
+            if &out != want {
+                let at = out
+                    .iter()
+                    .zip(want.iter())
+                    .position(|(a, b)| a != b)
+                    .unwrap_or(out.len().min(want.len()));
+                let lo = at.saturating_sub(3);
+                bad.push(std::format!(
+                    "text #{i} special={special} {:?}: first difference at id {at}: got {:?} want {:?}",
+                    row.text.chars().take(60).collect::<String>(),
+                    &out[lo..(at + 4).min(out.len())],
+                    &want[lo..(at + 4).min(want.len())],
+                ));
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn vocab_files_match_llama_cpp() {
+    let mut failures = Vec::new();
+    for (name, rows) in vocab_reference() {
+        let tok = load(&std::format!("models/vocab/{name}"));
+        let bad = mismatches(&tok, &rows);
+        std::println!(
+            "{name}: {} of {} encodings differ",
+            bad.len(),
+            rows.len() * 2
+        );
+        for b in bad.iter().take(5) {
+            std::println!("  {b}");
+        }
+        failures.extend(bad.into_iter().map(|b| std::format!("{name}: {b}")));
+    }
+    assert!(failures.is_empty(), "{} mismatches", failures.len());
+}
+
+#[test]
+fn smollm2_file_matches_llama_cpp() {
+    let tok = load("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let rows = smollm2_reference();
+    let bad = mismatches(&tok, &rows);
+    for b in bad.iter().take(10) {
+        std::println!("{b}");
+    }
+    assert!(
+        bad.is_empty(),
+        "{} of {} encodings differ",
+        bad.len(),
+        rows.len() * 2
+    );
+}
+
+#[test]
+fn smollm2_decode_inverts_encode() {
+    let tok = load("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let rows = smollm2_reference();
+    let mut ids = Vec::new();
+    let mut text = Vec::new();
+    let mut streamed = Vec::new();
+    for row in &rows {
+        ids.clear();
+        tok.encode(&row.text, false, false, &mut ids).unwrap();
+        text.clear();
+        tok.decode(&ids, false, &mut text).unwrap();
+        assert_eq!(text, row.text.as_bytes(), "{:?}", row.text);
+        // Streaming: every chunk is whole UTF-8, and the chunks add up to the text.
+        let mut s = StreamDecoder::new();
+        streamed.clear();
+        for &id in &ids {
+            let before = streamed.len();
+            s.push(&tok, id, false, &mut streamed).unwrap();
+            assert!(
+                core::str::from_utf8(&streamed[before..]).is_ok(),
+                "{:?}",
+                row.text
+            );
+        }
+        s.finish(&mut streamed);
+        assert_eq!(streamed, row.text.as_bytes());
+    }
+}
+
+#[test]
+fn special_tokens_and_bos() {
+    let smol = load("models/vocab/vocab-bpe-smollm.gguf");
+    assert_eq!(smol.token_id("<|im_start|>"), Some(1));
+    assert_eq!(smol.eot(), Some(2)); // <|im_end|>
+    assert!(smol.is_eog(0) && smol.is_eog(2) && !smol.is_eog(1));
+    assert!(!smol.add_bos());
+    assert!(smol.is_control(1));
+    let mut ids = Vec::new();
+    smol.encode("<|im_start|>user", true, true, &mut ids)
+        .unwrap();
+    assert_eq!(ids[0], 1);
+    ids.clear();
+    smol.encode("<|im_start|>", false, false, &mut ids).unwrap();
+    assert!(ids.len() > 1);
+    let mut text = Vec::new();
+    smol.decode(&[1, 2], false, &mut text).unwrap();
+    assert!(text.is_empty());
+    smol.decode(&[1, 2], true, &mut text).unwrap();
+    assert_eq!(text, b"<|im_start|><|im_end|>");
+    assert_eq!(
+        smol.decode(&[49152], true, &mut text).unwrap_err().status,
+        Status::InvalidArgument
+    );
+
+    let gemma = load("models/vocab/vocab-spm-gemma3.gguf");
+    assert!(gemma.add_bos());
+    assert_eq!(gemma.bos(), Some(2));
+    ids.clear();
+    gemma.encode("Hello", true, false, &mut ids).unwrap();
+    assert_eq!(ids[0], 2);
+    let turn = gemma.token_id("<end_of_turn>").unwrap();
+    assert!(gemma.is_eog(turn));
+    ids.clear();
+    gemma
+        .encode(
+            "<start_of_turn>user\nHi<end_of_turn>",
+            false,
+            true,
+            &mut ids,
+        )
+        .unwrap();
+    assert_eq!(ids[0], gemma.token_id("<start_of_turn>").unwrap());
+    assert_eq!(*ids.last().unwrap(), turn);
+}
+
+/// A piece that ends inside a character is held back until the character completes.
+#[test]
+fn stream_decoder_holds_back_partial_utf8() {
+    let gemma = load("models/vocab/vocab-spm-gemma3.gguf");
+    // "é" = C3 A9, as two byte tokens.
+    let c3 = gemma.token_id("<0xC3>").unwrap();
+    let a9 = gemma.token_id("<0xA9>").unwrap();
+    let mut s = StreamDecoder::new();
+    let mut out = Vec::new();
+    s.push(&gemma, c3, false, &mut out).unwrap();
+    assert!(out.is_empty() && s.has_pending());
+    s.push(&gemma, a9, false, &mut out).unwrap();
+    assert_eq!(out, "é".as_bytes());
+    // A lone continuation byte can never complete: it is passed on.
+    out.clear();
+    s.push(&gemma, a9, false, &mut out).unwrap();
+    assert_eq!(out, [0xA9]);
+    // An incomplete sequence at the end comes out on finish.
+    out.clear();
+    s.push(&gemma, c3, false, &mut out).unwrap();
+    assert!(out.is_empty());
+    s.finish(&mut out);
+    assert_eq!(out, [0xC3]);
+}
+
+#[test]
+fn incomplete_tail_cases() {
+    assert_eq!(incomplete_tail(b"abc"), 0);
+    assert_eq!(incomplete_tail(&[b'a', 0xE2]), 1);
+    assert_eq!(incomplete_tail(&[0xE2, 0x82]), 2);
+    assert_eq!(incomplete_tail(&[0xE2, 0x82, 0xAC]), 0);
+    assert_eq!(incomplete_tail(&[0xF0, 0x9F, 0x98]), 3);
+    assert_eq!(incomplete_tail(&[0xED, 0xA0]), 0); // would be a surrogate
+    assert_eq!(incomplete_tail(&[0xC0]), 0); // never valid
+    assert_eq!(incomplete_tail(&[0x80, 0x80, 0x80]), 0);
+}
+
+/// Metadata entries `(key, value type, value bytes)` of a built GGUF file.
+type Kvs<'k> = Vec<(&'k str, u32, Vec<u8>)>;
+/// A named change to a built file.
+type Case = (&'static str, Box<dyn Fn(&mut Kvs)>);
+
+/// Files without a usable vocabulary fail with a named error, never a panic.
+#[test]
+fn hostile_vocabularies_fail_cleanly() {
+    // The tiny models have `tokenizer.ggml.model = none`.
+    let bytes = read("models/tiny/tiny-llama-F32.gguf");
+    let g = Gguf::parse(&bytes).unwrap();
+    let e = Tokenizer::from_gguf(&g).unwrap_err();
+    assert_eq!(e.status, Status::Unsupported, "{e}");
+
+    // A built file: good BPE vocabulary, then variants.
+    let base = |patch: &dyn Fn(&mut Kvs)| -> Result<Tokenizer> {
+        let mut kvs: Kvs = vec![
+            ("tokenizer.ggml.model", 8, gstr("gpt2")),
+            ("tokenizer.ggml.pre", 8, gstr("smollm")),
+            (
+                "tokenizer.ggml.tokens",
+                9,
+                str_array(&["a", "b", "ab", "Ġ", "<s>"]),
+            ),
+            ("tokenizer.ggml.token_type", 9, i32_array(&[1, 1, 1, 1, 3])),
+            ("tokenizer.ggml.merges", 9, str_array(&["a b"])),
+            (
+                "tokenizer.ggml.bos_token_id",
+                4,
+                4u32.to_le_bytes().to_vec(),
+            ),
+        ];
+        patch(&mut kvs);
+        let file = gguf_file(&kvs);
+        let g = Gguf::parse(&file)?;
+        Tokenizer::from_gguf(&g)
+    };
+    let tok = base(&|_| {}).unwrap();
+    let mut ids = Vec::new();
+    tok.encode("ab a", false, false, &mut ids).unwrap();
+    assert_eq!(ids, [2, 3, 0]);
+    ids.clear();
+    tok.encode("<s>ab", false, true, &mut ids).unwrap();
+    assert_eq!(ids, [4, 2]);
+
+    let cases: Vec<Case> = vec![
+        (
+            "missing tokens",
+            Box::new(|k| k.retain(|e| e.0 != "tokenizer.ggml.tokens")),
+        ),
+        (
+            "missing merges",
+            Box::new(|k| k.retain(|e| e.0 != "tokenizer.ggml.merges")),
+        ),
+        (
+            "tokens not strings",
+            Box::new(|k| k[2].2 = i32_array(&[1, 2])),
+        ),
+        ("empty vocabulary", Box::new(|k| k[2].2 = str_array(&[]))),
+        (
+            "duplicate token",
+            Box::new(|k| k[2].2 = str_array(&["a", "b", "a", "Ġ", "<s>"])),
+        ),
+        (
+            "short token_type",
+            Box::new(|k| k[3].2 = i32_array(&[1, 1])),
+        ),
+        (
+            "token_type of strings",
+            Box::new(|k| k[3].2 = str_array(&["x", "x", "x", "x", "x"])),
+        ),
+        ("unknown pre", Box::new(|k| k[1].2 = gstr("nonesuch"))),
+        ("unknown model", Box::new(|k| k[0].2 = gstr("rwkv"))),
+        (
+            "model not a string",
+            Box::new(|k| k[0] = ("tokenizer.ggml.model", 4, 7u32.to_le_bytes().to_vec())),
+        ),
+        (
+            "add_bos without bos",
+            Box::new(|k| {
+                k.retain(|e| e.0 != "tokenizer.ggml.bos_token_id");
+                k[1].2 = gstr("llama-bpe"); // implies add_bos; default BOS 11 is out of range
+            }),
+        ),
+    ];
+    for (what, patch) in &cases {
+        match base(patch.as_ref()) {
+            Ok(_) => panic!("{what}: loaded"),
+            Err(e) => std::println!("{what}: {e}"),
+        }
+    }
+    // Out-of-range special ids are ignored, as llama.cpp does.
+    let tok = base(&|k| k[5].2 = 99u32.to_le_bytes().to_vec()).unwrap();
+    assert_eq!(tok.bos(), None);
+}
+
+/// Random bytes never panic the encoder, and BPE output decodes back to the input.
+#[test]
+fn random_text_roundtrips() {
+    let tok = load("models/vocab/vocab-bpe-default.gguf");
+    let qwen = load("models/vocab/vocab-bpe-qwen2.gguf");
+    let gemma = load("models/vocab/vocab-spm-gemma3.gguf");
+    let mut state = 0x1234_5678_9ABC_DEF1u64;
+    let mut rnd = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let alphabet = [
+        'a', 'Z', ' ', ' ', '\n', '\t', '7', '\'', 's', '.', 'é', '日', '🙂', '\u{300}', '\u{a0}',
+        '<', '|', '>',
+    ];
+    let mut ids = Vec::new();
+    let mut back = Vec::new();
+    for _ in 0..300 {
+        let len = (rnd() % 40) as usize;
+        let s: String = (0..len)
+            .map(|_| alphabet[(rnd() % alphabet.len() as u64) as usize])
+            .collect();
+        for t in [&tok, &qwen] {
+            ids.clear();
+            t.encode(&s, false, false, &mut ids).unwrap();
+            back.clear();
+            t.decode(&ids, false, &mut back).unwrap();
+            assert_eq!(back, s.as_bytes(), "{s:?}");
+        }
+        ids.clear();
+        gemma.encode(&s, true, true, &mut ids).unwrap();
+        back.clear();
+        gemma.decode(&ids, false, &mut back).unwrap();
+        assert_eq!(back, s.as_bytes(), "{s:?}");
+    }
+}
+
+// ---- a tiny GGUF writer for the hostile cases ---------------------------------------------
+
+fn gstr(s: &str) -> Vec<u8> {
+    let mut v = (s.len() as u64).to_le_bytes().to_vec();
+    v.extend(s.as_bytes());
+    v
+}
+fn str_array(items: &[&str]) -> Vec<u8> {
+    let mut v = 8u32.to_le_bytes().to_vec();
+    v.extend((items.len() as u64).to_le_bytes());
+    for s in items {
+        v.extend(gstr(s));
+    }
+    v
+}
+fn i32_array(items: &[i32]) -> Vec<u8> {
+    let mut v = 5u32.to_le_bytes().to_vec();
+    v.extend((items.len() as u64).to_le_bytes());
+    for x in items {
+        v.extend(x.to_le_bytes());
+    }
+    v
+}
+fn gguf_file(kvs: &[(&str, u32, Vec<u8>)]) -> Vec<u8> {
+    let mut f = b"GGUF".to_vec();
+    f.extend(3u32.to_le_bytes());
+    f.extend(0u64.to_le_bytes());
+    f.extend((kvs.len() as u64).to_le_bytes());
+    for (k, ty, v) in kvs {
+        f.extend(gstr(k));
+        f.extend(ty.to_le_bytes());
+        f.extend(v);
+    }
+    while !f.len().is_multiple_of(32) {
+        f.push(0);
+    }
+    f
+}
