@@ -419,7 +419,7 @@ impl<'a> Embedder<'a> {
             *o = a * inv_n;
         }
         if self.config.normalize {
-            let norm = out.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt() as f32;
+            let norm = libm::sqrt(out.iter().map(|&x| x as f64 * x as f64).sum::<f64>()) as f32;
             let inv = 1.0 / (norm + 1e-32);
             for o in out.iter_mut() {
                 *o *= inv;

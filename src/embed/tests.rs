@@ -339,3 +339,66 @@ fn bad_inputs_are_errors() {
         assert_eq!(err.status, Status::InvalidUtf8);
     }
 }
+
+/// CPU time of this thread in seconds (`/proc/thread-self/schedstat`, also readable from
+/// inside Node's WASI with `/` preopened), so a busy machine does not skew the figures.
+fn cpu_seconds() -> f64 {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+    text.split_whitespace()
+        .next()
+        .and_then(|t| t.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        / 1e9
+}
+
+/// Throughput on the corpus and on short sentences, per CPU second of this thread (not a test:
+/// `cargo test --release -p wasmind --lib bench_corpus -- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn bench_corpus() {
+    let corpus: StdVec<String> = reference("m2v-minilm-256")
+        .rows
+        .into_iter()
+        .map(|r| r.text)
+        .collect();
+    let corpus: StdVec<&str> = corpus.iter().map(|t| t.as_str()).collect();
+    let short: StdVec<&str> = [
+        "the cat sat on the mat",
+        "a feline rested upon the rug",
+        "Hello, world!",
+        "What powers the sun and stars?",
+    ]
+    .into();
+    for name in ["m2v-minilm-256", "m2v-minilm-128-vq"] {
+        let files = model_files(name);
+        let e = Embedder::load(&files.safetensors, &files.tokenizer, &files.config).unwrap();
+        let mut s = Scratch::new();
+        let mut out = vec![0f32; e.dim()];
+        let mut ids = Vec::new();
+        for (label, texts) in [("corpus", &corpus), ("short", &short)] {
+            let nbytes: usize = texts.iter().map(|t| t.len()).sum();
+            for mode in ["ids", "embed"] {
+                let t0 = cpu_seconds();
+                let mut n = 0usize;
+                while cpu_seconds() - t0 < 1.0 {
+                    for _ in 0..(2000 / texts.len()).max(1) {
+                        for t in texts.iter() {
+                            if mode == "ids" {
+                                e.encode_ids(t, &mut s, &mut ids).unwrap();
+                            } else {
+                                e.embed(t, &mut s, &mut out).unwrap();
+                            }
+                        }
+                        n += 1;
+                    }
+                }
+                let secs = cpu_seconds() - t0;
+                std::eprintln!(
+                    "{name} {label} {mode}: {:.0} texts/s, {:.1} MB/s",
+                    (n * texts.len()) as f64 / secs,
+                    (n * nbytes) as f64 / secs / 1e6
+                );
+            }
+        }
+    }
+}

@@ -14,7 +14,7 @@
 //! The normalizer, pre-tokenizer and model are enums so that Unigram + Metaspace can join;
 //! anything else in a file is refused with `Status::Unsupported` naming it.
 
-use super::wordpiece::{PieceTable, WordPiece};
+use super::wordpiece::{PieceTable, WORD_PADDING, WordPiece};
 use crate::error::{Result, Status};
 use crate::json::{Kind, Reader, Str};
 use crate::unicode::{self, bert};
@@ -98,8 +98,10 @@ pub struct Tokenizer {
 /// Reusable buffers for [`Tokenizer::encode`]; they grow once and are then reused.
 #[derive(Default)]
 pub struct Scratch {
-    /// The current word, UTF-8, normalized.
+    /// The current word, UTF-8, normalized: `word[..word_len]`; the buffer has a fixed length
+    /// (the longest word kept, plus padding for 8-byte reads).
     word: Vec<u8>,
+    word_len: usize,
     word_chars: usize,
     /// Non-starters waiting for canonical reordering: (code point, combining class).
     run: Vec<(u32, u8)>,
@@ -420,10 +422,11 @@ impl Tokenizer {
         // The vocabulary, split into word-initial and continuation pieces. `lengths` collects the
         // length in code points of every distinct token (vocabulary and added tokens, as
         // `get_vocab()` lists them) for the median.
-        let total_bytes: usize = spec.vocab.iter().map(|(s, _)| s.raw_len()).sum();
-        let mut initial = PieceTable::with_capacity(spec.vocab.len(), total_bytes)?;
-        let mut continuation = PieceTable::with_capacity(spec.vocab.len(), total_bytes)?;
-        let mut all = PieceTable::with_capacity(spec.vocab.len() + added.len(), total_bytes)?;
+        let mut initial = PieceTable::with_capacity(spec.vocab.len())?;
+        let mut continuation = PieceTable::with_capacity(spec.vocab.len())?;
+        let mut all = PieceTable::with_capacity(spec.vocab.len() + added.len())?;
+        // The table skips the empty token; the median still counts it.
+        let mut has_empty = false;
         let mut lengths: Vec<usize> = Vec::new();
         lengths
             .try_reserve(spec.vocab.len() + added.len())
@@ -431,6 +434,7 @@ impl Tokenizer {
         let mut id_bound = 0u32;
         for (piece, id) in &spec.vocab {
             let bytes = bytes_of(piece, &mut buf)?;
+            has_empty |= bytes.is_empty();
             initial.insert(bytes, *id)?;
             if let Some(rest) = bytes.strip_prefix(prefix) {
                 continuation.insert(rest, *id)?;
@@ -443,6 +447,7 @@ impl Tokenizer {
         let mut added_first = [false; 256];
         for t in added {
             let bytes = bytes_of(&t.content, &mut buf)?;
+            has_empty |= bytes.is_empty();
             all.insert(bytes, t.id)?;
             id_bound = id_bound.max(t.id + 1);
             if bytes.is_empty() {
@@ -480,8 +485,11 @@ impl Tokenizer {
         // Every distinct token once (a later duplicate replaced an earlier one in `all`).
         lengths.extend(
             all.keys()
-                .map(|k| core::str::from_utf8(k).map_or(0, |s| s.chars().count())),
+                .map(|k| core::str::from_utf8(&k).map_or(0, |s| s.chars().count())),
         );
+        if has_empty {
+            lengths.push(0);
+        }
         let median_token_length = median(&mut lengths);
 
         let unk_id = match &spec.unk_token {
@@ -574,18 +582,21 @@ impl Tokenizer {
         let max_chars = match &self.model {
             Model::WordPiece(wp) => wp.max_input_chars_per_word,
         };
-        let word_cap = (max_chars + 1) * 4;
-        if s.word.capacity() < word_cap {
+        // A kept word has at most `max_chars` characters of 4 bytes; one more for a
+        // punctuation word, and padding for 8-byte reads.
+        let word_cap = (max_chars + 1) * 4 + WORD_PADDING;
+        if s.word.len() < word_cap {
             s.word
-                .try_reserve(word_cap)
+                .try_reserve_exact(word_cap - s.word.len())
                 .map_err(|_| err!(Status::OutOfMemory, "word buffer"))?;
+            s.word.resize(word_cap, 0);
         }
         if s.hashes.capacity() < word_cap + 1 {
             s.hashes
                 .try_reserve(word_cap + 1)
                 .map_err(|_| err!(Status::OutOfMemory, "hash buffer"))?;
         }
-        s.word.clear();
+        s.word_len = 0;
         s.word_chars = 0;
         s.run.clear();
         let bytes = text.as_bytes();
@@ -650,13 +661,13 @@ impl Tokenizer {
                     AsciiAction::Word => {
                         s.word_chars += 1;
                         if s.word_chars <= wp.max_input_chars_per_word {
-                            s.word.push(self.ascii_out[b as usize]);
+                            s.push_byte(self.ascii_out[b as usize]);
                         }
                     }
                     AsciiAction::Space => self.end_word(wp, limit, s, ids)?,
                     AsciiAction::Punct => {
                         self.end_word(wp, limit, s, ids)?;
-                        s.word.push(self.ascii_out[b as usize]);
+                        s.push_byte(self.ascii_out[b as usize]);
                         s.word_chars = 1;
                         self.end_word(wp, limit, s, ids)?;
                     }
@@ -804,14 +815,14 @@ impl Tokenizer {
             }
             if f & bert::PUNCT != 0 {
                 self.end_word(wp, limit, s, ids)?;
-                push_char(&mut s.word, cp);
+                s.push_char(cp);
                 s.word_chars = 1;
                 return self.end_word(wp, limit, s, ids);
             }
         }
         s.word_chars += 1;
         if s.word_chars <= wp.max_input_chars_per_word {
-            push_char(&mut s.word, cp);
+            s.push_char(cp);
         }
         Ok(())
     }
@@ -825,11 +836,11 @@ impl Tokenizer {
         if ids.len() >= limit {
             return Err(Stop::Full);
         }
-        if ids.try_reserve(s.word.len() + 1).is_err() {
+        if ids.try_reserve(s.word_len + 1).is_err() {
             return Err(Stop::OutOfMemory);
         }
-        wp.tokenize(&s.word, s.word_chars, &mut s.hashes, ids);
-        s.word.clear();
+        wp.tokenize(&s.word, s.word_len, s.word_chars, &mut s.hashes, ids);
+        s.word_len = 0;
         s.word_chars = 0;
         if ids.len() >= limit {
             Err(Stop::Full)
@@ -881,9 +892,22 @@ fn decode(b: &[u8]) -> u32 {
     }
 }
 
-#[inline(always)]
-fn push_char(word: &mut Vec<u8>, cp: u32) {
-    let mut buf = [0u8; 4];
-    let ch = char::from_u32(cp).unwrap_or('\u{FFFD}');
-    word.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
+impl Scratch {
+    /// Appends one byte to the word (the buffer was sized for the longest kept word).
+    #[inline(always)]
+    fn push_byte(&mut self, b: u8) {
+        if let Some(slot) = self.word.get_mut(self.word_len) {
+            *slot = b;
+            self.word_len += 1;
+        }
+    }
+
+    #[inline(always)]
+    fn push_char(&mut self, cp: u32) {
+        let mut buf = [0u8; 4];
+        let ch = char::from_u32(cp).unwrap_or('\u{FFFD}');
+        for &b in ch.encode_utf8(&mut buf).as_bytes() {
+            self.push_byte(b);
+        }
+    }
 }
