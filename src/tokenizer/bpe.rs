@@ -13,7 +13,7 @@ use alloc::collections::BinaryHeap;
 use alloc::vec::Vec;
 use core::cmp::Reverse;
 
-use super::table::PairTable;
+use super::table::{PairTable, hash_bytes};
 
 /// A symbol that is no token of the vocabulary (never merges, emits nothing).
 pub const NONE: u32 = u32::MAX;
@@ -196,5 +196,95 @@ impl Merger {
             }
             i = self.next[i as usize];
         }
+    }
+}
+
+/// Remembers the ids of words already merged (text repeats its words: " the", " of", ...).
+/// Bounded: when full it starts over. Tied to one tokenizer through `owner`.
+#[derive(Default)]
+pub struct WordCache {
+    owner: u32,
+    /// Index + 1 into `entries`, 0 = empty; a power of two in length.
+    slots: Vec<u32>,
+    /// `(hash, key start, key end, ids start, ids end)` into `keys` / `ids`.
+    entries: Vec<(u64, u32, u32, u32, u32)>,
+    keys: Vec<u8>,
+    ids: Vec<u32>,
+}
+
+/// Most words remembered before the cache starts over.
+const CACHE_WORDS: usize = 1 << 13;
+/// Slots of a fresh cache (it doubles as it fills, up to `2 * CACHE_WORDS`), so that a
+/// short text does not pay for clearing a large table.
+const CACHE_FIRST_SLOTS: usize = 64;
+/// Longest word remembered, in bytes.
+pub const CACHE_MAX_WORD: usize = 64;
+
+impl WordCache {
+    /// Forgets everything unless the cache already belongs to tokenizer `owner`.
+    pub fn bind(&mut self, owner: u32) {
+        if self.owner != owner {
+            self.owner = owner;
+            self.clear();
+        }
+    }
+
+    fn clear(&mut self) {
+        self.slots.clear();
+        self.entries.clear();
+        self.keys.clear();
+        self.ids.clear();
+    }
+
+    /// The ids of `word`, if remembered.
+    #[inline]
+    pub fn get(&self, word: &[u8]) -> Option<&[u32]> {
+        let mask = self.slots.len().checked_sub(1)?;
+        let h = hash_bytes(word);
+        let mut i = h as usize & mask;
+        loop {
+            let e = *self.slots.get(i)?;
+            if e == 0 {
+                return None;
+            }
+            let (eh, ka, kb, ia, ib) = self.entries[e as usize - 1];
+            if eh == h && self.keys.get(ka as usize..kb as usize) == Some(word) {
+                return self.ids.get(ia as usize..ib as usize);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Remembers `ids` for `word` (not already present).
+    pub fn put(&mut self, word: &[u8], ids: &[u32]) {
+        if self.entries.len() >= CACHE_WORDS {
+            self.clear();
+        }
+        // Keep the load factor at most 1/2.
+        if (self.entries.len() + 1) * 2 > self.slots.len() {
+            let size = (self.slots.len() * 2).max(CACHE_FIRST_SLOTS);
+            self.slots.clear();
+            self.slots.resize(size, 0);
+            for e in 0..self.entries.len() {
+                let h = self.entries[e].0;
+                self.place(h, e as u32 + 1);
+            }
+        }
+        let h = hash_bytes(word);
+        let (ka, ia) = (self.keys.len() as u32, self.ids.len() as u32);
+        self.keys.extend_from_slice(word);
+        self.ids.extend_from_slice(ids);
+        self.entries
+            .push((h, ka, self.keys.len() as u32, ia, self.ids.len() as u32));
+        self.place(h, self.entries.len() as u32);
+    }
+
+    fn place(&mut self, h: u64, entry: u32) {
+        let mask = self.slots.len() - 1;
+        let mut i = h as usize & mask;
+        while self.slots[i] != 0 {
+            i = (i + 1) & mask;
+        }
+        self.slots[i] = entry;
     }
 }

@@ -164,7 +164,12 @@ pub struct Tokenizer {
     add_eos: bool,
     /// Tokens that end generation, sorted.
     eog: Vec<u32>,
+    /// Distinguishes tokenizers, so that a [`Work`]'s word cache is never used with another.
+    instance: u32,
 }
+
+/// Source of [`Tokenizer::instance`] numbers (0 is never handed out).
+static INSTANCES: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(1);
 
 impl core::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -458,6 +463,7 @@ impl Tokenizer {
             add_bos,
             add_eos,
             eog,
+            instance: INSTANCES.fetch_add(1, core::sync::atomic::Ordering::Relaxed),
         })
     }
 
@@ -563,33 +569,44 @@ impl Tokenizer {
             splitter,
             merger,
             spelled,
+            cache,
             ..
         } = work;
+        cache.bind(self.instance);
         let bytes = text.as_bytes();
         splitter.split(pre, text, |a, b| {
             let word = &bytes[a..b];
-            if ignore_merges {
+            if let [c] = word {
+                // One byte: its token if there is one (also what a whole-word lookup finds).
+                out.extend(Some(self.byte_token[*c as usize]).filter(|&id| id != bpe::NONE));
+                return;
+            }
+            let cacheable = word.len() <= bpe::CACHE_MAX_WORD;
+            if cacheable && let Some(ids) = cache.get(word) {
+                out.extend_from_slice(ids);
+                return;
+            }
+            let start = out.len();
+            let whole = if ignore_merges {
                 spelled.clear();
                 for &c in word {
                     bpe::push_byte_char(c, spelled);
                 }
-                if let Some(id) = self.by_text.get(&self.texts, spelled) {
-                    out.push(id);
-                    return;
-                }
+                self.by_text.get(&self.texts, spelled)
+            } else {
+                None
+            };
+            match whole {
+                Some(id) => out.push(id),
+                None => merger.merge(
+                    &self.merges,
+                    word.iter().map(|&c| self.byte_token[c as usize]),
+                    out,
+                ),
             }
-            if let [c] = word {
-                let id = self.byte_token[*c as usize];
-                if id != bpe::NONE {
-                    out.push(id);
-                }
-                return;
+            if cacheable {
+                cache.put(word, &out[start..]);
             }
-            merger.merge(
-                &self.merges,
-                word.iter().map(|&c| self.byte_token[c as usize]),
-                out,
-            );
         });
     }
 
@@ -731,6 +748,8 @@ pub struct Work {
     spm: spm::SpmMerger,
     /// A word in GPT-2 spelling, or a fragment with `▁` for spaces.
     spelled: Vec<u8>,
+    /// BPE: ids of words seen before (bounded).
+    cache: bpe::WordCache,
 }
 
 /// Turns ids into text one at a time, never emitting an incomplete UTF-8 sequence: bytes

@@ -474,3 +474,66 @@ fn gguf_file(kvs: &[(&str, u32, Vec<u8>)]) -> Vec<u8> {
     }
     f
 }
+
+/// Throughput on the corpus (run with `--ignored --nocapture`, in release, natively and in
+/// wasm). "cold": a fresh [`Work`] per text (no word cache); "warm": one [`Work`] kept
+/// across texts, as a long-lived caller keeps it.
+#[test]
+#[ignore]
+fn bench_encode_corpus() {
+    let rows = smollm2_reference();
+    let bytes: usize = rows.iter().map(|r| r.text.len()).sum();
+    let now = || std::time::Instant::now();
+    for rel in [
+        "models/SmolLM2-135M-Instruct.Q4_1.gguf",
+        "models/vocab/vocab-bpe-llama-bpe.gguf",
+        "models/vocab/vocab-bpe-qwen2.gguf",
+        "models/vocab/vocab-bpe-default.gguf",
+        "models/vocab/vocab-spm-gemma3.gguf",
+    ] {
+        let t = now();
+        let tok = load(rel);
+        let load_ms = t.elapsed().as_secs_f64() * 1e3;
+        let mut ids = Vec::new();
+        let rounds = 10;
+        let t = now();
+        for _ in 0..rounds {
+            for r in &rows {
+                ids.clear();
+                tok.encode(&r.text, false, false, &mut ids).unwrap();
+            }
+        }
+        let cold = (bytes * rounds) as f64 / t.elapsed().as_secs_f64() / 1e6;
+        let mut work = Work::default();
+        let t = now();
+        for _ in 0..rounds {
+            for r in &rows {
+                ids.clear();
+                tok.encode_with(&mut work, &r.text, false, false, &mut ids)
+                    .unwrap();
+            }
+        }
+        let warm = (bytes * rounds) as f64 / t.elapsed().as_secs_f64() / 1e6;
+        let all: Vec<Vec<u32>> = rows
+            .iter()
+            .map(|r| {
+                let mut v = Vec::new();
+                tok.encode(&r.text, false, false, &mut v).unwrap();
+                v
+            })
+            .collect();
+        let mut text = Vec::new();
+        let t = now();
+        for _ in 0..rounds {
+            for v in &all {
+                text.clear();
+                tok.decode(v, false, &mut text).unwrap();
+            }
+        }
+        let dec = (bytes * rounds) as f64 / t.elapsed().as_secs_f64() / 1e6;
+        std::println!(
+            "{rel}: load {load_ms:.0} ms, {} KiB; encode cold {cold:.1} MB/s, warm {warm:.1} MB/s; decode {dec:.0} MB/s",
+            tok.heap_bytes() / 1024,
+        );
+    }
+}
