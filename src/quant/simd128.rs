@@ -35,13 +35,6 @@ fn hsum_f32(v: v128) -> f32 {
     f32x4_extract_lane::<0>(v)
 }
 
-#[inline(always)]
-fn hsum_i32(v: v128) -> i32 {
-    let v = i32x4_add(v, i32x4_shuffle::<2, 3, 0, 1>(v, v));
-    let v = i32x4_add(v, i32x4_shuffle::<1, 0, 3, 2>(v, v));
-    i32x4_extract_lane::<0>(v)
-}
-
 /// The f16 scale at `row[at..at + 2]`.
 #[inline(always)]
 fn f16_at(row: &[u8], at: usize) -> f32 {
@@ -72,31 +65,34 @@ unsafe fn dot32(w: [v128; 4], y: *const i16) -> v128 {
 // ---------------------------------------------------------------------------------------------
 // F32, F16, BF16: f32 products, four partial sums per vector.
 
-/// 8 binary16 values (u16 lanes) -> two f32x4, exact (subnormals, infinities, NaN).
+/// 4 binary16 values (in the low half of u32 lanes) -> f32x4, exact (subnormals, infinities,
+/// NaN).
+#[inline(always)]
+fn f16x4_to_f32(h: v128) -> v128 {
+    let magnitude = v128_and(h, u32x4_splat(0x7fff));
+    let sign = i32x4_shl(v128_xor(h, magnitude), 16);
+    // normal: rebias the exponent by 112; subnormal: m * 2^-24 (exact, and no f32 subnormal
+    // ever enters an arithmetic instruction); infinity/NaN: force the exponent to all ones.
+    let normal = i32x4_add(i32x4_shl(magnitude, 13), u32x4_splat(112 << 23));
+    let subnormal = f32x4_mul(
+        f32x4_convert_i32x4(magnitude),
+        f32x4_splat(1.0 / 16_777_216.0),
+    );
+    let is_subnormal = i32x4_lt(magnitude, i32x4_splat(0x0400));
+    let is_special = i32x4_gt(magnitude, i32x4_splat(0x7bff));
+    let value = v128_bitselect(subnormal, normal, is_subnormal);
+    v128_or(
+        v128_or(value, v128_and(is_special, u32x4_splat(0x7f80_0000))),
+        sign,
+    )
+}
+
+/// 8 binary16 values (u16 lanes) -> two f32x4, exact.
 #[inline(always)]
 fn f16x8_to_f32(h: v128) -> (v128, v128) {
-    #[inline(always)]
-    fn four(h: v128) -> v128 {
-        let sign = i32x4_shl(v128_and(h, u32x4_splat(0x8000)), 16);
-        let magnitude = v128_and(h, u32x4_splat(0x7fff));
-        // normal: rebias the exponent by 112; subnormal: m * 2^-24 (exact, no f32 subnormal
-        // ever enters an arithmetic instruction); infinity/NaN: force the exponent to all ones.
-        let normal = i32x4_add(i32x4_shl(magnitude, 13), u32x4_splat(112 << 23));
-        let subnormal = f32x4_mul(
-            f32x4_convert_i32x4(magnitude),
-            f32x4_splat(1.0 / 16_777_216.0),
-        );
-        let is_subnormal = i32x4_lt(magnitude, i32x4_splat(0x0400));
-        let is_special = i32x4_gt(magnitude, i32x4_splat(0x7bff));
-        let value = v128_bitselect(subnormal, normal, is_subnormal);
-        v128_or(
-            v128_or(value, v128_and(is_special, u32x4_splat(0x7f80_0000))),
-            sign,
-        )
-    }
     (
-        four(u32x4_extend_low_u16x8(h)),
-        four(u32x4_extend_high_u16x8(h)),
+        f16x4_to_f32(u32x4_extend_low_u16x8(h)),
+        f16x4_to_f32(u32x4_extend_high_u16x8(h)),
     )
 }
 
@@ -149,6 +145,7 @@ fn dot_float<const T: usize>(
     })
 }
 
+#[inline(never)]
 pub(super) fn dot_f32<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
     let n = row.len() / 4;
     let p = row.as_ptr();
@@ -161,6 +158,7 @@ pub(super) fn dot_f32<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32;
     )
 }
 
+#[inline(never)]
 pub(super) fn dot_f16<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
     let n = row.len() / 2;
     let p = row.as_ptr();
@@ -173,6 +171,7 @@ pub(super) fn dot_f16<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32;
     )
 }
 
+#[inline(never)]
 pub(super) fn dot_bf16<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
     let n = row.len() / 2;
     let p = row.as_ptr();
@@ -187,70 +186,179 @@ pub(super) fn dot_bf16<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32
 
 // ---------------------------------------------------------------------------------------------
 // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 with Q8_0/Q8_1 activations: blocks of 32, f32 once per block.
+//
+// Blocks go four at a time: the four f16 scales (and minimums) become f32 in one vector, and the
+// four blocks' i32 partial sums are transposed into one vector whose lane k is block k's sum.
+// So each vector needs a single f32x4 accumulator (lane k gathers blocks k, k + 4, ..), and the
+// few live registers keep V8 from spilling a loop-carried value to the stack.
 
-/// Asserts that every activation vector covers `n_blocks` blocks of `block` values (and their
-/// scales), so the unchecked loads below stay inside the slices.
+/// How one legacy block type is read.
+trait Legacy {
+    /// Block size in bytes.
+    const BYTES: usize;
+    /// Byte offset of the f16 minimum (Q4_1, Q5_1; they take Q8_1 activations with sums).
+    const MIN_AT: Option<usize>;
+    /// The 32 weights of the block at `blk`, as four i16x8 in the activation's storage order:
+    /// evens then odds of weights 0..16, evens then odds of weights 16..32.
+    ///
+    /// # Safety
+    /// `blk..blk + BYTES` must be readable.
+    unsafe fn weights(blk: *const u8) -> [v128; 4];
+}
+
+/// Asserts that every activation vector covers `n_blocks` blocks of 32 values (and their
+/// scales and sums), so the unchecked loads below stay inside the slices.
 #[inline(always)]
-fn check_activations<const T: usize>(
-    xs: &[ActRow<'_>; T],
-    n_blocks: usize,
-    block: usize,
-    sums: bool,
-) {
+fn check_activations<const T: usize>(xs: &[ActRow<'_>; T], n_blocks: usize, sums: bool) {
     for x in xs {
-        assert!(x.quants.len() >= n_blocks * block && x.scales.len() >= n_blocks);
+        assert!(x.quants.len() >= n_blocks * 32 && x.scales.len() >= n_blocks);
         assert!(!sums || x.sums.len() >= n_blocks);
     }
 }
 
-/// The shared loop of the legacy kernels: `decode(block)` returns the block's scale and its 32
-/// weights as four i16x8 in the activation's storage order (evens then odds of weights 0..16,
-/// evens then odds of 16..32); `min(block)` the block's minimum (Q4_1/Q5_1) or 0.
+/// `[Σ a, Σ b, Σ c, Σ d]` of four i32x4 vectors.
 #[inline(always)]
-fn dot_blocks32<const T: usize>(
-    row: &[u8],
-    block_bytes: usize,
-    xs: &[ActRow<'_>; T],
-    with_min: bool,
-    decode: impl Fn(*const u8) -> (f32, [v128; 4]),
-    min: impl Fn(*const u8) -> f32,
-) -> [f32; T] {
-    debug_assert!(row.len() % block_bytes == 0);
-    let n_blocks = row.len() / block_bytes;
-    check_activations(xs, n_blocks, 32, with_min);
-    let mut acc = [f32x4_splat(0.0); T];
-    let mut acc_min = [0.0f32; T];
-    for b in 0..n_blocks {
-        // SAFETY: block b is bytes b*block_bytes..(b+1)*block_bytes of `row`.
-        let blk = unsafe { row.as_ptr().add(b * block_bytes) };
-        let (d, w) = decode(blk);
-        let m = if with_min { min(blk) } else { 0.0 };
-        for t in 0..T {
-            // SAFETY: quants[32b..32b + 32] and scales[b] are in bounds (check_activations).
-            let (sumi, dy) = unsafe {
-                (
-                    dot32(w, xs[t].quants.as_ptr().add(32 * b)),
-                    *xs[t].scales.get_unchecked(b),
-                )
-            };
-            acc[t] = f32x4_add(
-                acc[t],
-                f32x4_mul(f32x4_convert_i32x4(sumi), f32x4_splat(d * dy)),
-            );
-            if with_min {
-                // SAFETY: sums[b] is in bounds (check_activations with sums).
-                acc_min[t] += m * unsafe { *xs[t].sums.get_unchecked(b) };
-            }
-        }
-    }
-    core::array::from_fn(|t| hsum_f32(acc[t]) + acc_min[t])
+fn transpose_sum(v: [v128; 4]) -> v128 {
+    let ab = i32x4_add(
+        i32x4_shuffle::<0, 4, 1, 5>(v[0], v[1]),
+        i32x4_shuffle::<2, 6, 3, 7>(v[0], v[1]),
+    );
+    let cd = i32x4_add(
+        i32x4_shuffle::<0, 4, 1, 5>(v[2], v[3]),
+        i32x4_shuffle::<2, 6, 3, 7>(v[2], v[3]),
+    );
+    i32x4_add(
+        i32x4_shuffle::<0, 1, 4, 5>(ab, cd),
+        i32x4_shuffle::<2, 3, 6, 7>(ab, cd),
+    )
 }
 
-/// Reads the f16 at `p` (2 readable bytes).
+/// `count` (1..=4) f16 values at `p`, `p + stride`, .. as f32x4 (missing lanes 0).
+///
+/// # Safety
+/// The `count` pairs of bytes must be readable.
 #[inline(always)]
-unsafe fn f16_ptr(p: *const u8) -> f32 {
-    // SAFETY: 2 readable bytes at p, by the caller.
-    f16_to_f32(unsafe { p.cast::<u16>().read_unaligned() })
+unsafe fn gather_f16x4(p: *const u8, stride: usize, count: usize) -> v128 {
+    // SAFETY: only the `count` values the caller vouches for are read. Each u16 goes to the low
+    // half of an i32 lane.
+    let h = unsafe {
+        let mut h = u32x4_splat(0);
+        h = v128_load16_lane::<0>(h, p.cast());
+        if count > 1 {
+            h = v128_load16_lane::<2>(h, p.add(stride).cast());
+        }
+        if count > 2 {
+            h = v128_load16_lane::<4>(h, p.add(2 * stride).cast());
+        }
+        if count > 3 {
+            h = v128_load16_lane::<6>(h, p.add(3 * stride).cast());
+        }
+        h
+    };
+    f16x4_to_f32(h)
+}
+
+/// `count` (1..=4) f32 at `p` as f32x4 (missing lanes 0).
+///
+/// # Safety
+/// `p..p + count` must be readable.
+#[inline(always)]
+unsafe fn gather_f32x4(p: *const f32, count: usize) -> v128 {
+    // SAFETY: only `count` values are read.
+    unsafe {
+        if count == 4 {
+            return load(p);
+        }
+        let mut v = f32x4_splat(0.0);
+        v = v128_load32_lane::<0>(v, p.cast());
+        if count > 1 {
+            v = v128_load32_lane::<1>(v, p.add(1).cast());
+        }
+        if count > 2 {
+            v = v128_load32_lane::<2>(v, p.add(2).cast());
+        }
+        v
+    }
+}
+
+/// The shared body of the legacy kernels.
+#[inline(always)]
+fn dot_legacy<L: Legacy, const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+    debug_assert!(row.len() % L::BYTES == 0);
+    let n_blocks = row.len() / L::BYTES;
+    check_activations(xs, n_blocks, L::MIN_AT.is_some());
+    let mut acc = [f32x4_splat(0.0); T];
+    let mut b = 0;
+    while b + 4 <= n_blocks {
+        // SAFETY: b + 4 <= n_blocks.
+        unsafe { legacy_group::<L, T>(row, xs, &mut acc, b, 4) };
+        b += 4;
+    }
+    if b < n_blocks {
+        // SAFETY: b + (n_blocks - b) <= n_blocks.
+        unsafe { legacy_group::<L, T>(row, xs, &mut acc, b, n_blocks - b) };
+    }
+    core::array::from_fn(|t| hsum_f32(acc[t]))
+}
+
+/// Blocks `first..first + count` (`count` 1..=4) of `row` times each vector, into `acc`.
+/// Always inlined, so the main loop's `count = 4` is a constant.
+///
+/// # Safety
+/// `first + count` must not exceed the blocks of `row`, which `check_activations` has checked
+/// against `xs`.
+#[inline(always)]
+unsafe fn legacy_group<L: Legacy, const T: usize>(
+    row: &[u8],
+    xs: &[ActRow<'_>; T],
+    acc: &mut [v128; T],
+    first: usize,
+    count: usize,
+) {
+    // SAFETY: blocks first..first + count lie in `row` and their activations in `xs`.
+    unsafe {
+        let blk = row.as_ptr().add(first * L::BYTES);
+        let d = gather_f16x4(blk, L::BYTES, count);
+        let m = match L::MIN_AT {
+            Some(at) => gather_f16x4(blk.add(at), L::BYTES, count),
+            None => f32x4_splat(0.0),
+        };
+        // sums[t][k]: block first + k times vector t. Each block's sums are stored to this
+        // scratch before the next block is loaded: V8 orders memory accesses only among
+        // themselves, and without a store in between it would hoist all four blocks' loads to
+        // the top of the group and spill most of them. (A volatile store is one instruction.)
+        let mut scratch = [[u32x4_splat(0); 4]; T];
+        for k in 0..count {
+            let w = L::weights(blk.add(k * L::BYTES));
+            for t in 0..T {
+                let sum = dot32(w, xs[t].quants.as_ptr().add(32 * (first + k)));
+                core::ptr::write_volatile(&mut scratch[t][k], sum);
+            }
+        }
+        let sums: [[v128; 4]; T] = core::array::from_fn(|t| {
+            core::array::from_fn(|k| {
+                // SAFETY: a plain local.
+                core::ptr::read_volatile(&scratch[t][k])
+            })
+        });
+        for t in 0..T {
+            let dy = gather_f32x4(xs[t].scales.as_ptr().add(first), count);
+            let mut a = f32x4_add(
+                acc[t],
+                f32x4_mul(
+                    f32x4_convert_i32x4(transpose_sum(sums[t])),
+                    f32x4_mul(d, dy),
+                ),
+            );
+            if L::MIN_AT.is_some() {
+                a = f32x4_add(
+                    a,
+                    f32x4_mul(m, gather_f32x4(xs[t].sums.as_ptr().add(first), count)),
+                );
+            }
+            acc[t] = a;
+        }
+    }
 }
 
 /// The 32 nibbles of 16 bytes as four i16x8 in storage order, unsigned (0..16).
@@ -265,45 +373,7 @@ fn nibbles_unsigned(v: v128) -> [v128; 4] {
     ]
 }
 
-pub(super) fn dot_q4_0<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-    dot_blocks32(
-        row,
-        18,
-        xs,
-        false,
-        |blk| {
-            // SAFETY: `blk` is a whole 18-byte block: d at 0..2, nibbles at 2..18.
-            let (d, v) = unsafe { (f16_ptr(blk), load(blk.add(2))) };
-            // q - 8 as a signed 4-bit value is q ^ 8; sign-extend each nibble with shifts.
-            let v = v128_xor(v, u8x16_splat(0x88));
-            (
-                d,
-                [
-                    i16x8_shr(i16x8_shl(v, 12), 12),
-                    i16x8_shr(i16x8_shl(v, 4), 12),
-                    i16x8_shr(i16x8_shl(v, 8), 12),
-                    i16x8_shr(v, 12),
-                ],
-            )
-        },
-        |_| 0.0,
-    )
-}
-
-pub(super) fn dot_q4_1<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-    dot_blocks32(
-        row,
-        20,
-        xs,
-        true,
-        // SAFETY: `blk` is a whole 20-byte block: d at 0..2, m at 2..4, nibbles at 4..20.
-        |blk| unsafe { (f16_ptr(blk), nibbles_unsigned(load(blk.add(4)))) },
-        // SAFETY: as above.
-        |blk| unsafe { f16_ptr(blk.add(2)) },
-    )
-}
-
-/// Bit `2k` of each u16 lane's `k` (even) and bit `2k + 1` (odd), as lane masks.
+/// Bit `2k` (even) and bit `2k + 1` (odd) of lane `k`, as lane masks.
 const EVEN_BITS: v128 = i16x8(
     1 << 0,
     1 << 2,
@@ -325,103 +395,140 @@ const ODD_BITS: v128 = i16x8(
     i16::MIN,
 );
 
-/// Which of the 32 weights of a Q5 block have their fifth bit set: all-ones lanes, in storage
-/// order (as [`nibbles_unsigned`]).
+/// Which of the 32 weights of a Q5 block have their fifth bit *clear*: all-ones lanes, in
+/// storage order (as [`nibbles_unsigned`]). (Testing for clear bits is one compare; testing for
+/// set bits is rewritten by LLVM into a not-equal, three instructions on x86.)
 #[inline(always)]
-fn fifth_bits(qh: u32) -> [v128; 4] {
+fn fifth_bits_clear(qh: u32) -> [v128; 4] {
     let low = u16x8_splat(qh as u16); // bits of weights 0..16
     let high = u16x8_splat((qh >> 16) as u16); // bits of weights 16..32
-    let set = |bits: v128, mask: v128| i16x8_eq(v128_and(bits, mask), mask);
+    let zero = u16x8_splat(0);
+    let clear = |bits: v128, mask: v128| i16x8_eq(v128_and(bits, mask), zero);
     [
-        set(low, EVEN_BITS),
-        set(low, ODD_BITS),
-        set(high, EVEN_BITS),
-        set(high, ODD_BITS),
+        clear(low, EVEN_BITS),
+        clear(low, ODD_BITS),
+        clear(high, EVEN_BITS),
+        clear(high, ODD_BITS),
     ]
 }
 
+struct Q4_0;
+impl Legacy for Q4_0 {
+    const BYTES: usize = 18;
+    const MIN_AT: Option<usize> = None;
+    #[inline(always)]
+    unsafe fn weights(blk: *const u8) -> [v128; 4] {
+        // SAFETY: nibbles at 2..18 of the block, readable by the caller's contract.
+        let v = unsafe { load(blk.add(2)) };
+        // q - 8 as a signed 4-bit value is q ^ 8; sign-extend each nibble with shifts.
+        let v = v128_xor(v, u8x16_splat(0x88));
+        [
+            i16x8_shr(i16x8_shl(v, 12), 12),
+            i16x8_shr(i16x8_shl(v, 4), 12),
+            i16x8_shr(i16x8_shl(v, 8), 12),
+            i16x8_shr(v, 12),
+        ]
+    }
+}
+
+struct Q4_1;
+impl Legacy for Q4_1 {
+    const BYTES: usize = 20;
+    const MIN_AT: Option<usize> = Some(2);
+    #[inline(always)]
+    unsafe fn weights(blk: *const u8) -> [v128; 4] {
+        // SAFETY: nibbles at 4..20 of the block, readable by the caller's contract.
+        nibbles_unsigned(unsafe { load(blk.add(4)) })
+    }
+}
+
+struct Q5_0;
+impl Legacy for Q5_0 {
+    const BYTES: usize = 22;
+    const MIN_AT: Option<usize> = None;
+    #[inline(always)]
+    unsafe fn weights(blk: *const u8) -> [v128; 4] {
+        // SAFETY: qh at 2..6, nibbles at 6..22 of the block, readable by the caller's contract.
+        let (qh, v) = unsafe { (blk.add(2).cast::<u32>().read_unaligned(), load(blk.add(6))) };
+        let (low, clear) = (nibbles_unsigned(v), fifth_bits_clear(qh));
+        // q - 16 = low - (16 where the fifth bit is clear)
+        let sixteen = u16x8_splat(16);
+        core::array::from_fn(|k| i16x8_sub(low[k], v128_and(sixteen, clear[k])))
+    }
+}
+
+struct Q5_1;
+impl Legacy for Q5_1 {
+    const BYTES: usize = 24;
+    const MIN_AT: Option<usize> = Some(2);
+    #[inline(always)]
+    unsafe fn weights(blk: *const u8) -> [v128; 4] {
+        // SAFETY: qh at 4..8, nibbles at 8..24 of the block, readable by the caller's contract.
+        let (qh, v) = unsafe { (blk.add(4).cast::<u32>().read_unaligned(), load(blk.add(8))) };
+        let (low, clear) = (nibbles_unsigned(v), fifth_bits_clear(qh));
+        let sixteen = u16x8_splat(16);
+        core::array::from_fn(|k| v128_or(low[k], v128_andnot(sixteen, clear[k])))
+    }
+}
+
+struct Q8_0;
+impl Legacy for Q8_0 {
+    const BYTES: usize = 34;
+    const MIN_AT: Option<usize> = None;
+    #[inline(always)]
+    unsafe fn weights(blk: *const u8) -> [v128; 4] {
+        // SAFETY: quants at 2..34 of the block, readable by the caller's contract.
+        let (a, b) = unsafe { (load(blk.add(2)), load(blk.add(18))) };
+        // even bytes: sign-extend the low byte of each lane; odd bytes: the high byte
+        [
+            i16x8_shr(i16x8_shl(a, 8), 8),
+            i16x8_shr(a, 8),
+            i16x8_shr(i16x8_shl(b, 8), 8),
+            i16x8_shr(b, 8),
+        ]
+    }
+}
+
+#[inline(never)]
+pub(super) fn dot_q4_0<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+    dot_legacy::<Q4_0, T>(row, xs)
+}
+#[inline(never)]
+pub(super) fn dot_q4_1<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+    dot_legacy::<Q4_1, T>(row, xs)
+}
+#[inline(never)]
 pub(super) fn dot_q5_0<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-    dot_blocks32(
-        row,
-        22,
-        xs,
-        false,
-        |blk| {
-            // SAFETY: `blk` is a whole 22-byte block: d at 0..2, qh at 2..6, nibbles at 6..22.
-            let (d, qh, v) = unsafe {
-                (
-                    f16_ptr(blk),
-                    blk.add(2).cast::<u32>().read_unaligned(),
-                    load(blk.add(6)),
-                )
-            };
-            let (low, high) = (nibbles_unsigned(v), fifth_bits(qh));
-            // q - 16 = low - (16 where the fifth bit is clear)
-            let sixteen = u16x8_splat(16);
-            (
-                d,
-                core::array::from_fn(|k| i16x8_sub(low[k], v128_andnot(sixteen, high[k]))),
-            )
-        },
-        |_| 0.0,
-    )
+    dot_legacy::<Q5_0, T>(row, xs)
 }
-
+#[inline(never)]
 pub(super) fn dot_q5_1<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-    dot_blocks32(
-        row,
-        24,
-        xs,
-        true,
-        |blk| {
-            // SAFETY: `blk` is a whole 24-byte block: d, m at 0..4, qh at 4..8, nibbles at 8..24.
-            let (d, qh, v) = unsafe {
-                (
-                    f16_ptr(blk),
-                    blk.add(4).cast::<u32>().read_unaligned(),
-                    load(blk.add(8)),
-                )
-            };
-            let (low, high) = (nibbles_unsigned(v), fifth_bits(qh));
-            let sixteen = u16x8_splat(16);
-            (
-                d,
-                core::array::from_fn(|k| v128_or(low[k], v128_and(sixteen, high[k]))),
-            )
-        },
-        // SAFETY: as above.
-        |blk| unsafe { f16_ptr(blk.add(2)) },
-    )
+    dot_legacy::<Q5_1, T>(row, xs)
+}
+#[inline(never)]
+pub(super) fn dot_q8_0<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+    dot_legacy::<Q8_0, T>(row, xs)
 }
 
-pub(super) fn dot_q8_0<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-    dot_blocks32(
-        row,
-        34,
-        xs,
-        false,
-        |blk| {
-            // SAFETY: `blk` is a whole 34-byte block: d at 0..2, quants at 2..34.
-            let (d, a, b) = unsafe { (f16_ptr(blk), load(blk.add(2)), load(blk.add(18))) };
-            // even bytes: sign-extend the low byte of each lane; odd bytes: the high byte
-            (
-                d,
-                [
-                    i16x8_shr(i16x8_shl(a, 8), 8),
-                    i16x8_shr(a, 8),
-                    i16x8_shr(i16x8_shl(b, 8), 8),
-                    i16x8_shr(b, 8),
-                ],
-            )
-        },
-        |_| 0.0,
-    )
+/// Reads the f16 at `p` (2 readable bytes).
+#[inline(always)]
+unsafe fn f16_ptr(p: *const u8) -> f32 {
+    // SAFETY: 2 readable bytes at p, by the caller.
+    f16_to_f32(unsafe { p.cast::<u16>().read_unaligned() })
+}
+
+/// Stores `v` to `scratch` with a volatile store: a memory effect V8 must keep in place, so the
+/// loads of the next chunk of work cannot be hoisted above it (see `legacy_group`).
+#[inline(always)]
+fn barrier(scratch: &mut v128, v: v128) {
+    // SAFETY: `scratch` is a valid, exclusive reference.
+    unsafe { core::ptr::write_volatile(scratch, v) };
 }
 
 // ---------------------------------------------------------------------------------------------
 // K-quants with Q8_K activations: the sub-block scales multiply the weights in i16 (exact:
 // |q·sc| <= 31·63 for Q4_K/Q5_K, 32·128 for Q6_K), so each super-block is one exact i32 sum
-// whatever the number of vectors, converted to f32 once.
+// whatever the number of vectors, converted to f32 once. Each 64 weights end with a `barrier`.
 
 /// Asserts that every activation vector covers `n_blocks` super-blocks.
 #[inline(always)]
@@ -442,7 +549,7 @@ fn check_activations_k<const T: usize>(xs: &[ActRow<'_>; T], n_blocks: usize) {
 /// # Safety
 /// `p..p + 12` must be readable.
 #[inline(always)]
-unsafe fn scales_mins_k4(p: *const u8) -> ([u8; 8], v128, v128) {
+unsafe fn scales_mins_k4(p: *const u8) -> ([u8; 8], [v128; 2]) {
     // SAFETY: 12 readable bytes, by the caller.
     let (a, b, c) = unsafe {
         (
@@ -460,197 +567,150 @@ unsafe fn scales_mins_k4(p: *const u8) -> ([u8; 8], v128, v128) {
     let twice = u8x16_shuffle::<0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7>(mins, mins);
     (
         scales,
-        u16x8_extend_low_u8x16(twice),
-        u16x8_extend_high_u8x16(twice),
+        [
+            u16x8_extend_low_u8x16(twice),
+            u16x8_extend_high_u8x16(twice),
+        ],
     )
 }
 
-/// The shared tail of Q4_K/Q5_K: adds super-block `b`'s share `dy·(d·sumi) - dy·dmin·Σ m·bsums`.
+/// The shared body of Q4_K and Q5_K: `chunk(blk, j)` returns the 64 weights `64j..64j + 64` of
+/// the super-block at `blk` (`BYTES` long, scales at 4..16), times their sub-block scales, as
+/// two groups of four i16x8 in storage order.
 #[inline(always)]
-fn finish_k4<const T: usize>(
+fn dot_k4<const BYTES: usize, const T: usize>(
+    row: &[u8],
     xs: &[ActRow<'_>; T],
-    b: usize,
-    d: f32,
-    dmin: f32,
-    mins: (v128, v128),
-    sumi: &[v128; T],
-    acc: &mut [v128; T],
-    acc_min: &mut [f32; T],
-) {
-    for t in 0..T {
-        // SAFETY: scales[b] and bsums[16b..16b + 16] are in bounds (check_activations_k).
-        let (dy, m) = unsafe {
-            let bsums = xs[t].bsums.as_ptr().add(16 * b);
-            let m = i32x4_add(
-                i32x4_dot_i16x8(load(bsums), mins.0),
-                i32x4_dot_i16x8(load(bsums.add(8)), mins.1),
-            );
-            (*xs[t].scales.get_unchecked(b), hsum_i32(m))
-        };
-        acc[t] = f32x4_add(
-            acc[t],
-            f32x4_mul(f32x4_convert_i32x4(sumi[t]), f32x4_splat(dy * d)),
-        );
-        acc_min[t] += dy * dmin * m as f32;
-    }
-}
-
-pub(super) fn dot_q4_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-    debug_assert!(row.len() % 144 == 0);
-    let n_blocks = row.len() / 144;
+    chunk: impl Fn(*const u8, &[u8; 8], usize) -> [[v128; 4]; 2],
+) -> [f32; T] {
+    debug_assert!(row.len() % BYTES == 0);
+    let n_blocks = row.len() / BYTES;
     check_activations_k(xs, n_blocks);
-    let low4 = u16x8_splat(0x000f);
     let mut acc = [f32x4_splat(0.0); T];
-    let mut acc_min = [0.0f32; T];
     for b in 0..n_blocks {
-        // SAFETY: super-block b is bytes 144b..144b + 144 of `row`: d, dmin at 0..4, packed
-        // scales at 4..16, nibbles at 16..144; activation reads are in bounds
-        // (check_activations_k).
+        // SAFETY: super-block b is bytes BYTES·b..BYTES·(b + 1) of `row` (d, dmin at 0..4,
+        // packed scales at 4..16); activation reads are in bounds (check_activations_k).
         unsafe {
-            let blk = row.as_ptr().add(144 * b);
+            let blk = row.as_ptr().add(BYTES * b);
             let (d, dmin) = (f16_ptr(blk), f16_ptr(blk.add(2)));
-            let (scales, mins_a, mins_b) = scales_mins_k4(blk.add(4));
+            let (scales, mins) = scales_mins_k4(blk.add(4));
             let mut sumi = [i32x4_splat(0); T];
+            let mut scratch = [i32x4_splat(0); T];
             for j in 0..4 {
-                // 64 weights: bytes l of qa (l < 16) and qb (l >= 16) hold weight 64j + l in
-                // the low nibble (scale 2j) and 64j + 32 + l in the high nibble (scale 2j + 1).
-                let qa = load(blk.add(16 + 32 * j));
-                let qb = load(blk.add(32 + 32 * j));
-                let s_low = u16x8_splat(scales[2 * j] as u16);
-                let s_high = u16x8_splat(scales[2 * j + 1] as u16);
-                let w_low = [
-                    i16x8_mul(v128_and(qa, low4), s_low),
-                    i16x8_mul(v128_and(u16x8_shr(qa, 8), low4), s_low),
-                    i16x8_mul(v128_and(qb, low4), s_low),
-                    i16x8_mul(v128_and(u16x8_shr(qb, 8), low4), s_low),
-                ];
-                let w_high = [
-                    i16x8_mul(v128_and(u16x8_shr(qa, 4), low4), s_high),
-                    i16x8_mul(u16x8_shr(qa, 12), s_high),
-                    i16x8_mul(v128_and(u16x8_shr(qb, 4), low4), s_high),
-                    i16x8_mul(u16x8_shr(qb, 12), s_high),
-                ];
+                let [w_low, w_high] = chunk(blk, &scales, j);
                 for t in 0..T {
                     let y = xs[t].quants.as_ptr().add(256 * b + 64 * j);
-                    sumi[t] = i32x4_add(
-                        sumi[t],
-                        i32x4_add(dot32(w_low, y), dot32(w_high, y.add(32))),
-                    );
+                    let s = i32x4_add(dot32(w_low, y), dot32(w_high, y.add(32)));
+                    sumi[t] = i32x4_add(sumi[t], s);
+                    barrier(&mut scratch[t], sumi[t]);
                 }
             }
-            finish_k4(
-                xs,
-                b,
-                d,
-                dmin,
-                (mins_a, mins_b),
-                &sumi,
-                &mut acc,
-                &mut acc_min,
-            );
+            for t in 0..T {
+                // Σ_j m_j·(bsums[2j] + bsums[2j + 1]), still as four i32 lanes
+                let bsums = xs[t].bsums.as_ptr().add(16 * b);
+                let m = i32x4_add(
+                    i32x4_dot_i16x8(load(bsums), mins[0]),
+                    i32x4_dot_i16x8(load(bsums.add(8)), mins[1]),
+                );
+                let dy = *xs[t].scales.get_unchecked(b);
+                let scaled = f32x4_mul(f32x4_convert_i32x4(sumi[t]), f32x4_splat(dy * d));
+                let min = f32x4_mul(f32x4_convert_i32x4(m), f32x4_splat(dy * dmin));
+                acc[t] = f32x4_add(acc[t], f32x4_sub(scaled, min));
+            }
         }
     }
-    core::array::from_fn(|t| hsum_f32(acc[t]) - acc_min[t])
+    core::array::from_fn(|t| hsum_f32(acc[t]))
 }
 
+#[inline(never)]
+pub(super) fn dot_q4_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+    let low4 = u16x8_splat(0x000f);
+    dot_k4::<144, T>(row, xs, |blk, scales, j| {
+        // SAFETY: nibbles at 16..144 of the 144-byte super-block. Byte l of qa (l < 16) and of
+        // qb (l >= 16) holds weight 64j + l in its low nibble (scale 2j) and 64j + 32 + l in
+        // its high nibble (scale 2j + 1).
+        let (qa, qb) = unsafe { (load(blk.add(16 + 32 * j)), load(blk.add(32 + 32 * j))) };
+        let s_low = u16x8_splat(scales[2 * j] as u16);
+        let s_high = u16x8_splat(scales[2 * j + 1] as u16);
+        [
+            [
+                i16x8_mul(v128_and(qa, low4), s_low),
+                i16x8_mul(v128_and(u16x8_shr(qa, 8), low4), s_low),
+                i16x8_mul(v128_and(qb, low4), s_low),
+                i16x8_mul(v128_and(u16x8_shr(qb, 8), low4), s_low),
+            ],
+            [
+                i16x8_mul(v128_and(u16x8_shr(qa, 4), low4), s_high),
+                i16x8_mul(u16x8_shr(qa, 12), s_high),
+                i16x8_mul(v128_and(u16x8_shr(qb, 4), low4), s_high),
+                i16x8_mul(u16x8_shr(qb, 12), s_high),
+            ],
+        ]
+    })
+}
+
+#[inline(never)]
 pub(super) fn dot_q5_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-    debug_assert!(row.len() % 176 == 0);
-    let n_blocks = row.len() / 176;
-    check_activations_k(xs, n_blocks);
     let low4 = u16x8_splat(0x000f);
     let bit4 = u16x8_splat(0x0010);
-    let mut acc = [f32x4_splat(0.0); T];
-    let mut acc_min = [0.0f32; T];
-    for b in 0..n_blocks {
-        // SAFETY: super-block b is bytes 176b..176b + 176 of `row`: d, dmin at 0..4, packed
-        // scales at 4..16, fifth bits at 16..48, nibbles at 48..176; activation reads are in
-        // bounds (check_activations_k).
-        unsafe {
-            let blk = row.as_ptr().add(176 * b);
-            let (d, dmin) = (f16_ptr(blk), f16_ptr(blk.add(2)));
-            let (scales, mins_a, mins_b) = scales_mins_k4(blk.add(4));
-            // byte l of qh, bit i: fifth bit of weight 32i + l
-            let (ha, hb) = (load(blk.add(16)), load(blk.add(32)));
-            let mut sumi = [i32x4_splat(0); T];
-            for j in 0..4 {
-                let qa = load(blk.add(48 + 32 * j));
-                let qb = load(blk.add(64 + 32 * j));
-                // Shifted so that bits 0/1 of each byte are bits 2j/2j+1 (of the low and the
-                // high byte of each u16 lane alike).
-                let (ha_j, hb_j) = (u16x8_shr(ha, 2 * j as u32), u16x8_shr(hb, 2 * j as u32));
-                let s_low = u16x8_splat(scales[2 * j] as u16);
-                let s_high = u16x8_splat(scales[2 * j + 1] as u16);
-                let w_low = [
-                    i16x8_mul(
-                        v128_or(v128_and(qa, low4), v128_and(i16x8_shl(ha_j, 4), bit4)),
-                        s_low,
+    dot_k4::<176, T>(row, xs, |blk, scales, j| {
+        // SAFETY: fifth bits at 16..48 and nibbles at 48..176 of the 176-byte super-block.
+        // Byte l of qh, bit i: fifth bit of weight 32i + l.
+        let (qa, qb, ha, hb) = unsafe {
+            (
+                load(blk.add(48 + 32 * j)),
+                load(blk.add(64 + 32 * j)),
+                load(blk.add(16)),
+                load(blk.add(32)),
+            )
+        };
+        // Shifted so that bits 0/1 of each byte are bits 2j/2j + 1 (of the low and the high
+        // byte of each u16 lane alike).
+        let (ha, hb) = (u16x8_shr(ha, 2 * j as u32), u16x8_shr(hb, 2 * j as u32));
+        let s_low = u16x8_splat(scales[2 * j] as u16);
+        let s_high = u16x8_splat(scales[2 * j + 1] as u16);
+        let even = |q: v128, h: v128, shift: u32| {
+            v128_or(
+                v128_and(u16x8_shr(q, shift), low4),
+                v128_and(i16x8_shl(h, 4 - shift / 4), bit4),
+            )
+        };
+        [
+            [
+                i16x8_mul(even(qa, ha, 0), s_low),
+                i16x8_mul(
+                    v128_or(
+                        v128_and(u16x8_shr(qa, 8), low4),
+                        v128_and(u16x8_shr(ha, 4), bit4),
                     ),
-                    i16x8_mul(
-                        v128_or(
-                            v128_and(u16x8_shr(qa, 8), low4),
-                            v128_and(u16x8_shr(ha_j, 4), bit4),
-                        ),
-                        s_low,
+                    s_low,
+                ),
+                i16x8_mul(even(qb, hb, 0), s_low),
+                i16x8_mul(
+                    v128_or(
+                        v128_and(u16x8_shr(qb, 8), low4),
+                        v128_and(u16x8_shr(hb, 4), bit4),
                     ),
-                    i16x8_mul(
-                        v128_or(v128_and(qb, low4), v128_and(i16x8_shl(hb_j, 4), bit4)),
-                        s_low,
-                    ),
-                    i16x8_mul(
-                        v128_or(
-                            v128_and(u16x8_shr(qb, 8), low4),
-                            v128_and(u16x8_shr(hb_j, 4), bit4),
-                        ),
-                        s_low,
-                    ),
-                ];
-                let w_high = [
-                    i16x8_mul(
-                        v128_or(
-                            v128_and(u16x8_shr(qa, 4), low4),
-                            v128_and(i16x8_shl(ha_j, 3), bit4),
-                        ),
-                        s_high,
-                    ),
-                    i16x8_mul(
-                        v128_or(u16x8_shr(qa, 12), v128_and(u16x8_shr(ha_j, 5), bit4)),
-                        s_high,
-                    ),
-                    i16x8_mul(
-                        v128_or(
-                            v128_and(u16x8_shr(qb, 4), low4),
-                            v128_and(i16x8_shl(hb_j, 3), bit4),
-                        ),
-                        s_high,
-                    ),
-                    i16x8_mul(
-                        v128_or(u16x8_shr(qb, 12), v128_and(u16x8_shr(hb_j, 5), bit4)),
-                        s_high,
-                    ),
-                ];
-                for t in 0..T {
-                    let y = xs[t].quants.as_ptr().add(256 * b + 64 * j);
-                    sumi[t] = i32x4_add(
-                        sumi[t],
-                        i32x4_add(dot32(w_low, y), dot32(w_high, y.add(32))),
-                    );
-                }
-            }
-            finish_k4(
-                xs,
-                b,
-                d,
-                dmin,
-                (mins_a, mins_b),
-                &sumi,
-                &mut acc,
-                &mut acc_min,
-            );
-        }
-    }
-    core::array::from_fn(|t| hsum_f32(acc[t]) - acc_min[t])
+                    s_low,
+                ),
+            ],
+            [
+                i16x8_mul(even(qa, ha, 4), s_high),
+                i16x8_mul(
+                    v128_or(u16x8_shr(qa, 12), v128_and(u16x8_shr(ha, 5), bit4)),
+                    s_high,
+                ),
+                i16x8_mul(even(qb, hb, 4), s_high),
+                i16x8_mul(
+                    v128_or(u16x8_shr(qb, 12), v128_and(u16x8_shr(hb, 5), bit4)),
+                    s_high,
+                ),
+            ],
+        ]
+    })
 }
 
+#[inline(never)]
 pub(super) fn dot_q6_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
     debug_assert!(row.len() % 210 == 0);
     let n_blocks = row.len() / 210;
@@ -668,13 +728,14 @@ pub(super) fn dot_q6_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32
             let d = f16_ptr(blk.add(208));
             let scales = blk.add(192).cast::<i8>();
             let mut sumi = [i32x4_splat(0); T];
+            let mut scratch = [i32x4_splat(0); T];
             for h in 0..2 {
                 for l16 in 0..2 {
                     // 16 bytes each of ql[l], ql[l + 32], qh[l] for l in 16·l16..16·l16 + 16
                     let a = load(blk.add(64 * h + 16 * l16));
                     let c = load(blk.add(64 * h + 32 + 16 * l16));
                     let high = load(blk.add(128 + 32 * h + 16 * l16));
-                    // 16-bit shifts are safe here: every result is masked per byte.
+                    // 16-bit shifts are fine here: every result is masked per byte.
                     let quads = [
                         (
                             v128_or(v128_and(a, low4), v128_and(i16x8_shl(high, 4), bits45)),
@@ -704,14 +765,15 @@ pub(super) fn dot_q6_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32
                         let odd = i16x8_mul(i16x8_shr(q, 8), s);
                         for t in 0..T {
                             let y = xs[t].quants.as_ptr().add(256 * b + 128 * h + at + 16 * l16);
-                            sumi[t] = i32x4_add(
-                                sumi[t],
-                                i32x4_add(
-                                    i32x4_dot_i16x8(even, load(y)),
-                                    i32x4_dot_i16x8(odd, load(y.add(8))),
-                                ),
+                            let p = i32x4_add(
+                                i32x4_dot_i16x8(even, load(y)),
+                                i32x4_dot_i16x8(odd, load(y.add(8))),
                             );
+                            sumi[t] = i32x4_add(sumi[t], p);
                         }
+                    }
+                    for t in 0..T {
+                        barrier(&mut scratch[t], sumi[t]);
                     }
                 }
             }

@@ -651,13 +651,18 @@ fn bench_matvec() {
             for _ in 0..20 {
                 run(&mut y); // warm up (and let the wasm engine tier up)
             }
-            let mut iters = 0u32;
-            let start = Instant::now();
-            while start.elapsed().as_secs_f64() < 0.3 {
-                run(&mut y);
-                iters += 1;
+            // best of 7 rounds of ~40 ms: the machine may be shared, the best round is the
+            // kernel's speed
+            let mut secs = f64::INFINITY;
+            for _ in 0..7 {
+                let mut iters = 0u32;
+                let start = Instant::now();
+                while start.elapsed().as_secs_f64() < 0.04 {
+                    run(&mut y);
+                    iters += 1;
+                }
+                secs = secs.min(start.elapsed().as_secs_f64() / iters as f64);
             }
-            let secs = start.elapsed().as_secs_f64() / iters as f64;
             let gbs = w.len() as f64 / secs / 1e9;
             let gmacs = (n_rows * n_cols * n_vecs) as f64 / secs / 1e9;
             line += &alloc::format!(" {:>12.2} ({:>6.2})", gbs, gmacs);
