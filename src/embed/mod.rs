@@ -16,10 +16,12 @@
 //! 4. mean of `embeddings[mapping[id]] × weights[id]` over the ids (a zero vector if none);
 //! 5. divide by the L2 norm (+1e-32) when `normalize`.
 //!
-//! Memory: F32 and I8 tables are used in place (zero-copy) when the F32 data is 4-byte aligned
-//! in the caller's buffer, which is why [`Embedder`] borrows the safetensors bytes; F16/BF16
-//! tables (and unaligned F32) are converted to F32 once at load (`dim × rows × 4` bytes).
+//! Memory: F32 and I8 tables are used in place (zero-copy; F32 when its data is 4-byte aligned
+//! in the caller's buffer), which is why [`Embedder`] borrows the safetensors bytes. F16 and
+//! BF16 tables (and unaligned F32) are converted to F32 once at load (`rows × dim × 4` bytes:
+//! 30 MB for a 29,525 × 256 table), because pooling f32 rows is faster (see [`kernels`]).
 
+pub mod kernels;
 pub mod safetensors;
 pub mod tokenizer;
 pub mod wordpiece;
@@ -94,9 +96,9 @@ impl Config {
     }
 }
 
-/// The embedding rows, in place or converted.
+/// The embedding rows, (rows, dim) row-major: in place in the caller's buffer, or converted.
 enum Rows<'a> {
-    /// Aligned little-endian f32 in the caller's buffer.
+    /// Aligned little-endian f32.
     F32(&'a [f32]),
     I8(&'a [i8]),
     Owned(Vec<f32>),
@@ -131,22 +133,7 @@ impl Scratch {
     }
 }
 
-fn f16_to_f32(h: u16) -> f32 {
-    let sign = ((h >> 15) as u32) << 31;
-    let exp = ((h >> 10) & 0x1F) as u32;
-    let man = (h & 0x3FF) as u32;
-    let bits = match exp {
-        0 if man == 0 => sign,
-        0 => {
-            // Subnormal: value = man × 2^-24.
-            let v = man as f32 * (1.0 / 16_777_216.0);
-            return if sign != 0 { -v } else { v };
-        }
-        0x1F => sign | 0x7F80_0000 | man << 13,
-        _ => sign | (exp + 127 - 15) << 23 | man << 13,
-    };
-    f32::from_bits(bits)
-}
+use kernels::f16_to_f32;
 
 /// A 1-D tensor of `n` values as f32 (F64/F32/F16), for `weights`.
 fn vector_f32(t: &Tensor, n: usize, what: &str) -> Result<Vec<f32>> {
@@ -408,10 +395,11 @@ impl<'a> Embedder<'a> {
                 None => 1.0,
             };
             let span = row * dim..(row + 1) * dim;
+            let missing = || err!(Status::BadFormat, "embedding row {row} is out of range");
             match &self.rows {
-                Rows::F32(t) => add_scaled(acc, &t[span], w),
-                Rows::Owned(t) => add_scaled(acc, &t[span], w),
-                Rows::I8(t) => add_scaled_i8(acc, &t[span], w),
+                Rows::F32(t) => kernels::add_f32(acc, t.get(span).ok_or_else(missing)?, w),
+                Rows::Owned(t) => kernels::add_f32(acc, t.get(span).ok_or_else(missing)?, w),
+                Rows::I8(t) => kernels::add_i8(acc, t.get(span).ok_or_else(missing)?, w),
             }
         }
         let inv_n = 1.0 / ids.len() as f32;
@@ -419,28 +407,13 @@ impl<'a> Embedder<'a> {
             *o = a * inv_n;
         }
         if self.config.normalize {
-            let norm = libm::sqrt(out.iter().map(|&x| x as f64 * x as f64).sum::<f64>()) as f32;
+            let norm = libm::sqrtf(kernels::sum_squares(out));
             let inv = 1.0 / (norm + 1e-32);
             for o in out.iter_mut() {
                 *o *= inv;
             }
         }
         Ok(())
-    }
-}
-
-/// `acc += w × row` (dim values).
-#[inline]
-fn add_scaled(acc: &mut [f32], row: &[f32], w: f32) {
-    for (a, &x) in acc.iter_mut().zip(row) {
-        *a += w * x;
-    }
-}
-
-#[inline]
-fn add_scaled_i8(acc: &mut [f32], row: &[i8], w: f32) {
-    for (a, &x) in acc.iter_mut().zip(row) {
-        *a += w * x as f32;
     }
 }
 

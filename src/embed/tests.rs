@@ -179,20 +179,6 @@ fn config_defaults() {
     assert!(Config::from_json(b"[]").is_err());
 }
 
-#[test]
-fn f16_conversion() {
-    for (h, f) in [
-        (0x3C00u16, 1.0f32),
-        (0xC000, -2.0),
-        (0x0001, 5.960_464_5e-8),
-        (0x7BFF, 65504.0),
-        (0x8000, -0.0),
-    ] {
-        assert_eq!(f16_to_f32(h), f, "{h:#x}");
-    }
-    assert!(f16_to_f32(0x7C00).is_infinite() && f16_to_f32(0x7E00).is_nan());
-}
-
 /// A small valid model: a 6-piece vocabulary, 2-D F32 rows.
 fn tiny_model() -> (StdVec<u8>, String, String) {
     let tokenizer = r###"{"added_tokens":[{"id":0,"content":"[UNK]","single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true}],
