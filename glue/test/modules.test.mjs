@@ -1,0 +1,51 @@
+// The module contract as an outside script sees it: imports, exports and the memory each module
+// declares, read with the JS API's type reflection (a child Node with
+// --experimental-wasm-type-reflection), not with wasmind.js.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { importedMemoryMinimum } from '../wasmind.js';
+
+const dist = new URL('../../dist/', import.meta.url);
+const header = readFileSync(new URL('../../abi/wasmind.h', import.meta.url), 'utf8');
+const declared = [...header.matchAll(/^WASMIND_API\s+\w+\s+(\w+)\(/gm)].map((m) => m[1]).sort();
+
+function reflect(file) {
+  const script = `const m = new WebAssembly.Module(require('fs').readFileSync(${JSON.stringify(new URL(file, dist).pathname)}));
+    console.log(JSON.stringify({ imports: WebAssembly.Module.imports(m), exports: WebAssembly.Module.exports(m) }));`;
+  const out = execFileSync(process.execPath, ['--experimental-wasm-type-reflection', '-e', script]);
+  return JSON.parse(out);
+}
+
+const functions = (exports) => exports.filter((e) => e.kind === 'function').map((e) => e.name).sort();
+
+test('wasmind.h lists the functions (sanity of the header parse)', () => {
+  assert.ok(declared.length >= 15, `only ${declared.length} WASMIND_API lines`);
+  assert.ok(declared.includes('pool_selftest') && declared.includes('math_apply'));
+});
+
+test('wasmind.wasm: no imports, exports its memory, the header functions and __stack_pointer', () => {
+  const { imports, exports } = reflect('wasmind.wasm');
+  assert.deepEqual(imports, []);
+  assert.ok(exports.some((e) => e.name === 'memory' && e.kind === 'memory'), 'exports memory');
+  assert.deepEqual(functions(exports), declared);
+  const sp = exports.find((e) => e.name === '__stack_pointer');
+  assert.deepEqual(sp?.type, { mutable: true, value: 'i32' });
+});
+
+test('wasmind-mt.wasm: imports only env.memory (shared, with a maximum), same functions', () => {
+  const { imports, exports } = reflect('wasmind-mt.wasm');
+  assert.equal(imports.length, 1);
+  const [mem] = imports;
+  assert.equal(`${mem.module}.${mem.name}:${mem.kind}`, 'env.memory:memory');
+  assert.equal(mem.type.shared, true);
+  assert.equal(mem.type.maximum, 65536, 'maximum is 65,536 pages (ABI.md)');
+  assert.ok(mem.type.minimum >= 1 && mem.type.minimum <= mem.type.maximum);
+  assert.ok(!exports.some((e) => e.kind === 'memory'), 'does not export a memory of its own');
+  assert.deepEqual(functions(exports), declared);
+  const sp = exports.find((e) => e.name === '__stack_pointer');
+  assert.deepEqual(sp?.type, { mutable: true, value: 'i32' }, 'a host must be able to set each helper stack');
+  // The glue's own import-section reader agrees with the engine's reflection.
+  assert.equal(importedMemoryMinimum(readFileSync(new URL('wasmind-mt.wasm', dist))), mem.type.minimum);
+});

@@ -1,0 +1,171 @@
+// wasmind.js: loads wasmind into Node (worker_threads) or a browser (Web Workers); no dependencies.
+//
+//   const wm = await load({ threads: 4, maxMemory: memoryFor(modelBytes) });
+//   wm.poolSelftest(2000, 1, 4); wm.close();
+//
+// The threaded module (dist/wasmind-mt.wasm) is used when SharedArrayBuffer and cross-origin
+// isolation are available, else the single-threaded one. Threaded: one shared memory, this
+// instance is the driver, and threads - 1 helper workers (worker.js) each instantiate the module
+// on the same memory with their own stack and sit in helper_loop (abi/ABI.md, "Starting helpers").
+// The driver blocks in memory.atomic.wait32 while helpers work, so in a BROWSER call load() inside
+// a module Worker, never on the page's main thread (see demo/driver.js); Node may drive from its
+// main thread. Views over memory go stale when it grows: bytes()/put() build fresh ones each call.
+
+const isNode = typeof process === 'object' && !!process.versions?.node;
+const DIST = new URL('../dist/', import.meta.url);
+const PAGE = 65536, MAX_PAGES = 65536, MiB = 1 << 20;
+const HELPER_STACK = MiB; // ≥ WASMIND_HELPER_STACK_MIN (256 KiB)
+export const STATUS = ['OK', 'INVALID_ARGUMENT', 'OUT_OF_MEMORY', 'BAD_FORMAT', 'UNSUPPORTED',
+  'NO_MODEL', 'CONTEXT_FULL', 'INVALID_UTF8', 'BUFFER_TOO_SMALL', 'WRONG_THREAD', 'STOPPED'];
+export const MATH = { exp: 0, log: 1, sin: 2, cos: 3, expf4: 4 };
+
+/** A failed call: `code` is the positive WASMIND_E_* status, `status` its name. */
+export class WasmindError extends Error {
+  constructor(code, message) {
+    super(message); this.code = code; this.status = STATUS[code] ?? 'UNKNOWN';
+  }
+}
+
+/** Shared memory needs SharedArrayBuffer and (in a browser) a cross-origin isolated context. */
+export const canUseThreads = () =>
+  typeof SharedArrayBuffer === 'function' && (isNode || globalThis.crossOriginIsolated === true);
+
+/** A memory maximum for a model of `modelBytes` bytes: × 1.3 + 256 MiB. */
+export const memoryFor = (modelBytes) => Math.ceil(modelBytes * 1.3) + 256 * MiB;
+
+/** Three quarters of the cores, at most 16: one descheduled helper stalls a whole job. */
+async function defaultThreads() {
+  const cores = isNode ? (await import('node:os')).availableParallelism()
+    : globalThis.navigator?.hardwareConcurrency ?? 1;
+  return Math.max(1, Math.min(16, Math.floor(cores * 3 / 4)));
+}
+
+async function readBytes(url) {
+  if (isNode) return (await import('node:fs/promises')).readFile(url);
+  const r = await fetch(url);
+  if (!r.ok) throw new Error(`${url}: HTTP ${r.status}`);
+  return new Uint8Array(await r.arrayBuffer());
+}
+
+/** Minimum pages of the module's imported memory, read from its import section (id 2). */
+export function importedMemoryMinimum(bytes) {
+  const b = new Uint8Array(bytes); let at = 8;
+  const leb = () => { let v = 0, s = 0, x; do { x = b[at++]; v += (x & 127) * 2 ** s; s += 7; } while (x & 128); return v; };
+  while (at < b.length) {
+    const id = b[at++], size = leb(), end = at + size;
+    if (id === 2) {
+      for (let n = leb(); n > 0; n--) {
+        for (let name = 0; name < 2; name++) { const len = leb(); at += len; } // module, field
+        const kind = b[at++];
+        if (kind === 2) { leb(); return leb(); } // memory: flags, minimum
+        if (kind === 0) leb(); else if (kind === 1) { at++; if (leb() & 1) leb(); leb(); } else at += 2; // func, table, global
+      }
+    }
+    at = end;
+  }
+  throw new Error('module imports no memory');
+}
+
+/** Spawns one helper worker (Node worker_threads or a browser module Worker), event-normalised. */
+async function spawnHelper() {
+  const url = new URL('./worker.js', import.meta.url);
+  if (!isNode) {
+    const w = new Worker(url, { type: 'module', name: 'wasmind-helper' });
+    return { post: (m) => w.postMessage(m), terminate: () => w.terminate(),
+      on: (f, fail) => { w.onmessage = (e) => f(e.data); w.onerror = (e) => fail(new Error(e.message)); } };
+  }
+  const w = new (await import('node:worker_threads')).Worker(url);
+  return { post: (m) => w.postMessage(m), terminate: () => w.terminate(),
+    on: (f, fail) => { w.on('message', f); w.on('error', fail); } };
+}
+
+/**
+ * Loads the module. Options: `threads` (driver included; default ¾ of the cores, ≤ 16; 1 = no
+ * helpers), `threaded` (default canUseThreads()), `maxMemory` bytes (threaded: the shared
+ * memory's maximum, default 256 MiB; use memoryFor(modelBytes)), `dist` (URL of the folder with
+ * the two .wasm files). Resolves once every helper is listening.
+ */
+export async function load({ threads, threaded = canUseThreads(), maxMemory = 256 * MiB, dist = DIST } = {}) {
+  threads = threaded ? Math.max(1, threads ?? await defaultThreads()) : 1;
+  const bytes = await readBytes(new URL(threaded ? 'wasmind-mt.wasm' : 'wasmind.wasm', dist));
+  const module = await WebAssembly.compile(bytes);
+  if (!threaded) return new Wasmind(module, (await WebAssembly.instantiate(module)).exports, null, []);
+  const minimum = importedMemoryMinimum(bytes);
+  const maximum = Math.min(MAX_PAGES, Math.max(minimum, Math.ceil(maxMemory / PAGE)));
+  const memory = new WebAssembly.Memory({ initial: minimum, maximum, shared: true });
+  const driver = (await WebAssembly.instantiate(module, { env: { memory } })).exports;
+  const wm = new Wasmind(module, driver, memory, []);
+  for (let id = 0; id < threads - 1; id++) await wm.startHelper(id);
+  await wm.untilReady(threads - 1);
+  driver.pool_set_threads(threads);
+  return wm;
+}
+
+/** One loaded module (the driver) and its helpers. Only call it from the thread that loaded it. */
+export class Wasmind {
+  constructor(module, exports, memory, helpers) {
+    this.module = module; this.exports = exports; this.helpers = helpers;
+    this.memory = memory ?? exports.memory; this.threaded = exports.is_threaded() === 1;
+  }
+
+  async startHelper(id) {
+    const stack = this.exports.alloc(HELPER_STACK);
+    if (stack === 0) throw new WasmindError(2, 'no memory for a helper stack');
+    const w = await spawnHelper();
+    const h = { worker: w, stack, started: null, done: null };
+    h.started = new Promise((ok, fail) => {
+      const failed = (e) => { fail(e); exit(-1); };
+      let exit; h.done = new Promise((r) => { exit = r; });
+      w.on((m) => (m.running ? ok() : m.error ? failed(new Error(m.error)) : exit(m.rc)), failed);
+    });
+    w.post({ module: this.module, memory: this.memory, id, stackTop: (stack + HELPER_STACK) & ~15 });
+    this.helpers.push(h);
+  }
+
+  async untilReady(n, timeoutMs = 30000) {
+    await Promise.all(this.helpers.map((h) => h.started));
+    const t0 = Date.now();
+    while (this.exports.pool_helpers_ready() < n) {
+      if (Date.now() - t0 > timeoutMs) throw new Error(`only ${this.exports.pool_helpers_ready()} of ${n} helpers started`);
+      await new Promise((r) => setTimeout(r, 1));
+    }
+  }
+
+  /** A copy of `len` bytes at `ptr` (a fresh view each time: memory may have grown). */
+  bytes(ptr, len) { return new Uint8Array(this.memory.buffer, ptr, len).slice(); }
+  /** Copies `data` (bytes or a typed array) into a new `alloc` block; free with free(ptr, byteLength). */
+  put(data) {
+    const src = new Uint8Array(data.buffer ?? data, data.byteOffset ?? 0, data.byteLength);
+    const ptr = this.exports.alloc(src.length);
+    if (ptr === 0) throw new WasmindError(2, `alloc(${src.length}) failed`);
+    new Uint8Array(this.memory.buffer, ptr, src.length).set(src);
+    return ptr;
+  }
+  free(ptr, len) { this.exports.free(ptr, len); }
+  /** Text of the last failure (copied first: TextDecoder refuses views of shared memory). */
+  lastError() { return new TextDecoder().decode(this.bytes(this.exports.last_error(), this.exports.last_error_len())); }
+  /** Returns `rc` if ≥ 0, else throws a WasmindError with the module's message. */
+  check(rc) { if (rc < 0) throw new WasmindError(-rc, this.lastError()); return rc; }
+
+  setThreads(n) { return this.check(this.exports.pool_set_threads(n)); }
+  poolSelftest(jobs, seed, maxThreads) { return this.check(this.exports.pool_selftest(jobs, seed, maxThreads)); }
+  /** Applies MATH[fn] to a Float64Array (exp/log/sin/cos) or Float32Array (expf4); returns a new array. */
+  mathApply(fn, values) {
+    const ptr = this.put(values);
+    try {
+      this.check(this.exports.math_apply(MATH[fn], ptr, ptr, values.length));
+      return new values.constructor(this.bytes(ptr, values.byteLength).buffer);
+    } finally { this.free(ptr, values.byteLength); }
+  }
+
+  /** Releases the helpers (pool_shutdown), waits for them to leave helper_loop, ends their
+   *  workers and frees their stacks. The module stays usable on this thread alone. */
+  async close() {
+    this.exports.pool_shutdown();
+    for (const h of this.helpers.splice(0)) {
+      const left = await Promise.race([h.done.then(() => true), new Promise((r) => setTimeout(r, 10000, false))]);
+      await h.worker.terminate();
+      if (left) this.exports.free(h.stack, HELPER_STACK); // else a stuck helper may still use it
+    }
+  }
+}

@@ -1,0 +1,18 @@
+// worker.js: one wasmind helper (a Node worker_threads worker or a browser module Worker).
+// Gets { module, memory, id, stackTop } from wasmind.js, instantiates the threaded module on the
+// shared memory, gives this instance its own stack, says { running }, then serves jobs in
+// helper_loop(id) until pool_shutdown, and says { rc } (abi/ABI.md, "Starting helpers").
+
+const port = typeof process === 'object' && process.versions?.node
+  ? (await import('node:worker_threads')).parentPort : globalThis;
+
+port.addEventListener('message', async ({ data: { module, memory, id, stackTop } }) => {
+  try {
+    const { exports } = await WebAssembly.instantiate(module, { env: { memory } });
+    exports.__stack_pointer.value = stackTop; // never share the driver's shadow stack
+    port.postMessage({ running: true });
+    port.postMessage({ rc: exports.helper_loop(id) }); // blocks until pool_shutdown
+  } catch (e) {
+    port.postMessage({ error: `helper ${id}: ${e?.stack ?? e}` });
+  }
+}, { once: true });
