@@ -50,7 +50,7 @@ fn parse(bytes: &[u8]) -> Parsed {
                 }
             }
             Payload::ImportSection(r) => {
-                for imp in r.into_imports() {
+                for imp in r {
                     let imp = imp.expect("import");
                     if let TypeRef::Memory(m) = imp.ty {
                         p.memory_import = Some(m);

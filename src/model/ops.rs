@@ -19,19 +19,10 @@ pub fn rmsnorm(out: &mut [f32], x: &[f32], w: &[f32], eps: f32) {
     }
 }
 
-/// IEEE square root: the `f32.sqrt` instruction in wasm (`core` has no `f32::sqrt`), std's on the
-/// host.
+/// IEEE square root (libm's, which is the `f32.sqrt` instruction in wasm).
 #[inline]
 pub fn sqrtf(x: f32) -> f32 {
-    #[cfg(target_arch = "wasm32")]
-    {
-        core::arch::wasm32::f32_sqrt(x)
-    }
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        // The host build links std (see lib.rs); this is the same IEEE square root.
-        std::primitive::f32::sqrt(x)
-    }
+    libm::sqrtf(x)
 }
 
 /// Precomputed cos/sin of every RoPE angle: `(position, rope_dims / 2)` each.
@@ -67,9 +58,9 @@ impl RopeTable {
         }
         for p in 0..context {
             for (i, &f) in freq.iter().enumerate() {
-                let angle = p as f64 * f;
-                cos[p * pairs + i] = math::cos(angle) as f32;
-                sin[p * pairs + i] = math::sin(angle) as f32;
+                let (s, c) = math::sin_cos(p as f64 * f);
+                cos[p * pairs + i] = c as f32;
+                sin[p * pairs + i] = s as f32;
             }
         }
         Ok(RopeTable { pairs, style: cfg.rope_style, cos, sin })
