@@ -151,6 +151,9 @@ pub struct Tokenizer {
     scores: Vec<f32>,
     /// BPE merges (empty table for SentencePiece).
     merges: PairTable,
+    /// SentencePiece: `(id, score)` of every two-character string over ASCII and `▁`,
+    /// indexed by [`short_pair_index`] (id [`bpe::NONE`] when it is no token).
+    short_pairs: Vec<(u32, f32)>,
     /// BPE: the token of each byte's GPT-2 character. SPM: the byte-fallback token
     /// `<0xNN>` (or the one-byte token). [`bpe::NONE`] when there is none.
     byte_token: [u32; 256],
@@ -442,6 +445,23 @@ impl Tokenizer {
             }
         };
 
+        let mut short_pairs = Vec::new();
+        if let Model::Spm { .. } = model {
+            short_pairs
+                .try_reserve_exact(SHORT * SHORT)
+                .map_err(|_| err!(Status::OutOfMemory, "tokenizer pair table"))?;
+            let mut s = Vec::new();
+            for i in 0..SHORT * SHORT {
+                s.clear();
+                push_short_char(i / SHORT, &mut s);
+                push_short_char(i % SHORT, &mut s);
+                short_pairs.push(match by_text.get(&texts, &s) {
+                    Some(id) => (id, scores.get(id as usize).copied().unwrap_or(0.0)),
+                    None => (bpe::NONE, 0.0),
+                });
+            }
+        }
+
         // 7. Pieces: the bytes each token stands for.
         let pieces = build_pieces(&model, &texts, &attrs)?;
 
@@ -453,6 +473,7 @@ impl Tokenizer {
             attrs,
             scores,
             merges,
+            short_pairs,
             byte_token,
             special,
             bos,
@@ -625,8 +646,7 @@ impl Tokenizer {
         }
         spm.tokenize(
             spelled,
-            |s| self.by_text.get(&self.texts, s),
-            |id| self.scores.get(id as usize).copied().unwrap_or(0.0),
+            |s| self.spm_lookup(s),
             |piece, out| {
                 for &b in piece {
                     match self.byte_token[b as usize] {
@@ -637,6 +657,19 @@ impl Tokenizer {
             },
             out,
         );
+    }
+
+    /// The token of a byte string and its score. Two-character strings of ASCII and `▁` —
+    /// most of SentencePiece's first merges — come from a small table instead of the hash.
+    #[inline]
+    fn spm_lookup(&self, s: &[u8]) -> Option<(u32, f32)> {
+        if let Some(i) = short_pair_index(s)
+            && let Some(&(id, score)) = self.short_pairs.get(i)
+        {
+            return (id != bpe::NONE).then_some((id, score));
+        }
+        let id = self.by_text.get(&self.texts, s)?;
+        Some((id, self.scores.get(id as usize).copied().unwrap_or(0.0)))
     }
 
     // ---- decode -----------------------------------------------------------------------------
@@ -847,6 +880,34 @@ fn valid_prefix(s: &[u8]) -> bool {
         _ => true,
     };
     second_ok && s.iter().skip(1).all(|&c| c & 0xC0 == 0x80)
+}
+
+/// Characters of the SentencePiece short-pair table: ASCII (0..128) and `▁` (128).
+const SHORT: usize = 129;
+const ESCAPED_SPACE: &[u8] = "▁".as_bytes();
+
+/// Appends short character `i` (see [`SHORT`]).
+fn push_short_char(i: usize, out: &mut Vec<u8>) {
+    if i < 128 {
+        out.push(i as u8);
+    } else {
+        out.extend_from_slice(ESCAPED_SPACE);
+    }
+}
+
+/// The short-pair table index of `s` if it is exactly two characters from ASCII and `▁`.
+#[inline]
+fn short_pair_index(s: &[u8]) -> Option<usize> {
+    let one = |s: &[u8]| -> Option<(usize, usize)> {
+        match s.first()? {
+            &c if c < 0x80 => Some((c as usize, 1)),
+            _ if s.starts_with(ESCAPED_SPACE) => Some((128, 3)),
+            _ => None,
+        }
+    };
+    let (a, la) = one(s)?;
+    let (b, lb) = one(s.get(la..)?)?;
+    (la + lb == s.len()).then_some(a * SHORT + b)
 }
 
 // ---- building helpers ---------------------------------------------------------------------------

@@ -41,13 +41,12 @@ fn score_key(score: f32) -> u32 {
 
 impl SpmMerger {
     /// Tokenizes `text` (one fragment, whitespace already escaped). `lookup` finds the token
-    /// of a byte string, `score` gives a token's score, `fallback` appends the tokens of one
-    /// character that is no token (its bytes).
+    /// of a byte string and its score, `fallback` appends the tokens of one character that is
+    /// no token (its bytes).
     pub fn tokenize(
         &mut self,
         text: &[u8],
-        lookup: impl Fn(&[u8]) -> Option<u32>,
-        score: impl Fn(u32) -> f32,
+        lookup: impl Fn(&[u8]) -> Option<(u32, f32)>,
         mut fallback: impl FnMut(&[u8], &mut Vec<u32>),
         out: &mut Vec<u32>,
     ) {
@@ -75,8 +74,8 @@ impl SpmMerger {
         let try_pair = |heap: &mut BinaryHeap<_>, start: &[u32], len: &[u32], l: u32, r: u32| {
             let a = start[l as usize] as usize;
             let b = (start[r as usize] + len[r as usize]) as usize;
-            if let Some(id) = text.get(a..b).and_then(&lookup) {
-                heap.push((score_key(score(id)), !l, r, (b - a) as u32));
+            if let Some((_, score)) = text.get(a..b).and_then(&lookup) {
+                heap.push((score_key(score), !l, r, (b - a) as u32));
             }
         };
         for i in 0..n as u32 - 1 {
@@ -109,7 +108,7 @@ impl SpmMerger {
             let b = a + self.len[i as usize] as usize;
             let piece = text.get(a..b).unwrap_or(&[]);
             match lookup(piece) {
-                Some(id) => out.push(id),
+                Some((id, _)) => out.push(id),
                 None => fallback(piece, out),
             }
             i = self.next[i as usize];
