@@ -355,6 +355,8 @@ fn bench_corpus() {
         "What powers the sun and stars?",
     ]
     .into();
+    // M2V_BENCH=substring picks the lines to run, e.g. "256 corpus ids".
+    let only = std::env::var("M2V_BENCH").unwrap_or_default();
     for name in ["m2v-minilm-256", "m2v-minilm-128-vq"] {
         let files = model_files(name);
         let e = Embedder::load(&files.safetensors, &files.tokenizer, &files.config).unwrap();
@@ -364,6 +366,9 @@ fn bench_corpus() {
         for (label, texts) in [("corpus", &corpus), ("short", &short)] {
             let nbytes: usize = texts.iter().map(|t| t.len()).sum();
             for mode in ["ids", "embed"] {
+                if !format!("{name} {label} {mode}").contains(&only) {
+                    continue;
+                }
                 let t0 = cpu_seconds();
                 let mut n = 0usize;
                 while cpu_seconds() - t0 < 1.0 {
@@ -387,4 +392,42 @@ fn bench_corpus() {
             }
         }
     }
+}
+
+/// The Unicode sweep of `testdata/sweep.py` (Hugging Face tokenizers as the oracle): every code
+/// point in context, canonical-ordering cases, fuzz. Not a CI test (the file is 60 MB):
+/// `M2V_SWEEP=/tmp/sweep.jsonl cargo test --release -p wasmind --lib sweep -- --ignored`.
+#[test]
+#[ignore]
+fn sweep() {
+    let path = std::env::var("M2V_SWEEP").expect("M2V_SWEEP=path of sweep.py's output");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let files = model_files("m2v-minilm-256");
+    let e = Embedder::load(&files.safetensors, &files.tokenizer, &files.config).unwrap();
+    let mut s = Scratch::new();
+    let mut ids = Vec::new();
+    let (mut n, mut bad) = (0usize, StdVec::new());
+    for line in text.lines() {
+        let mut r = Reader::new(line.as_bytes()).unwrap();
+        r.begin_array().unwrap();
+        r.next_item().unwrap();
+        let mut t = String::new();
+        r.read_str().unwrap().decode_into(&mut t).unwrap();
+        r.next_item().unwrap();
+        let mut want = StdVec::new();
+        r.begin_array().unwrap();
+        while r.next_item().unwrap() {
+            want.push(r.read_u64().unwrap() as u32);
+        }
+        e.encode_ids(&t, &mut s, &mut ids).unwrap();
+        if ids[..] != want[..] {
+            bad.push(format!("{t:?}: ours {ids:?} want {want:?}"));
+        }
+        n += 1;
+    }
+    std::eprintln!("sweep: {n} texts, {} differ", bad.len());
+    for b in bad.iter().take(40) {
+        std::eprintln!("  {b}");
+    }
+    assert!(bad.is_empty());
 }
