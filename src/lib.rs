@@ -38,7 +38,7 @@ pub mod gguf;
 pub mod unicode;
 pub mod tokenizer;
 pub mod quant;
-// pub mod model; (waits for the quant API)
+pub mod model;
 pub mod json;
 pub mod embed;
 

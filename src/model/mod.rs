@@ -95,9 +95,10 @@ struct Scratch {
     up: Vec<f32>,
     /// (MAX_BATCH * n_heads, context + SCORE_ROW_PAD): one score row per (token, head).
     scores: Vec<f32>,
-    /// Quantized copies of the rows about to be multiplied, per weight type.
-    acts: Vec<ActivationBuf>,
-    acts2: Vec<ActivationBuf>,
+    /// The rows about to be multiplied, rounded for the weights' type; a group whose matrices
+    /// want two different roundings uses both.
+    acts: ActivationBuf,
+    acts2: ActivationBuf,
 }
 
 pub struct Model<'a> {
@@ -207,8 +208,8 @@ impl<'a> Model<'a> {
             gate: try_vec(b * ffn)?,
             up: try_vec(b * ffn)?,
             scores: try_vec(score_rows * (context + SCORE_ROW_PAD))?,
-            acts: (0..b).map(|_| ActivationBuf::new()).collect(),
-            acts2: (0..b).map(|_| ActivationBuf::new()).collect(),
+            acts: ActivationBuf::with_capacity(dim.max(q_dim).max(ffn), b)?,
+            acts2: ActivationBuf::with_capacity(dim.max(q_dim).max(ffn), b)?,
         };
         let logits = try_vec(cfg.vocab)?;
         Ok(Model {
@@ -311,8 +312,8 @@ impl<'a> Model<'a> {
                 self.rope.apply(k, hd, pos0 + t);
                 let at = (l * self.context + pos0 + t) * kv_dim;
                 for i in 0..kv_dim {
-                    self.k_cache[at + i] = quant::half::round_to_f16(k[i]);
-                    self.v_cache[at + i] = quant::half::round_to_f16(v[i]);
+                    self.k_cache[at + i] = quant::f16_to_f32(quant::f32_to_f16(k[i]));
+                    self.v_cache[at + i] = quant::f16_to_f32(quant::f32_to_f16(v[i]));
                 }
             }
             self.attention(l, n, pos0);
@@ -429,37 +430,33 @@ fn matmul_group(
     group: &[(&Matrix<'_>, &mut [f32])],
     x: &[f32],
     n: usize,
-    acts: &mut [ActivationBuf],
-    acts2: &mut [ActivationBuf],
+    acts: &mut ActivationBuf,
+    acts2: &mut ActivationBuf,
 ) -> Result<()> {
     debug_assert!(group.len() <= 3 && n <= MAX_BATCH);
     let cols = group[0].0.cols;
-    // Quantize the input once per activation kind; a second kind (mixed-type groups) goes
-    // to `acts2`.
+    let x = &x[..n * cols];
+    // Round the input once per activation kind; a second kind (mixed-type groups) goes to acts2.
     let first_ty = group[0].0.ty;
-    let mut second_ty = None;
-    for (m, _) in group {
-        if quant::activation_kind(m.ty) != quant::activation_kind(first_ty) {
-            second_ty = Some(m.ty);
-        }
-    }
-    for t in 0..n {
-        quant::quantize_activation(first_ty, &x[t * cols..(t + 1) * cols], &mut acts[t])?;
-        if let Some(ty) = second_ty {
-            quant::quantize_activation(ty, &x[t * cols..(t + 1) * cols], &mut acts2[t])?;
-        }
+    let second_ty = group
+        .iter()
+        .map(|(m, _)| m.ty)
+        .find(|&ty| quant::vec_dot_kind(ty) != quant::vec_dot_kind(first_ty));
+    quant::quantize_activations(first_ty, x, cols, acts)?;
+    if let Some(ty) = second_ty {
+        quant::quantize_activations(ty, x, cols, acts2)?;
     }
     let mut jobs: [MatJob; 3] = core::array::from_fn(|_| MatJob::EMPTY);
     let mut total = 0;
     for (i, (m, y)) in group.iter().enumerate() {
-        let same = quant::activation_kind(m.ty) == quant::activation_kind(first_ty);
+        let same = quant::vec_dot_kind(m.ty) == quant::vec_dot_kind(first_ty);
         jobs[i] = MatJob {
             ty: m.ty,
             w: m.data.as_ptr(),
             w_len: m.data.len(),
             rows: m.rows,
             cols: m.cols,
-            acts: if same { acts.as_ptr() } else { acts2.as_ptr() },
+            acts: if same { &*acts } else { &*acts2 },
             y: y.as_ptr() as *mut f32,
             first_row: total,
         };
@@ -478,6 +475,7 @@ struct MatJob {
     rows: usize,
     cols: usize,
     acts: *const ActivationBuf,
+    /// (n, rows)
     y: *mut f32,
     first_row: usize,
 }
@@ -515,11 +513,27 @@ unsafe fn matmul_kernel(args: *const u8, start: usize, end: usize) {
         // of y for every token.
         unsafe {
             let w = core::slice::from_raw_parts(j.w, j.w_len);
-            for t in 0..a.n {
-                let x = &*j.acts.add(t);
-                let y = core::slice::from_raw_parts_mut(j.y.add(t * j.rows + rows.start), rows.len());
-                quant::matvec(j.ty, w, j.cols, x, rows.clone(), y);
+            let x = &*j.acts;
+            if a.n == 1 {
+                let y = core::slice::from_raw_parts_mut(j.y.add(rows.start), rows.len());
+                quant::matvec(j.ty, w, j.cols, x, rows, y);
+            } else {
+                // (n, ROWS_PER_CHUNK) on the stack, then scattered into y's (n, j.rows) layout.
+                // (Inline jobs hand the kernel the whole range, so go in sub-chunks.)
+                let mut tmp = [0.0f32; MAX_BATCH * ROWS_PER_CHUNK];
+                for sub in rows.clone().step_by(ROWS_PER_CHUNK) {
+                    let sub = sub..(sub + ROWS_PER_CHUNK).min(rows.end);
+                    let len = sub.len();
+                    quant::matmul(j.ty, w, j.cols, x, sub.clone(), &mut tmp[..a.n * len]);
+                    for t in 0..a.n {
+                        let y = core::slice::from_raw_parts_mut(j.y.add(t * j.rows + sub.start), len);
+                        y.copy_from_slice(&tmp[t * len..(t + 1) * len]);
+                    }
+                }
             }
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -52,7 +52,7 @@ impl RopeTable {
         let mut freq: Vec<f64> = Vec::new();
         freq.try_reserve_exact(pairs).map_err(|_| err!(Status::OutOfMemory, "RoPE table"))?;
         for i in 0..pairs {
-            let f = math::exp(-(2 * i) as f64 / cfg.rope_dims as f64 * ln_base);
+            let f = math::exp(-((2 * i) as f64) / cfg.rope_dims as f64 * ln_base);
             let factor = factors.map_or(1.0, |fs| fs[i] as f64);
             freq.push(f / factor);
         }
