@@ -14,7 +14,7 @@
 const isNode = typeof process === 'object' && !!process.versions?.node;
 const DIST = new URL('../dist/', import.meta.url);
 const PAGE = 65536, MAX_PAGES = 65536, MiB = 1 << 20;
-const HELPER_STACK = MiB; // ≥ WASMIND_HELPER_STACK_MIN (256 KiB)
+const HELPER_STACK = MiB, MAX_HELPERS = 255; // stack ≥ WASMIND_HELPER_STACK_MIN (256 KiB)
 export const STATUS = ['OK', 'INVALID_ARGUMENT', 'OUT_OF_MEMORY', 'BAD_FORMAT', 'UNSUPPORTED',
   'NO_MODEL', 'CONTEXT_FULL', 'INVALID_UTF8', 'BUFFER_TOO_SMALL', 'WRONG_THREAD', 'STOPPED'];
 export const MATH = { exp: 0, log: 1, sin: 2, cos: 3, expf4: 4 };
@@ -76,7 +76,14 @@ async function spawnHelper() {
   }
   const w = new (await import('node:worker_threads')).Worker(url);
   return { post: (m) => w.postMessage(m), terminate: () => w.terminate(),
-    on: (f, fail) => { w.on('message', f); w.on('error', fail); } };
+    on: (f, fail) => { w.on('message', f); w.on('error', fail); w.on('exit', (c) => fail(new Error(`helper exited (${c})`))); } };
+}
+
+/** `promise`, or a rejection after `ms` (the timer does not outlive it). */
+function within(promise, ms, what) {
+  let timer;
+  const late = new Promise((_, fail) => { timer = setTimeout(() => fail(new Error(`${what}: no answer in ${ms} ms`)), ms); });
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
 }
 
 /**
@@ -86,7 +93,7 @@ async function spawnHelper() {
  * the two .wasm files). Resolves once every helper is listening.
  */
 export async function load({ threads, threaded = canUseThreads(), maxMemory = 256 * MiB, dist = DIST } = {}) {
-  threads = threaded ? Math.max(1, threads ?? await defaultThreads()) : 1;
+  threads = threaded ? Math.max(1, Math.min(MAX_HELPERS + 1, threads ?? await defaultThreads())) : 1;
   const bytes = await readBytes(new URL(threaded ? 'wasmind-mt.wasm' : 'wasmind.wasm', dist));
   const module = await WebAssembly.compile(bytes);
   if (!threaded) return new Wasmind(module, (await WebAssembly.instantiate(module)).exports, null, []);
@@ -95,8 +102,15 @@ export async function load({ threads, threaded = canUseThreads(), maxMemory = 25
   const memory = new WebAssembly.Memory({ initial: minimum, maximum, shared: true });
   const driver = (await WebAssembly.instantiate(module, { env: { memory } })).exports;
   const wm = new Wasmind(module, driver, memory, []);
-  for (let id = 0; id < threads - 1; id++) await wm.startHelper(id);
-  await wm.untilReady(threads - 1);
+  try {
+    for (let id = 0; id < threads - 1; id++) await wm.startHelper(id);
+    await wm.untilReady(threads - 1);
+  } catch (e) {
+    // Let the helpers that did start register first: one that enters helper_loop after
+    // pool_shutdown would wait for a job forever (close() would then end it after a timeout).
+    await wm.untilReady(wm.helpers.length, 5000).catch(() => {});
+    await wm.close(); throw e;
+  }
   driver.pool_set_threads(threads);
   return wm;
 }
@@ -112,19 +126,21 @@ export class Wasmind {
     const stack = this.exports.alloc(HELPER_STACK);
     if (stack === 0) throw new WasmindError(2, 'no memory for a helper stack');
     const w = await spawnHelper();
-    const h = { worker: w, stack, started: null, done: null };
-    h.started = new Promise((ok, fail) => {
-      const failed = (e) => { fail(e); exit(-1); };
-      let exit; h.done = new Promise((r) => { exit = r; });
-      w.on((m) => (m.running ? ok() : m.error ? failed(new Error(m.error)) : exit(m.rc)), failed);
+    const h = { worker: w, stack };
+    h.done = new Promise((exit) => { // resolves with helper_loop's result, or -1 if the worker failed
+      h.started = new Promise((ok, fail) => {
+        const failed = (e) => { fail(e); exit(-1); };
+        w.on((m) => (m.running ? ok() : m.error ? failed(new Error(m.error)) : exit(m.rc)), failed);
+      });
+      h.started.catch(() => {}); // handled by untilReady; a late failure must not crash Node
     });
     w.post({ module: this.module, memory: this.memory, id, stackTop: (stack + HELPER_STACK) & ~15 });
     this.helpers.push(h);
   }
 
   async untilReady(n, timeoutMs = 30000) {
-    await Promise.all(this.helpers.map((h) => h.started));
     const t0 = Date.now();
+    await within(Promise.all(this.helpers.map((h) => h.started)), timeoutMs, 'starting helpers');
     while (this.exports.pool_helpers_ready() < n) {
       if (Date.now() - t0 > timeoutMs) throw new Error(`only ${this.exports.pool_helpers_ready()} of ${n} helpers started`);
       await new Promise((r) => setTimeout(r, 1));
@@ -163,7 +179,7 @@ export class Wasmind {
   async close() {
     this.exports.pool_shutdown();
     for (const h of this.helpers.splice(0)) {
-      const left = await Promise.race([h.done.then(() => true), new Promise((r) => setTimeout(r, 10000, false))]);
+      const left = await within(h.done, 10000, 'helper shutdown').then(() => true, () => false);
       await h.worker.terminate();
       if (left) this.exports.free(h.stack, HELPER_STACK); // else a stuck helper may still use it
     }

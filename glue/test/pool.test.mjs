@@ -50,6 +50,13 @@ test('close() releases the helpers: a script that loads 4 helpers exits by itsel
   assert.match(String(out), /^closed \d+ 0$/m);
 });
 
+test('a pool that cannot get its helper stacks fails cleanly (no hang, helpers ended)', async () => {
+  // 4 MiB of memory holds about two 1 MiB helper stacks, not seven.
+  const t0 = Date.now();
+  await assert.rejects(load({ threads: 8, maxMemory: 4 << 20 }), (e) => e instanceof WasmindError && e.status === 'OUT_OF_MEMORY');
+  assert.ok(Date.now() - t0 < 9000, 'started helpers left helper_loop (close() did not need its timeout)');
+});
+
 test('errors carry the module message', () => {
   assert.throws(() => st.check(st.exports.math_apply(99, 16, 16, 1)),
     (e) => e instanceof WasmindError && e.code === 1 && e.status === 'INVALID_ARGUMENT' && /unknown function 99/.test(e.message));

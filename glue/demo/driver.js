@@ -1,0 +1,26 @@
+// The driver side of the demo, in a module Worker (a browser's main thread may not block).
+// Loads wasmind (threaded if this context is cross-origin isolated), runs pool_selftest on the
+// pool and on the single-threaded module, and posts both checksums back.
+import { load, canUseThreads } from '../wasmind.js';
+
+self.onmessage = async ({ data: { threads, jobs, seed } }) => {
+  try {
+    let t0 = performance.now();
+    const wm = await load({ threads });
+    const loadMs = performance.now() - t0;
+    const helpers = wm.exports.pool_helpers_ready(), poolThreads = wm.exports.pool_threads();
+    t0 = performance.now();
+    const checksum = wm.poolSelftest(jobs, seed, poolThreads);
+    const poolMs = performance.now() - t0;
+    await wm.close();
+    const st = await load({ threaded: false });
+    t0 = performance.now();
+    const stChecksum = st.poolSelftest(jobs, seed, 1);
+    const stMs = performance.now() - t0;
+    self.postMessage({ done: true, canUseThreads: canUseThreads(), threaded: wm.threaded, helpers,
+      threads: poolThreads, jobs, seed, checksum, stChecksum, loadMs, poolMs, stMs,
+      helpersAfterClose: wm.exports.pool_helpers_ready() });
+  } catch (e) {
+    self.postMessage({ done: true, error: String(e?.stack ?? e) });
+  }
+};

@@ -1,0 +1,39 @@
+// A small static server for the demo: serves the repository root (so /glue/ and /dist/) with
+// the two headers that make a page cross-origin isolated (COOP same-origin, COEP require-corp).
+// `?isolated=0` on a request leaves them out, to see the single-threaded fallback.
+//   node glue/demo/serve.js [port]   then open http://localhost:8080/glue/demo/
+import { createServer } from 'node:http';
+import { readFile } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
+import { extname, join, normalize, sep } from 'node:path';
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const TYPES = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript', '.mjs': 'text/javascript',
+  '.wasm': 'application/wasm', '.json': 'application/json', '.css': 'text/css', '.txt': 'text/plain' };
+
+export function serve({ port = 8080, host = '127.0.0.1', root = ROOT } = {}) {
+  const server = createServer(async (req, res) => {
+    const url = new URL(req.url, 'http://x');
+    const headers = { 'Cache-Control': 'no-store', 'Cross-Origin-Resource-Policy': 'same-origin' };
+    if (url.searchParams.get('isolated') !== '0') {
+      headers['Cross-Origin-Opener-Policy'] = 'same-origin';
+      headers['Cross-Origin-Embedder-Policy'] = 'require-corp';
+    }
+    let path;
+    try { path = normalize(join(root, decodeURIComponent(url.pathname))); } catch { path = null; }
+    if (!path || !(path + sep).startsWith(root)) { res.writeHead(400, headers).end('bad path'); return; }
+    if (url.pathname.endsWith('/')) path = join(path, 'index.html');
+    try {
+      const body = await readFile(path);
+      res.writeHead(200, { ...headers, 'Content-Type': TYPES[extname(path)] ?? 'application/octet-stream' }).end(body);
+    } catch {
+      res.writeHead(404, headers).end('not found');
+    }
+  });
+  return new Promise((ok) => server.listen(port, host, () => ok(server)));
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  const server = await serve({ port: Number(process.argv[2] ?? 8080) });
+  console.log(`http://localhost:${server.address().port}/glue/demo/`);
+}

@@ -1,0 +1,62 @@
+// The demo page in Debian's Chromium (headless, driven by playwright-core): served with COOP/COEP
+// it must be cross-origin isolated, load the threaded module with helper workers (the driver in a
+// module Worker), and get the single-threaded checksum from pool_selftest; served without them it
+// must fall back to the single-threaded module.
+// Needs `apt-get install chromium` and `npm ci`. Set WASMIND_SKIP_BROWSER=1 only on a machine
+// where Chromium cannot be installed; otherwise a missing browser is a failure, not a skip.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { load } from '../wasmind.js';
+import { serve } from '../demo/serve.js';
+
+const skip = process.env.WASMIND_SKIP_BROWSER === '1' && 'WASMIND_SKIP_BROWSER=1';
+const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
+const FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
+  '--disable-component-update', '--disable-sync'];
+const JOBS = 2000, SEED = 7, THREADS = 4;
+
+test('demo page in Chromium: isolated, threaded pool, same checksum; fallback without COOP/COEP', { skip, timeout: 300000 }, async (t) => {
+  assert.ok(existsSync(CHROMIUM), `${CHROMIUM} missing: apt-get install -y chromium (or set CHROMIUM=path)`);
+  let chromium;
+  try {
+    ({ chromium } = await import('playwright-core'));
+  } catch (e) {
+    assert.fail(`playwright-core missing: run \`npm ci\` in the repository root (${e.message})`);
+  }
+  const expected = (await load({ threaded: false })).poolSelftest(JOBS, SEED, 1);
+  const server = await serve({ port: 0 });
+  const browser = await chromium.launch({ executablePath: CHROMIUM, args: FLAGS });
+  try {
+    const page = await browser.newPage();
+    const errors = [];
+    page.on('pageerror', (e) => errors.push(e.message));
+    const run = async (query) => {
+      await page.goto(`http://127.0.0.1:${server.address().port}/glue/demo/?${query}`);
+      await page.waitForFunction(() => window.wasmindDemo?.done, null, { timeout: 240000 });
+      return page.evaluate(() => window.wasmindDemo);
+    };
+
+    const mt = await run(`threads=${THREADS}&jobs=${JOBS}&seed=${SEED}`);
+    t.diagnostic(`isolated: ${JSON.stringify(mt)}`);
+    assert.equal(mt.error, undefined);
+    assert.equal(mt.pageIsolated, true, 'page is cross-origin isolated');
+    assert.equal(mt.threaded, true, 'threaded module loaded');
+    assert.equal(mt.helpers, THREADS - 1, 'helper workers listening');
+    assert.equal(mt.threads, THREADS);
+    assert.equal(mt.checksum, expected, 'pool checksum = single-threaded module under Node');
+    assert.equal(mt.stChecksum, expected, 'single-threaded module in the browser');
+    assert.equal(mt.helpersAfterClose, 0, 'close() shut the pool down');
+
+    const st = await run(`isolated=0&threads=${THREADS}&jobs=200&seed=${SEED}`);
+    t.diagnostic(`not isolated: ${JSON.stringify(st)}`);
+    assert.equal(st.error, undefined);
+    assert.equal(st.pageIsolated, false);
+    assert.equal(st.threaded, false, 'falls back to wasmind.wasm');
+    assert.equal(st.checksum, st.stChecksum);
+    assert.deepEqual(errors, []);
+  } finally {
+    await browser.close();
+    server.close();
+  }
+});
