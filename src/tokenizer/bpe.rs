@@ -13,7 +13,10 @@ use alloc::collections::BinaryHeap;
 use alloc::vec::Vec;
 use core::cmp::Reverse;
 
+use super::reserve;
 use super::table::{PairTable, hash_bytes};
+use crate::err;
+use crate::error::{Result, Status};
 
 /// A symbol that is no token of the vocabulary (never merges, emits nothing).
 pub const NONE: u32 = u32::MAX;
@@ -89,17 +92,33 @@ impl Merger {
     pub fn merge(
         &mut self,
         merges: &PairTable,
-        initial: impl Iterator<Item = u32>,
+        initial: impl ExactSizeIterator<Item = u32>,
         out: &mut Vec<u32>,
-    ) {
+    ) -> Result<()> {
         self.syms.clear();
+        let n = initial.len();
+        reserve(&mut self.syms, n, "word symbols")?;
         self.syms.extend(initial);
-        if self.syms.len() <= SCAN_MAX {
+        if n <= SCAN_MAX {
             self.merge_scan(merges);
             out.extend(self.syms.iter().copied().filter(|&s| s != NONE));
         } else {
+            self.next.clear();
+            self.prev.clear();
+            self.heap.clear();
+            reserve(&mut self.next, n, "word symbols")?;
+            reserve(&mut self.prev, n, "word symbols")?;
+            // Each merge pushes at most two pairs: 3n bounds the heap.
+            self.heap.try_reserve(3 * n).map_err(|_| {
+                err!(
+                    Status::OutOfMemory,
+                    "tokenize: no memory for a {}-byte word",
+                    n
+                )
+            })?;
             self.merge_heap(merges, out);
         }
+        Ok(())
     }
 
     fn rank(merges: &PairTable, a: u32, b: u32) -> (u32, u32) {
@@ -150,13 +169,10 @@ impl Merger {
     /// (a side already merged away or changed) are skipped when popped.
     fn merge_heap(&mut self, merges: &PairTable, out: &mut Vec<u32>) {
         let n = self.syms.len();
-        self.next.clear();
-        self.prev.clear();
         self.next
             .extend((1..=n as u32).map(|i| if i as usize == n { NONE } else { i }));
         self.prev
             .extend((0..n as u32).map(|i| if i == 0 { NONE } else { i - 1 }));
-        self.heap.clear();
         let push = |heap: &mut BinaryHeap<_>, syms: &[u32], l: u32, r: u32| {
             let (a, b) = (syms[l as usize], syms[r as usize]);
             let (rank, _) = Self::rank(merges, a, b);
@@ -286,5 +302,55 @@ impl WordCache {
             i = (i + 1) & mask;
         }
         self.slots[i] = entry;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::Gguf;
+
+    /// The heap (long words) and the scan (short words) merge in the same order.
+    #[test]
+    fn heap_and_scan_agree() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../shared/models/vocab/vocab-bpe-smollm.gguf"
+        );
+        let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("test needs {path}: {e}"));
+        let g = Gguf::parse(&bytes).unwrap();
+        let tok = crate::tokenizer::Tokenizer::from_gguf(&g).unwrap();
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let letters = b"etaoinshrdlucmfwyp ";
+        let mut m = Merger::default();
+        for round in 0..400 {
+            let len = 2 + round % 200;
+            let word: Vec<u8> = (0..len)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    letters[(state % letters.len() as u64) as usize]
+                })
+                .collect();
+            let initial: Vec<u32> = word.iter().map(|&c| tok.byte_token[c as usize]).collect();
+            m.syms.clear();
+            m.syms.extend_from_slice(&initial);
+            m.merge_scan(&tok.merges);
+            let scanned: Vec<u32> = m.syms.iter().copied().filter(|&s| s != NONE).collect();
+            m.syms.clear();
+            m.syms.extend_from_slice(&initial);
+            m.next.clear();
+            m.prev.clear();
+            m.heap.clear();
+            let mut heaped = Vec::new();
+            m.merge_heap(&tok.merges, &mut heaped);
+            assert_eq!(
+                scanned,
+                heaped,
+                "{}",
+                alloc::string::String::from_utf8_lossy(&word)
+            );
+        }
     }
 }

@@ -414,7 +414,12 @@ impl Tokenizer {
         // 5. The special-token matcher: control, user-defined and unknown tokens.
         let mut specials: Vec<(u32, bool)> = Vec::new();
         for (id, &a) in attrs.iter().enumerate() {
-            if a & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0 {
+            // Texts that are not UTF-8 are left out (never in a real vocabulary): UTF-8 texts
+            // found in UTF-8 input start and end on character boundaries, so the plain text
+            // between them stays valid `str`.
+            if a & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0
+                && core::str::from_utf8(texts.get(id as u32)).is_ok()
+            {
                 let always = a & (attr::CONTROL | attr::UNKNOWN) == 0;
                 specials.push((id as u32, always));
             }
@@ -530,7 +535,7 @@ impl Tokenizer {
             parse_special,
             &mut work.partition,
             &mut work.fragments,
-        );
+        )?;
 
         if add_special && self.add_bos {
             out.extend(self.bos);
@@ -542,10 +547,9 @@ impl Tokenizer {
                     match *f {
                         Fragment::Token(id) => out.push(id),
                         Fragment::Text(a, b) => {
-                            // Fragments are cut at special-token boundaries, which are ASCII
-                            // or whole characters, so the slice is on char boundaries.
+                            // Special tokens are UTF-8, so fragments end on char boundaries.
                             let s = text.get(a..b).unwrap_or("");
-                            self.encode_bpe(work, pre, ignore_merges, s, out);
+                            self.encode_bpe(work, pre, ignore_merges, s, out)?;
                         }
                     }
                 }
@@ -564,7 +568,7 @@ impl Tokenizer {
                                 &bytes[a..b],
                                 add_space_prefix && prev_special,
                                 out,
-                            );
+                            )?;
                             prev_special = false;
                         }
                     }
@@ -585,7 +589,7 @@ impl Tokenizer {
         ignore_merges: bool,
         text: &str,
         out: &mut Vec<u32>,
-    ) {
+    ) -> Result<()> {
         let Work {
             splitter,
             merger,
@@ -600,12 +604,12 @@ impl Tokenizer {
             if let [c] = word {
                 // One byte: its token if there is one (also what a whole-word lookup finds).
                 out.extend(Some(self.byte_token[*c as usize]).filter(|&id| id != bpe::NONE));
-                return;
+                return Ok(());
             }
             let cacheable = word.len() <= bpe::CACHE_MAX_WORD;
             if cacheable && let Some(ids) = cache.get(word) {
                 out.extend_from_slice(ids);
-                return;
+                return Ok(());
             }
             let start = out.len();
             let whole = if ignore_merges {
@@ -623,17 +627,25 @@ impl Tokenizer {
                     &self.merges,
                     word.iter().map(|&c| self.byte_token[c as usize]),
                     out,
-                ),
+                )?,
             }
             if cacheable {
                 cache.put(word, &out[start..]);
             }
-        });
+            Ok(())
+        })
     }
 
-    fn encode_spm(&self, work: &mut Work, text: &[u8], space_prefix: bool, out: &mut Vec<u32>) {
+    fn encode_spm(
+        &self,
+        work: &mut Work,
+        text: &[u8],
+        space_prefix: bool,
+        out: &mut Vec<u32>,
+    ) -> Result<()> {
         let Work { spelled, spm, .. } = work;
         spelled.clear();
+        reserve(spelled, text.len() * 3 + 3, "escaped text")?;
         if space_prefix {
             spelled.extend_from_slice("▁".as_bytes());
         }
@@ -656,7 +668,7 @@ impl Tokenizer {
                 }
             },
             out,
-        );
+        )
     }
 
     /// The token of a byte string and its score. Two-character strings of ASCII and `▁` —
@@ -910,6 +922,19 @@ fn short_pair_index(s: &[u8]) -> Option<usize> {
     (la + lb == s.len()).then_some(a * SHORT + b)
 }
 
+/// Makes room for `additional` more elements, or fails with [`Status::OutOfMemory`] naming
+/// `what` (scratch buffers grow with the input text, which may be huge).
+pub(crate) fn reserve<T>(v: &mut Vec<T>, additional: usize, what: &str) -> Result<()> {
+    v.try_reserve(additional).map_err(|_| {
+        err!(
+            Status::OutOfMemory,
+            "tokenize: no memory for {} ({} more entries)",
+            what,
+            additional
+        )
+    })
+}
+
 // ---- building helpers ---------------------------------------------------------------------------
 
 fn push_decimal(buf: &mut Vec<u8>, mut v: u32) {
@@ -990,7 +1015,12 @@ fn build_pieces(model: &Model, texts: &Texts, attrs: &[u16]) -> Result<Texts> {
         let t = texts.get(id);
         let a = attrs[id as usize];
         pieces.push_with(|buf| {
-            if a & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0 {
+            // Texts that are not UTF-8 are left out (never in a real vocabulary): UTF-8 texts
+            // found in UTF-8 input start and end on character boundaries, so the plain text
+            // between them stays valid `str`.
+            if a & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0
+                && core::str::from_utf8(texts.get(id as u32)).is_ok()
+            {
                 buf.extend_from_slice(t);
             } else if a & attr::NORMAL != 0 {
                 match model {

@@ -28,6 +28,8 @@
 
 use alloc::vec::Vec;
 
+use super::reserve;
+use crate::error::Result;
 use crate::unicode::{self, Category};
 
 /// What a code point is, for the split patterns.
@@ -171,8 +173,19 @@ pub struct Splitter {
 
 impl Splitter {
     /// Splits `text` into words and calls `word(start_byte, end_byte)` for each, in order.
-    pub fn split(&mut self, pre: PreTokenizer, text: &str, mut word: impl FnMut(usize, usize)) {
+    pub fn split(
+        &mut self,
+        pre: PreTokenizer,
+        text: &str,
+        mut word: impl FnMut(usize, usize) -> Result<()>,
+    ) -> Result<()> {
         self.cps.clear();
+        // At most one code point, and one segment per stage, per byte.
+        reserve(&mut self.cps, text.len(), "code points")?;
+        self.segs.clear();
+        self.next.clear();
+        reserve(&mut self.segs, text.len(), "word boundaries")?;
+        reserve(&mut self.next, text.len(), "word boundaries")?;
         for (at, ch) in text.char_indices() {
             let cp = ch as u32;
             self.cps.push(Cp {
@@ -183,9 +196,8 @@ impl Splitter {
         }
         let n = self.cps.len() as u32;
         if n == 0 {
-            return;
+            return Ok(());
         }
-        self.segs.clear();
         self.segs.push((0, n));
         match pre {
             PreTokenizer::Gpt2 => self.stage(gpt2),
@@ -208,8 +220,9 @@ impl Splitter {
                 Some(c) => c.at as usize,
                 None => text.len(),
             };
-            word(a, b);
+            word(a, b)?;
         }
+        Ok(())
     }
 
     /// Runs one stage over every current segment.

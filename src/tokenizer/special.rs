@@ -11,7 +11,9 @@
 
 use alloc::vec::Vec;
 
+use super::reserve;
 use super::table::Texts;
+use crate::error::Result;
 
 /// The special tokens of a vocabulary, sorted by text for prefix search.
 pub struct SpecialTokens {
@@ -19,6 +21,8 @@ pub struct SpecialTokens {
     by_text: Vec<u32>,
     /// Priority of each entry of `by_text`: 0 is tried first (longest text, then lowest id).
     priority: Vec<u32>,
+    /// `(id, text length)` by priority.
+    by_priority: Vec<(u32, u32)>,
     /// Whether each entry of `by_text` is matched even when special tokens are not parsed.
     always: Vec<bool>,
     /// Bytes that start some special token's text.
@@ -36,8 +40,8 @@ pub enum Fragment {
 /// Reusable buffers of the partition.
 #[derive(Default)]
 pub struct Partitioner {
-    /// `(priority, position, id, length)` of every occurrence.
-    found: Vec<(u32, u32, u32, u32)>,
+    /// `(priority, position)` of every occurrence.
+    found: Vec<(u32, u32)>,
     taken: Vec<bool>,
     /// Accepted `(position, id, length)`.
     accepted: Vec<(u32, u32, u32)>,
@@ -69,6 +73,10 @@ impl SpecialTokens {
         }
         SpecialTokens {
             any_always: by_text.iter().any(|t| t.2),
+            by_priority: order
+                .iter()
+                .map(|&(id, _)| (id, texts.get(id).len() as u32))
+                .collect(),
             by_text: by_text.iter().map(|t| t.0).collect(),
             priority: by_text.iter().map(|t| t.1).collect(),
             always: by_text.iter().map(|t| t.2).collect(),
@@ -76,7 +84,8 @@ impl SpecialTokens {
         }
     }
 
-    /// Splits `text` into fragments (appended to `out`, in order).
+    /// Splits `text` into fragments (appended to `out`, in order). Fails only when memory for
+    /// the occurrences runs out.
     pub fn partition(
         &self,
         texts: &Texts,
@@ -84,32 +93,36 @@ impl SpecialTokens {
         parse_special: bool,
         work: &mut Partitioner,
         out: &mut Vec<Fragment>,
-    ) {
+    ) -> Result<()> {
         if self.by_text.is_empty() || !(parse_special || self.any_always) {
             if !text.is_empty() {
                 out.push(Fragment::Text(0, text.len()));
             }
-            return;
+            return Ok(());
         }
         // 1. Every occurrence of every eligible token.
         work.found.clear();
         for (pos, &b) in text.iter().enumerate() {
             if self.first_byte[b as usize] {
-                self.occurrences_at(texts, text, pos, parse_special, &mut work.found);
+                self.occurrences_at(texts, text, pos, parse_special, &mut work.found)?;
             }
         }
         if work.found.is_empty() {
             if !text.is_empty() {
                 out.push(Fragment::Text(0, text.len()));
             }
-            return;
+            return Ok(());
         }
         // 2. Accept them by priority, then position, where the bytes are still free.
         work.found.sort_unstable();
         work.taken.clear();
+        reserve(&mut work.taken, text.len(), "special-token scan")?;
         work.taken.resize(text.len(), false);
         work.accepted.clear();
-        for &(_, pos, id, len) in &work.found {
+        for &(priority, pos) in &work.found {
+            let Some(&(id, len)) = self.by_priority.get(priority as usize) else {
+                continue;
+            };
             let span = pos as usize..(pos + len) as usize;
             if work.taken[span.clone()].iter().any(|&t| t) {
                 continue;
@@ -130,6 +143,7 @@ impl SpecialTokens {
         if at < text.len() {
             out.push(Fragment::Text(at, text.len()));
         }
+        Ok(())
     }
 
     /// Adds every special token whose text starts at `pos`: narrows the sorted texts one byte
@@ -140,8 +154,8 @@ impl SpecialTokens {
         text: &[u8],
         pos: usize,
         parse_special: bool,
-        found: &mut Vec<(u32, u32, u32, u32)>,
-    ) {
+        found: &mut Vec<(u32, u32)>,
+    ) -> Result<()> {
         let (mut lo, mut hi) = (0usize, self.by_text.len());
         let mut k = 0usize;
         while lo < hi && pos + k < text.len() {
@@ -159,8 +173,12 @@ impl SpecialTokens {
                 && texts.get(self.by_text[lo]).len() == k
                 && (parse_special || self.always[lo])
             {
-                found.push((self.priority[lo], pos as u32, self.by_text[lo], k as u32));
+                if found.len() == found.capacity() {
+                    reserve(found, found.len().max(64), "special-token occurrences")?;
+                }
+                found.push((self.priority[lo], pos as u32));
             }
         }
+        Ok(())
     }
 }

@@ -13,6 +13,9 @@
 use alloc::collections::BinaryHeap;
 use alloc::vec::Vec;
 
+use super::reserve;
+use crate::error::{Result, Status};
+
 /// Reusable buffers of the merge loop.
 #[derive(Default)]
 pub struct SpmMerger {
@@ -49,9 +52,28 @@ impl SpmMerger {
         lookup: impl Fn(&[u8]) -> Option<(u32, f32)>,
         mut fallback: impl FnMut(&[u8], &mut Vec<u32>),
         out: &mut Vec<u32>,
-    ) {
+    ) -> Result<()> {
         self.start.clear();
         self.len.clear();
+        self.next.clear();
+        self.prev.clear();
+        self.heap.clear();
+        // At most one symbol per byte; each merge pushes at most two pairs.
+        for v in [
+            &mut self.start,
+            &mut self.len,
+            &mut self.next,
+            &mut self.prev,
+        ] {
+            reserve(v, text.len(), "SentencePiece symbols")?;
+        }
+        self.heap.try_reserve(3 * text.len()).map_err(|_| {
+            crate::err!(
+                Status::OutOfMemory,
+                "tokenize: no memory for a {}-byte fragment",
+                text.len()
+            )
+        })?;
         let mut at = 0usize;
         while at < text.len() {
             let n = utf8_len(text[at]).min(text.len() - at);
@@ -61,15 +83,12 @@ impl SpmMerger {
         }
         let n = self.start.len();
         if n == 0 {
-            return;
+            return Ok(());
         }
-        self.next.clear();
-        self.prev.clear();
         self.next
             .extend((1..=n as u32).map(|i| if i as usize == n { END } else { i }));
         self.prev
             .extend((0..n as u32).map(|i| if i == 0 { END } else { i - 1 }));
-        self.heap.clear();
 
         let try_pair = |heap: &mut BinaryHeap<_>, start: &[u32], len: &[u32], l: u32, r: u32| {
             let a = start[l as usize] as usize;
@@ -113,6 +132,7 @@ impl SpmMerger {
             }
             i = self.next[i as usize];
         }
+        Ok(())
     }
 }
 
