@@ -22,6 +22,30 @@ pub fn add_f32_ref(acc: &mut [f32], row: &[f32], w: f32) {
     }
 }
 
+/// Four rows at once: `acc[i] += (w0·r0[i] + w1·r1[i]) + (w2·r2[i] + w3·r3[i])`. Reading four
+/// rows side by side keeps four memory streams in flight (rows of a big table are cache
+/// misses) and touches `acc` once per four rows. Shapes: acc (dim,), each row (dim,).
+#[inline]
+pub fn add4_f32(acc: &mut [f32], rows: [&[f32]; 4], w: [f32; 4]) {
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    return simd::add4_f32(acc, rows, w);
+    #[allow(unreachable_code)]
+    add4_f32_ref(acc, rows, w)
+}
+
+pub fn add4_f32_ref(acc: &mut [f32], rows: [&[f32]; 4], w: [f32; 4]) {
+    let [r0, r1, r2, r3] = rows;
+    let n = acc
+        .len()
+        .min(r0.len())
+        .min(r1.len())
+        .min(r2.len())
+        .min(r3.len());
+    for i in 0..n {
+        acc[i] += (w[0] * r0[i] + w[1] * r1[i]) + (w[2] * r2[i] + w[3] * r3[i]);
+    }
+}
+
 /// `acc[i] += w * row[i]` over i8 values. Shapes: acc (dim,), row (dim,).
 #[inline]
 pub fn add_i8(acc: &mut [f32], row: &[i8], w: f32) {
@@ -103,6 +127,41 @@ mod simd {
             }
         }
         super::add_f32_ref(&mut acc[body..n], &row[body..n], w);
+    }
+
+    pub fn add4_f32(acc: &mut [f32], rows: [&[f32]; 4], w: [f32; 4]) {
+        let [r0, r1, r2, r3] = rows;
+        let n = acc
+            .len()
+            .min(r0.len())
+            .min(r1.len())
+            .min(r2.len())
+            .min(r3.len());
+        let body = n / 4 * 4;
+        let wv = [
+            f32x4_splat(w[0]),
+            f32x4_splat(w[1]),
+            f32x4_splat(w[2]),
+            f32x4_splat(w[3]),
+        ];
+        // SAFETY: every access is at `i..i + 4` with `i + 4 <= body <= n`, inside all five
+        // slices; wasm loads and stores need no alignment.
+        unsafe {
+            let a = acc.as_mut_ptr();
+            let p = [r0.as_ptr(), r1.as_ptr(), r2.as_ptr(), r3.as_ptr()];
+            let mut i = 0;
+            while i < body {
+                let x = |k: usize| f32x4_mul(wv[k], v128_load(p[k].add(i) as *const v128));
+                let s = f32x4_add(f32x4_add(x(0), x(1)), f32x4_add(x(2), x(3)));
+                v128_store(
+                    a.add(i) as *mut v128,
+                    f32x4_add(v128_load(a.add(i) as *const v128), s),
+                );
+                i += 4;
+            }
+        }
+        let tail = [&r0[body..n], &r1[body..n], &r2[body..n], &r3[body..n]];
+        super::add4_f32_ref(&mut acc[body..n], tail, w);
     }
 
     pub fn add_i8(acc: &mut [f32], row: &[i8], w: f32) {
@@ -235,6 +294,20 @@ mod tests {
             add_f32(&mut a, &f, w);
             add_f32_ref(&mut b, &f, w);
             assert_eq!(a, b, "f32 dim {dim}");
+            let g: Vec<f32> = (0..4 * dim)
+                .map(|_| (next() % 2001) as f32 / 100.0 - 10.0)
+                .collect();
+            let rows = [
+                &g[..dim],
+                &g[dim..2 * dim],
+                &g[2 * dim..3 * dim],
+                &g[3 * dim..],
+            ];
+            let ws = [w, 0.5, -1.25, 3.0];
+            let (mut a, mut b) = (start.clone(), start.clone());
+            add4_f32(&mut a, rows, ws);
+            add4_f32_ref(&mut b, rows, ws);
+            assert_eq!(a, b, "f32 x4 dim {dim}");
             let (mut a, mut b) = (start.clone(), start.clone());
             add_i8(&mut a, &q, w);
             add_i8_ref(&mut b, &q, w);

@@ -368,6 +368,50 @@ impl<'a> Embedder<'a> {
         pooled
     }
 
+    /// The row of a token id (through `mapping`) and its weight.
+    #[inline(always)]
+    fn row_of(&self, id: u32) -> Result<(usize, f32)> {
+        let row = match &self.mapping {
+            Some(m) => m.get(id as usize).copied().unwrap_or(u32::MAX) as usize,
+            None => id as usize,
+        };
+        if row >= self.n_rows {
+            bail!(Status::BadFormat, "token id {id} has no embedding row");
+        }
+        let w = match &self.weights {
+            Some(ws) => ws.get(id as usize).copied().unwrap_or(0.0),
+            None => 1.0,
+        };
+        Ok((row, w))
+    }
+
+    /// `acc += Σ w·row` over f32 rows, four rows at a time.
+    fn pool_f32(&self, table: &[f32], ids: &[u32], acc: &mut [f32]) -> Result<()> {
+        let dim = self.dim;
+        let row = |id: u32| -> Result<(&[f32], f32)> {
+            let (r, w) = self.row_of(id)?;
+            let slice = table.get(r * dim..(r + 1) * dim);
+            Ok((
+                slice
+                    .ok_or_else(|| err!(Status::BadFormat, "embedding row {r} is out of range"))?,
+                w,
+            ))
+        };
+        let mut quads = ids.chunks_exact(4);
+        for q in &mut quads {
+            let (r0, w0) = row(q[0])?;
+            let (r1, w1) = row(q[1])?;
+            let (r2, w2) = row(q[2])?;
+            let (r3, w3) = row(q[3])?;
+            kernels::add4_f32(acc, [r0, r1, r2, r3], [w0, w1, w2, w3]);
+        }
+        for &id in quads.remainder() {
+            let (r, w) = row(id)?;
+            kernels::add_f32(acc, r, w);
+        }
+        Ok(())
+    }
+
     /// Mean of the rows of `ids` (weighted), then the optional L2 normalization.
     fn pool(&self, ids: &[u32], acc: &mut Vec<f32>, out: &mut [f32]) -> Result<()> {
         let dim = self.dim;
@@ -382,24 +426,16 @@ impl<'a> Embedder<'a> {
             acc.resize(dim, 0.0);
         }
         acc.fill(0.0);
-        for &id in ids {
-            let row = match &self.mapping {
-                Some(m) => m.get(id as usize).copied().unwrap_or(0) as usize,
-                None => id as usize,
-            };
-            if row >= self.n_rows {
-                bail!(Status::BadFormat, "token id {id} has no embedding row");
-            }
-            let w = match &self.weights {
-                Some(ws) => ws.get(id as usize).copied().unwrap_or(0.0),
-                None => 1.0,
-            };
-            let span = row * dim..(row + 1) * dim;
-            let missing = || err!(Status::BadFormat, "embedding row {row} is out of range");
-            match &self.rows {
-                Rows::F32(t) => kernels::add_f32(acc, t.get(span).ok_or_else(missing)?, w),
-                Rows::Owned(t) => kernels::add_f32(acc, t.get(span).ok_or_else(missing)?, w),
-                Rows::I8(t) => kernels::add_i8(acc, t.get(span).ok_or_else(missing)?, w),
+        match &self.rows {
+            Rows::F32(t) => self.pool_f32(t, ids, acc)?,
+            Rows::Owned(t) => self.pool_f32(t, ids, acc)?,
+            Rows::I8(t) => {
+                for &id in ids {
+                    let (row, w) = self.row_of(id)?;
+                    let span = row * dim..(row + 1) * dim;
+                    let missing = || err!(Status::BadFormat, "embedding row {row} is out of range");
+                    kernels::add_i8(acc, t.get(span).ok_or_else(missing)?, w);
+                }
             }
         }
         let inv_n = 1.0 / ids.len() as f32;
