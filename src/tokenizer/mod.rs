@@ -1015,12 +1015,7 @@ fn build_pieces(model: &Model, texts: &Texts, attrs: &[u16]) -> Result<Texts> {
         let t = texts.get(id);
         let a = attrs[id as usize];
         pieces.push_with(|buf| {
-            // Texts that are not UTF-8 are left out (never in a real vocabulary): UTF-8 texts
-            // found in UTF-8 input start and end on character boundaries, so the plain text
-            // between them stays valid `str`.
-            if a & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0
-                && core::str::from_utf8(texts.get(id as u32)).is_ok()
-            {
+            if a & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0 {
                 buf.extend_from_slice(t);
             } else if a & attr::NORMAL != 0 {
                 match model {
