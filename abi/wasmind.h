@@ -65,6 +65,38 @@ WASMIND_API int32_t     pool_helpers_ready(void);
 WASMIND_API void        pool_shutdown(void);               /* driver; releases every helper */
 WASMIND_API int32_t     pool_selftest(uint32_t jobs, uint32_t seed, uint32_t max_threads);
 
+/* tokenize flags */
+#define WASMIND_TOKENIZE_ADD_SPECIAL   1 /* BOS/EOS as the model's metadata says */
+#define WASMIND_TOKENIZE_PARSE_SPECIAL 2 /* special tokens written in the text become their ids */
+/* detokenize flags */
+#define WASMIND_DETOKENIZE_SPECIAL     1 /* render control tokens as their text */
+
+/* Models (driver only). A text result is left in the result buffer: result_ptr(), the returned
+ * length, valid until the next text-returning call. */
+WASMIND_API int32_t     set_context(uint32_t tokens);      /* KV length for the next load; 0 = model's (max 4096) */
+WASMIND_API int32_t     load_model(wasmind_ptr file, uint32_t len); /* GGUF; the module owns the block */
+WASMIND_API void        unload_model(void);
+WASMIND_API int32_t     model_info(void);                  /* JSON in the result buffer; returns its length */
+WASMIND_API wasmind_ptr result_ptr(void);
+WASMIND_API wasmind_ptr step(uint32_t token);              /* logits (f32[vocab]) or 0 on error */
+WASMIND_API int32_t     prefill(wasmind_ptr ids, uint32_t n);
+WASMIND_API int32_t     prefill_logits(wasmind_ptr ids, uint32_t n, wasmind_ptr out); /* out: f32[n][vocab] */
+WASMIND_API wasmind_ptr logits(void);                      /* after the last token run */
+WASMIND_API int32_t     reset(void);
+WASMIND_API int32_t     kv_truncate(uint32_t n);
+WASMIND_API int32_t     kv_len(void);
+
+/* Tokenizer (from the loaded GGUF, also vocabulary-only files) */
+WASMIND_API int32_t     tokenize(wasmind_ptr text, uint32_t len, uint32_t flags, wasmind_ptr out, uint32_t cap); /* total ids */
+WASMIND_API int32_t     detokenize(wasmind_ptr ids, uint32_t n, uint32_t flags); /* text in the result buffer */
+WASMIND_API int32_t     detokenize_stream(int32_t id, uint32_t flags); /* complete UTF-8 of one more token; -1 flushes */
+
+/* Model2Vec embeddings */
+/* load_embedder: the safetensors block is owned by the module from now on; the JSON files are copied. Returns dim. */
+WASMIND_API int32_t     load_embedder(wasmind_ptr safetensors, uint32_t st_len, wasmind_ptr tokenizer_json, uint32_t tok_len, wasmind_ptr config_json, uint32_t cfg_len);
+WASMIND_API int32_t     embed(wasmind_ptr text, uint32_t len, wasmind_ptr out); /* out: f32[dim]; returns dim */
+WASMIND_API int32_t     embed_ids(wasmind_ptr text, uint32_t len, wasmind_ptr out, uint32_t cap);
+
 /* Diagnostics */
 WASMIND_API int32_t     math_apply(uint32_t which, wasmind_ptr in, wasmind_ptr out, uint32_t n);
 

@@ -8,8 +8,9 @@
 
 use core::alloc::{GlobalAlloc, Layout};
 
+use crate::engine::Engine;
 use crate::error::{Error, Result, Status};
-use crate::state::SHARED;
+use crate::state::{DriverCell, SHARED};
 use crate::{err, pool};
 
 /// Version of this ABI; bump on any incompatible change.
@@ -31,7 +32,6 @@ fn status(r: Result<i32>) -> i32 {
 /// # Safety
 /// The host promises `ptr..ptr+len` is memory it got from `alloc` (or otherwise owns) and that
 /// nothing else writes it during the call.
-#[allow(dead_code)]
 unsafe fn bytes<'a>(ptr: *const u8, len: usize) -> Result<&'a [u8]> {
     if len == 0 {
         return Ok(&[]);
@@ -225,3 +225,231 @@ unsafe fn math_apply_checked(which: u32, input: *const u8, output: *mut u8, n: u
     Ok(n as i32)
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// The engine (driver only)
+
+static ENGINE: DriverCell<Engine> = DriverCell::new();
+
+/// The engine, created on first use.
+fn engine() -> &'static mut Engine {
+    // SAFETY: exports below are driver-only (ABI.md); no reference from an earlier call is
+    // alive when the next export runs.
+    unsafe {
+        if ENGINE.get().is_none() {
+            ENGINE.set(Some(Engine::default()));
+        }
+        ENGINE.get().unwrap_or_else(|| core::arch::wasm32::unreachable())
+    }
+}
+
+/// Gives back a block the engine owned (a model file handed over by the host).
+fn release(bytes: Option<&'static [u8]>) {
+    if let Some(b) = bytes {
+        free(b.as_ptr() as *mut u8, b.len());
+    }
+}
+
+/// Sets the KV cache length (tokens) that the next `load_model` uses; 0 = the model's own
+/// context length, capped at 4096.
+#[unsafe(no_mangle)]
+pub extern "C" fn set_context(tokens: u32) -> i32 {
+    engine().context_request = tokens as usize;
+    0
+}
+
+/// Loads a GGUF model from `ptr..ptr+len`, a block from `alloc(len)` that the module owns from
+/// now on (it is freed when another model is loaded or on `unload_model`; the host must not
+/// free it). Files with only a vocabulary give a tokenizer and no weights. Returns 0.
+#[unsafe(no_mangle)]
+pub extern "C" fn load_model(ptr: *mut u8, len: usize) -> i32 {
+    let e = engine();
+    // SAFETY: the host hands over `alloc(len)` memory; nothing else uses it from now on.
+    let file = match unsafe { bytes(ptr, len) } {
+        Ok(b) if !b.is_empty() => b,
+        Ok(_) => return fail(err!(Status::BadFormat, "the model file is empty")),
+        Err(err) => return fail(err),
+    };
+    e.model = None;
+    e.tokenizer = None;
+    e.gguf = None;
+    release(e.file.take());
+    status(e.load_model(file).map(|()| 0))
+}
+
+/// Drops the model and frees its file.
+#[unsafe(no_mangle)]
+pub extern "C" fn unload_model() {
+    let e = engine();
+    e.model = None;
+    e.tokenizer = None;
+    e.gguf = None;
+    release(e.file.take());
+}
+
+/// Writes a JSON description of the loaded model to the result buffer; returns its length
+/// (read it at `result_ptr()`).
+#[unsafe(no_mangle)]
+pub extern "C" fn model_info() -> i32 {
+    status(engine().model_info().map(|n| n as i32))
+}
+
+/// Address of the result buffer of the last text-returning call (`model_info`, `detokenize`,
+/// `detokenize_stream`), valid until the next such call.
+#[unsafe(no_mangle)]
+pub extern "C" fn result_ptr() -> *const u8 {
+    engine().result.as_ptr()
+}
+
+/// Runs one token at the next position; returns the address of its logits (`vocab` f32), or 0
+/// on error (see `last_error`: CONTEXT_FULL when the cache is full).
+#[unsafe(no_mangle)]
+pub extern "C" fn step(token: u32) -> *const f32 {
+    let r = engine().model().and_then(|m| {
+        m.forward(&[token], None)?;
+        Ok(m.logits.as_ptr())
+    });
+    r.unwrap_or_else(|e| {
+        fail(e);
+        core::ptr::null()
+    })
+}
+
+/// Runs `n` tokens (`u32` ids at `ids`) in batches; afterwards `logits()` holds the last one's.
+/// Returns `n`.
+#[unsafe(no_mangle)]
+pub extern "C" fn prefill(ids: *const u32, n: usize) -> i32 {
+    // SAFETY: the host passes n ids it wrote.
+    status(unsafe { ids_slice(ids, n) }.and_then(|ids| {
+        engine().model()?.forward(ids, None)?;
+        Ok(n as i32)
+    }))
+}
+
+/// Like `prefill`, and writes the logits after every position to `out` (`(n, vocab)` f32).
+#[unsafe(no_mangle)]
+pub extern "C" fn prefill_logits(ids: *const u32, n: usize, out: *mut f32) -> i32 {
+    // SAFETY: the host passes n ids and room for n * vocab floats.
+    status(unsafe { ids_slice(ids, n) }.and_then(|ids| {
+        let m = engine().model()?;
+        let vocab = m.cfg.vocab;
+        let total = n.checked_mul(vocab).ok_or_else(|| err!(Status::InvalidArgument, "n too large"))?;
+        let out = unsafe { bytes_mut(out, total)? };
+        m.forward(ids, Some(&mut |i, l: &[f32]| out[i * vocab..(i + 1) * vocab].copy_from_slice(l)))?;
+        Ok(n as i32)
+    }))
+}
+
+/// Address of the logits after the last token run (`vocab` f32), 0 without a model.
+#[unsafe(no_mangle)]
+pub extern "C" fn logits() -> *const f32 {
+    engine().model.as_ref().map_or(core::ptr::null(), |m| m.logits.as_ptr())
+}
+
+/// Forgets every cached token.
+#[unsafe(no_mangle)]
+pub extern "C" fn reset() -> i32 {
+    status(engine().model().map(|m| {
+        m.reset();
+        0
+    }))
+}
+
+/// Keeps the first `n` cached tokens (to rewind a conversation). Returns `n`.
+#[unsafe(no_mangle)]
+pub extern "C" fn kv_truncate(n: u32) -> i32 {
+    status(engine().model().and_then(|m| m.truncate(n as usize).map(|()| n as i32)))
+}
+
+/// Tokens in the KV cache.
+#[unsafe(no_mangle)]
+pub extern "C" fn kv_len() -> i32 {
+    status(engine().model().map(|m| m.pos as i32))
+}
+
+/// Tokenizes `len` bytes of UTF-8 at `text`. `flags`: 1 add BOS/EOS as the model's metadata
+/// says, 2 parse special tokens written in the text. Writes up to `cap` ids to `out` and returns
+/// the total count (call again with a larger buffer if it exceeds `cap`).
+#[unsafe(no_mangle)]
+pub extern "C" fn tokenize(text: *const u8, len: usize, flags: u32, out: *mut u32, cap: usize) -> i32 {
+    // SAFETY: the host passes its text and room for cap ids.
+    status(unsafe { bytes(text, len) }.and_then(|text| {
+        let ids = engine().tokenize(text, flags)?;
+        let out = unsafe { bytes_mut(out, cap.min(ids.len()))? };
+        let n = out.len();
+        out.copy_from_slice(&ids[..n]);
+        i32::try_from(ids.len()).map_err(|_| err!(Status::InvalidArgument, "too many ids"))
+    }))
+}
+
+/// Turns `n` ids into text in the result buffer; returns its length. `flags`: 1 render control
+/// tokens as their text.
+#[unsafe(no_mangle)]
+pub extern "C" fn detokenize(ids: *const u32, n: usize, flags: u32) -> i32 {
+    // SAFETY: the host passes n ids.
+    status(unsafe { ids_slice(ids, n) }.and_then(|ids| Ok(engine().detokenize(ids, flags)? as i32)))
+}
+
+/// Streaming detokenization: puts in the result buffer the complete UTF-8 text that token `id`
+/// adds (a piece ending inside a character waits for the next); `id = -1` flushes and restarts.
+#[unsafe(no_mangle)]
+pub extern "C" fn detokenize_stream(id: i32, flags: u32) -> i32 {
+    status(engine().stream_piece(id as i64, flags).map(|n| n as i32))
+}
+
+/// Loads a Model2Vec model from its files: `model.safetensors` (a block from `alloc` that the
+/// module owns from now on, like `load_model`'s), `tokenizer.json` and `config.json` (copied;
+/// the host may free them). Returns the vector width.
+#[unsafe(no_mangle)]
+pub extern "C" fn load_embedder(
+    st: *mut u8,
+    st_len: usize,
+    tok: *const u8,
+    tok_len: usize,
+    cfg: *const u8,
+    cfg_len: usize,
+) -> i32 {
+    let e = engine();
+    e.embedder = None;
+    release(e.embed_file.take());
+    // SAFETY: the host's buffers, as documented.
+    let r = unsafe { (bytes(st, st_len), bytes(tok, tok_len), bytes(cfg, cfg_len)) };
+    status(match r {
+        (Ok(st), Ok(tok), Ok(cfg)) => e.load_embedder(st, tok, cfg).map(|d| d as i32),
+        (Err(x), _, _) | (_, Err(x), _) | (_, _, Err(x)) => Err(x),
+    })
+}
+
+/// The sentence vector of `len` bytes of UTF-8 at `text`, written to `out` (`dim` f32).
+/// Returns `dim`.
+#[unsafe(no_mangle)]
+pub extern "C" fn embed(text: *const u8, len: usize, out: *mut f32) -> i32 {
+    let e = engine();
+    let Some(dim) = e.embedder.as_ref().map(|m| m.dim()) else {
+        return fail(err!(Status::NoModel, "no embedder is loaded"));
+    };
+    // SAFETY: the host passes its text and room for dim floats.
+    status(unsafe { bytes(text, len).and_then(|t| Ok((t, bytes_mut(out, dim)?))) }
+        .and_then(|(t, out)| e.embed(t, out).map(|d| d as i32)))
+}
+
+/// The token ids `embed` pools for the text (after dropping [UNK], truncated), up to `cap`
+/// written to `out`; returns the count.
+#[unsafe(no_mangle)]
+pub extern "C" fn embed_ids(text: *const u8, len: usize, out: *mut u32, cap: usize) -> i32 {
+    // SAFETY: the host passes its text and room for cap ids.
+    status(unsafe { bytes(text, len) }.and_then(|text| {
+        let ids = engine().embed_ids(text)?;
+        let out = unsafe { bytes_mut(out, cap.min(ids.len()))? };
+        let n = out.len();
+        out.copy_from_slice(&ids[..n]);
+        Ok(ids.len() as i32)
+    }))
+}
+
+/// # Safety
+/// As [`bytes`], for `n` ids.
+unsafe fn ids_slice<'a>(ids: *const u32, n: usize) -> Result<&'a [u32]> {
+    // SAFETY: the caller's contract.
+    unsafe { bytes_mut(ids as *mut u32, n) }.map(|s| &*s)
+}

@@ -41,6 +41,7 @@ pub mod quant;
 pub mod model;
 pub mod json;
 pub mod embed;
+pub mod engine;
 
 #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
 mod abi;

@@ -228,6 +228,11 @@ impl<'a> Model<'a> {
         })
     }
 
+    /// Bytes of the K and V caches together.
+    pub fn kv_cache_bytes(&self) -> usize {
+        (self.k_cache.len() + self.v_cache.len()) * 4
+    }
+
     /// Forgets the cache.
     pub fn reset(&mut self) {
         self.pos = 0;

@@ -1,0 +1,208 @@
+//! The driver's engine: the loaded model file, its tokenizer and forward pass, the Model2Vec
+//! embedder, and the result buffer text-returning exports write into. One static instance
+//! (`ENGINE` in abi.rs); only the driver thread touches it.
+
+use alloc::vec::Vec;
+use core::fmt::Write;
+
+use crate::embed::{Embedder, Scratch as EmbedScratch};
+use crate::error::{Result, Status};
+use crate::gguf::Gguf;
+use crate::model::Model;
+use crate::tokenizer::{StreamDecoder, Tokenizer, Work};
+use crate::{bail, err};
+
+/// `tokenize` flags.
+pub const TOKENIZE_ADD_SPECIAL: u32 = 1;
+pub const TOKENIZE_PARSE_SPECIAL: u32 = 2;
+/// `detokenize` flag: render control tokens as their text.
+pub const DETOKENIZE_SPECIAL: u32 = 1;
+
+#[derive(Default)]
+pub struct Engine {
+    /// The model file, in linear memory; the engine owns it from `load_model` on.
+    pub file: Option<&'static [u8]>,
+    pub gguf: Option<Gguf<'static>>,
+    pub tokenizer: Option<Tokenizer>,
+    work: Work,
+    pub model: Option<Model<'static>>,
+    /// KV cache length the next `load_model` uses (0: the model's own, capped).
+    pub context_request: usize,
+    stream: StreamDecoder,
+    /// Model2Vec: its safetensors file (owned like `file`) and the embedder over it.
+    pub embed_file: Option<&'static [u8]>,
+    pub embedder: Option<Embedder<'static>>,
+    embed_scratch: Option<EmbedScratch>,
+    /// Text results (model_info, detokenize, stream pieces): valid until the next call.
+    pub result: Vec<u8>,
+    ids: Vec<u32>,
+}
+
+impl Engine {
+    /// Parses `file` and builds the tokenizer (when the file has a vocabulary) and the model
+    /// (when it has tensors). On error nothing of the previous model is kept.
+    pub fn load_model(&mut self, file: &'static [u8]) -> Result<()> {
+        self.model = None;
+        self.tokenizer = None;
+        self.gguf = None;
+        self.file = Some(file);
+        let g = Gguf::parse(file)?;
+        let has_vocab = g.get("tokenizer.ggml.model").is_some_and(|m| m.as_str() != Some("none"));
+        if has_vocab {
+            self.tokenizer = Some(Tokenizer::from_gguf(&g)?);
+        }
+        if g.tensors().len() > 0 {
+            let model = Model::load(&g, self.context_request)?;
+            if let Some(t) = &self.tokenizer {
+                if t.n_vocab() > model.cfg.vocab {
+                    bail!(Status::BadFormat, "vocabulary of {} tokens, but the output has {} rows", t.n_vocab(), model.cfg.vocab);
+                }
+            }
+            self.model = Some(model);
+        } else if !has_vocab {
+            bail!(Status::BadFormat, "the file has neither tensors nor a vocabulary");
+        }
+        self.gguf = Some(g);
+        self.stream = StreamDecoder::new();
+        Ok(())
+    }
+
+    pub fn model(&mut self) -> Result<&mut Model<'static>> {
+        self.model.as_mut().ok_or_else(|| err!(Status::NoModel, "no model with weights is loaded"))
+    }
+
+    pub fn tokenizer(&self) -> Result<&Tokenizer> {
+        self.tokenizer.as_ref().ok_or_else(|| err!(Status::NoModel, "no model with a vocabulary is loaded"))
+    }
+
+    /// `text` -> ids in `self.ids` (returned as a slice).
+    pub fn tokenize(&mut self, text: &[u8], flags: u32) -> Result<&[u32]> {
+        let Ok(text) = core::str::from_utf8(text) else {
+            bail!(Status::InvalidUtf8, "text is not valid UTF-8");
+        };
+        let tok = self.tokenizer.as_ref().ok_or_else(|| err!(Status::NoModel, "no model with a vocabulary is loaded"))?;
+        self.ids.clear();
+        tok.encode_with(
+            &mut self.work,
+            text,
+            flags & TOKENIZE_ADD_SPECIAL != 0,
+            flags & TOKENIZE_PARSE_SPECIAL != 0,
+            &mut self.ids,
+        )?;
+        Ok(&self.ids)
+    }
+
+    /// ids -> bytes in `self.result`.
+    pub fn detokenize(&mut self, ids: &[u32], flags: u32) -> Result<usize> {
+        let tok = self.tokenizer.as_ref().ok_or_else(|| err!(Status::NoModel, "no model with a vocabulary is loaded"))?;
+        self.result.clear();
+        tok.decode(ids, flags & DETOKENIZE_SPECIAL != 0, &mut self.result)?;
+        Ok(self.result.len())
+    }
+
+    /// Streaming detokenization: the complete UTF-8 text `id` brings, in `self.result`.
+    /// `id < 0` flushes what is held back and restarts the stream.
+    pub fn stream_piece(&mut self, id: i64, flags: u32) -> Result<usize> {
+        let tok = self.tokenizer.as_ref().ok_or_else(|| err!(Status::NoModel, "no model with a vocabulary is loaded"))?;
+        self.result.clear();
+        if id < 0 {
+            self.stream.finish(&mut self.result);
+            self.stream = StreamDecoder::new();
+        } else {
+            self.stream.push(tok, id as u32, flags & DETOKENIZE_SPECIAL != 0, &mut self.result)?;
+        }
+        Ok(self.result.len())
+    }
+
+    /// A JSON description of the loaded model into `self.result`.
+    pub fn model_info(&mut self) -> Result<usize> {
+        let g = self.gguf.as_ref().ok_or_else(|| err!(Status::NoModel, "no model is loaded"))?;
+        let mut s = alloc::string::String::new();
+        s.push('{');
+        let name = g.get_str_opt("general.name").ok().flatten().unwrap_or("");
+        let _ = write!(s, "\"name\":");
+        json_string(&mut s, name);
+        let _ = write!(s, ",\"gguf_version\":{},\"file_bytes\":{}", g.version(), g.bytes().len());
+        if let Some(m) = &self.model {
+            let c = &m.cfg;
+            let _ = write!(
+                s,
+                ",\"arch\":\"{}\",\"dim\":{},\"layers\":{},\"heads\":{},\"kv_heads\":{},\"head_dim\":{},\"ffn\":{},\"vocab\":{},\"context\":{},\"train_context\":{},\"rope_base\":{},\"rms_eps\":{}",
+                c.arch.name(), c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn_dim, c.vocab,
+                m.context, c.train_context, c.rope_base, c.rms_eps
+            );
+            let _ = write!(s, ",\"kv_cache_bytes\":{}", m.kv_cache_bytes());
+        }
+        // Tensor types and how many tensors of each.
+        let mut counts: Vec<(&str, usize)> = Vec::new();
+        for t in g.tensors() {
+            match counts.iter_mut().find(|(n, _)| *n == t.ty.name()) {
+                Some(c) => c.1 += 1,
+                None => counts.push((t.ty.name(), 1)),
+            }
+        }
+        s.push_str(",\"tensor_types\":{");
+        for (i, (n, c)) in counts.iter().enumerate() {
+            let _ = write!(s, "{}\"{}\":{}", if i > 0 { "," } else { "" }, n, c);
+        }
+        s.push('}');
+        if let Some(t) = &self.tokenizer {
+            let kind = match t.model() {
+                crate::tokenizer::Model::Bpe { .. } => "bpe",
+                crate::tokenizer::Model::Spm { .. } => "spm",
+            };
+            let _ = write!(s, ",\"tokenizer\":\"{}\",\"n_vocab\":{}", kind, t.n_vocab());
+            let id = |v: Option<u32>| v.map_or(-1, |v| v as i64);
+            let _ = write!(s, ",\"bos\":{},\"eos\":{},\"add_bos\":{}", id(t.bos()), id(t.eos()), t.add_bos());
+        }
+        s.push('}');
+        self.result.clear();
+        self.result.extend_from_slice(s.as_bytes());
+        Ok(self.result.len())
+    }
+
+    /// Loads a Model2Vec model from its three files; returns the vector width.
+    pub fn load_embedder(&mut self, safetensors: &'static [u8], tokenizer_json: &[u8], config_json: &[u8]) -> Result<usize> {
+        self.embedder = None;
+        self.embed_file = Some(safetensors);
+        let e = Embedder::load(safetensors, tokenizer_json, config_json)?;
+        let dim = e.dim();
+        self.embedder = Some(e);
+        self.embed_scratch = Some(EmbedScratch::new());
+        Ok(dim)
+    }
+
+    pub fn embed(&mut self, text: &[u8], out: &mut [f32]) -> Result<usize> {
+        let e = self.embedder.as_ref().ok_or_else(|| err!(Status::NoModel, "no embedder is loaded"))?;
+        let scratch = self.embed_scratch.get_or_insert_with(EmbedScratch::new);
+        e.embed_bytes(text, scratch, out)?;
+        Ok(e.dim())
+    }
+
+    /// The ids `embed` pools for `text` (after dropping [UNK] and truncating).
+    pub fn embed_ids(&mut self, text: &[u8]) -> Result<&[u32]> {
+        let e = self.embedder.as_ref().ok_or_else(|| err!(Status::NoModel, "no embedder is loaded"))?;
+        let Ok(text) = core::str::from_utf8(text) else {
+            bail!(Status::InvalidUtf8, "text is not valid UTF-8");
+        };
+        let scratch = self.embed_scratch.get_or_insert_with(EmbedScratch::new);
+        self.ids.clear();
+        e.encode_ids(text, scratch, &mut self.ids)?;
+        Ok(&self.ids)
+    }
+}
+
+fn json_string(s: &mut alloc::string::String, v: &str) {
+    s.push('"');
+    for c in v.chars() {
+        match c {
+            '"' => s.push_str("\\\""),
+            '\\' => s.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(s, "\\u{:04x}", c as u32);
+            }
+            c => s.push(c),
+        }
+    }
+    s.push('"');
+}
