@@ -698,9 +698,14 @@ impl Tokenizer {
     /// SentencePiece space prefix, the first token's leading space is dropped. The bytes are
     /// exactly the concatenated pieces: they may be invalid UTF-8 if the ids are arbitrary.
     pub fn decode(&self, ids: &[u32], special: bool, out: &mut Vec<u8>) -> Result<()> {
-        let mut stream = StreamDecoder::new();
+        let mut total = 0usize;
         for &id in ids {
             self.check_id(id)?;
+            total = total.saturating_add(self.piece(id).len());
+        }
+        reserve(out, total, "decoded text")?;
+        let mut stream = StreamDecoder::new();
+        for &id in ids {
             out.extend_from_slice(stream.piece_for(self, id, special));
         }
         Ok(())

@@ -69,8 +69,8 @@ impl Texts {
         Ok(t)
     }
 
-    /// Appends one string (its bytes are pushed by `fill`), returning `false` if the arena
-    /// would pass 4 GiB.
+    /// Appends one string (its bytes are pushed by `fill`); fails if the arena would pass
+    /// 4 GiB.
     pub fn push_with(&mut self, fill: impl FnOnce(&mut Vec<u8>)) -> Result<()> {
         fill(&mut self.bytes);
         let end = u32::try_from(self.bytes.len())

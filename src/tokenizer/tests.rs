@@ -397,6 +397,52 @@ fn hostile_vocabularies_fail_cleanly() {
     assert_eq!(tok.bos(), None);
 }
 
+/// Corrupted vocabulary files (random bytes anywhere in the metadata) either fail to load or
+/// load and encode without panicking.
+#[test]
+fn corrupted_vocabularies_never_panic() {
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut rnd = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let sample = "Hello <|im_start|>world  \n\n 123 'll café 日本 <start_of_turn>🙂";
+    let (mut loaded, mut failed) = (0, 0);
+    for rel in [
+        "models/vocab/vocab-bpe-smollm.gguf",
+        "models/vocab/vocab-spm-gemma3.gguf",
+    ] {
+        let original = read(rel);
+        for round in 0..60 {
+            let mut bytes = original.clone();
+            for _ in 0..1 + rnd() % 16 {
+                // Half the hits land in the first 64 KiB (keys, the start of the token list).
+                let span = if round % 2 == 0 { 65536 } else { bytes.len() };
+                let at = (rnd() % span as u64) as usize;
+                bytes[at] = rnd() as u8;
+            }
+            let Ok(g) = Gguf::parse(&bytes) else {
+                failed += 1;
+                continue;
+            };
+            match Tokenizer::from_gguf(&g) {
+                Ok(tok) => {
+                    loaded += 1;
+                    let mut ids = Vec::new();
+                    tok.encode(sample, true, true, &mut ids).unwrap();
+                    let mut text = Vec::new();
+                    tok.decode(&ids, true, &mut text).unwrap();
+                }
+                Err(_) => failed += 1,
+            }
+        }
+    }
+    std::println!("corrupted vocabularies: {loaded} loaded, {failed} refused");
+    assert!(loaded > 0 && failed > 0);
+}
+
 /// Random bytes never panic the encoder, and BPE output decodes back to the input.
 #[test]
 fn random_text_roundtrips() {
