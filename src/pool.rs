@@ -201,6 +201,11 @@ pub fn helper_loop(id: u32) {
     loop {
         let word = p.job_word.0.load(Ordering::Acquire);
         if word == seen {
+            // A helper that first read `job_word` after `shutdown` bumped it would otherwise
+            // wait for a change that never comes.
+            if p.shutdown.load(Ordering::Acquire) != 0 {
+                return;
+            }
             spins += 1;
             if spins > SPIN_ROUNDS {
                 wait_while_equal(&p.job_word.0, seen, 0);
