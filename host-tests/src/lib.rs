@@ -226,3 +226,188 @@ pub fn describe(bytes: &[u8]) -> Result<(Vec<(String, String, String)>, Vec<(Str
     let exports = module.exports().map(|e| (e.name().to_string(), format!("{:?}", e.ty()))).collect();
     Ok((imports, exports))
 }
+
+/// `tokenize` flags (wasmind.h).
+pub const TOKENIZE_ADD_SPECIAL: u32 = 1;
+pub const TOKENIZE_PARSE_SPECIAL: u32 = 2;
+
+/// Typed calls over the engine exports: load a model or embedder from files, tokenize, run.
+impl Wasmind {
+    /// Either the threaded module with `threads - 1` helpers, or (threads == 0) the
+    /// single-threaded module.
+    pub fn with_threads(threads: u32) -> Result<Wasmind> {
+        if threads == 0 { Wasmind::single_threaded() } else { Wasmind::threaded(threads) }
+    }
+
+    /// Copies a GGUF file into the module and loads it (`context` 0: the model's own, capped).
+    pub fn load_model_bytes(&mut self, bytes: &[u8], context: u32) -> Result<()> {
+        self.call::<u32, i32>("set_context", context)?;
+        let ptr = self.put(bytes)?;
+        let r = self.call::<(u32, u32), i32>("load_model", (ptr, bytes.len() as u32))?;
+        self.check("load_model", r)?;
+        Ok(())
+    }
+
+    pub fn load_model_file(&mut self, path: &std::path::Path, context: u32) -> Result<()> {
+        let bytes = std::fs::read(path).map_err(|e| wasmtime::format_err!("{}: {e}", path.display()))?;
+        self.load_model_bytes(&bytes, context)
+    }
+
+    /// The bytes of the result buffer after a text-returning call that returned `len`.
+    pub fn result(&mut self, len: i32) -> Result<Vec<u8>> {
+        let ptr = self.call::<(), u32>("result_ptr", ())?;
+        Ok(self.read(ptr, len as usize))
+    }
+
+    pub fn model_info(&mut self) -> Result<String> {
+        let n = self.call::<(), i32>("model_info", ())?;
+        let n = self.check("model_info", n)?;
+        Ok(String::from_utf8_lossy(&self.result(n)?).into_owned())
+    }
+
+    /// Allocates, runs `f(ptr)`, frees.
+    fn with_buffer<T>(&mut self, bytes: &[u8], f: impl FnOnce(&mut Self, u32) -> Result<T>) -> Result<T> {
+        let ptr = self.put(bytes)?;
+        let r = f(self, ptr);
+        self.call::<(u32, u32), ()>("free", (ptr, bytes.len().max(1) as u32))?;
+        r
+    }
+
+    fn ids_bytes(ids: &[u32]) -> Vec<u8> {
+        ids.iter().flat_map(|i| i.to_le_bytes()).collect()
+    }
+
+    fn read_u32s(&mut self, ptr: u32, n: usize) -> Vec<u32> {
+        self.read(ptr, n * 4).chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect()
+    }
+
+    fn read_f32s(&mut self, ptr: u32, n: usize) -> Vec<f32> {
+        self.read(ptr, n * 4).chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+    }
+
+    /// Text (any bytes: invalid UTF-8 is the module's to reject) -> ids.
+    pub fn tokenize(&mut self, text: &[u8], flags: u32) -> Result<Vec<u32>> {
+        let cap = text.len() + 8;
+        let out = self.put(&vec![0u8; cap * 4])?;
+        let r = self.with_buffer(text, |w, t| {
+            let n = w.call::<(u32, u32, u32, u32, u32), i32>("tokenize", (t, text.len() as u32, flags, out, cap as u32))?;
+            let n = w.check("tokenize", n)? as usize;
+            assert!(n <= cap, "more ids than bytes");
+            Ok(w.read_u32s(out, n))
+        });
+        self.call::<(u32, u32), ()>("free", (out, (cap * 4) as u32))?;
+        r
+    }
+
+    pub fn detokenize(&mut self, ids: &[u32], flags: u32) -> Result<Vec<u8>> {
+        let bytes = Self::ids_bytes(ids);
+        self.with_buffer(&bytes, |w, p| {
+            let n = w.call::<(u32, u32, u32), i32>("detokenize", (p, ids.len() as u32, flags))?;
+            let n = w.check("detokenize", n)?;
+            w.result(n)
+        })
+    }
+
+    /// One more token's complete text (streaming); `None` flushes.
+    pub fn detokenize_stream(&mut self, id: Option<u32>, flags: u32) -> Result<Vec<u8>> {
+        let n = self.call::<(i32, u32), i32>("detokenize_stream", (id.map_or(-1, |i| i as i32), flags))?;
+        let n = self.check("detokenize_stream", n)?;
+        self.result(n)
+    }
+
+    pub fn vocab(&mut self) -> Result<usize> {
+        let info = self.model_info()?;
+        let v: serde_json::Value = serde_json::from_str(&info)?;
+        v["vocab"].as_u64().map(|n| n as usize).ok_or_else(|| wasmtime::format_err!("model has no weights"))
+    }
+
+    /// Runs `ids` and returns the logits after each of them (`(n, vocab)`), in chunks of 32.
+    pub fn prefill_logits(&mut self, ids: &[u32]) -> Result<Vec<Vec<f32>>> {
+        let vocab = self.vocab()?;
+        const CHUNK: usize = 32;
+        let out = self.put(&vec![0u8; CHUNK * vocab * 4])?;
+        let mut all = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(CHUNK) {
+            let bytes = Self::ids_bytes(chunk);
+            let flat = self.with_buffer(&bytes, |w, p| {
+                let r = w.call::<(u32, u32, u32), i32>("prefill_logits", (p, chunk.len() as u32, out))?;
+                w.check("prefill_logits", r)?;
+                Ok(w.read_f32s(out, chunk.len() * vocab))
+            })?;
+            all.extend(flat.chunks_exact(vocab).map(|r| r.to_vec()));
+        }
+        self.call::<(u32, u32), ()>("free", (out, (CHUNK * vocab * 4) as u32))?;
+        Ok(all)
+    }
+
+    /// Runs `ids` (batched) and returns the last logits.
+    pub fn prefill(&mut self, ids: &[u32]) -> Result<Vec<f32>> {
+        let vocab = self.vocab()?;
+        let bytes = Self::ids_bytes(ids);
+        self.with_buffer(&bytes, |w, p| {
+            let r = w.call::<(u32, u32), i32>("prefill", (p, ids.len() as u32))?;
+            w.check("prefill", r)?;
+            let l = w.call::<(), u32>("logits", ())?;
+            Ok(w.read_f32s(l, vocab))
+        })
+    }
+
+    /// Runs one token; returns its logits.
+    pub fn step(&mut self, id: u32, vocab: usize) -> Result<Vec<f32>> {
+        let p = self.call::<u32, u32>("step", id)?;
+        if p == 0 {
+            let code = self.call::<(), i32>("last_error_code", ())?;
+            self.check("step", code)?;
+        }
+        Ok(self.read_f32s(p, vocab))
+    }
+
+    pub fn reset(&mut self) -> Result<()> {
+        let r = self.call::<(), i32>("reset", ())?;
+        self.check("reset", r)?;
+        Ok(())
+    }
+
+    /// Loads a Model2Vec directory (model.safetensors, tokenizer.json, config.json).
+    pub fn load_embedder_dir(&mut self, dir: &std::path::Path) -> Result<usize> {
+        let read = |f: &str| std::fs::read(dir.join(f)).map_err(|e| wasmtime::format_err!("{}/{f}: {e}", dir.display()));
+        let (st, tok, cfg) = (read("model.safetensors")?, read("tokenizer.json")?, read("config.json")?);
+        self.load_embedder_bytes(&st, &tok, &cfg)
+    }
+
+    pub fn load_embedder_bytes(&mut self, st: &[u8], tok: &[u8], cfg: &[u8]) -> Result<usize> {
+        let st_ptr = self.put(st)?;
+        let tok_ptr = self.put(tok)?;
+        let cfg_ptr = self.put(cfg)?;
+        let r = self.call::<(u32, u32, u32, u32, u32, u32), i32>(
+            "load_embedder",
+            (st_ptr, st.len() as u32, tok_ptr, tok.len() as u32, cfg_ptr, cfg.len() as u32),
+        )?;
+        self.call::<(u32, u32), ()>("free", (tok_ptr, tok.len().max(1) as u32))?;
+        self.call::<(u32, u32), ()>("free", (cfg_ptr, cfg.len().max(1) as u32))?;
+        Ok(self.check("load_embedder", r)? as usize)
+    }
+
+    pub fn embed(&mut self, text: &[u8], dim: usize) -> Result<Vec<f32>> {
+        let out = self.put(&vec![0u8; dim * 4])?;
+        let r = self.with_buffer(text, |w, t| {
+            let n = w.call::<(u32, u32, u32), i32>("embed", (t, text.len() as u32, out))?;
+            w.check("embed", n)?;
+            Ok(w.read_f32s(out, dim))
+        });
+        self.call::<(u32, u32), ()>("free", (out, (dim * 4) as u32))?;
+        r
+    }
+
+    pub fn embed_ids(&mut self, text: &[u8]) -> Result<Vec<u32>> {
+        let cap = text.len() + 8;
+        let out = self.put(&vec![0u8; cap * 4])?;
+        let r = self.with_buffer(text, |w, t| {
+            let n = w.call::<(u32, u32, u32, u32), i32>("embed_ids", (t, text.len() as u32, out, cap as u32))?;
+            let n = w.check("embed_ids", n)? as usize;
+            Ok(w.read_u32s(out, n.min(cap)))
+        });
+        self.call::<(u32, u32), ()>("free", (out, (cap * 4) as u32))?;
+        r
+    }
+}
