@@ -196,6 +196,9 @@ trait Kernels {
     const BLOCK_BYTES: usize;
     /// What activations are rounded to before a product with this type.
     const ACTIVATION: ActivationKind;
+    /// Most vectors per call of [`Kernels::dot`] in [`matmul`] (the float kernels keep four
+    /// partial sums per vector, which at four vectors would not fit in registers).
+    const MAX_TILE: usize = 4;
 
     /// `row` (whole blocks) -> `out` (`[row.len() / BLOCK_BYTES * BLOCK_VALUES]`).
     fn dequantize(row: &[u8], out: &mut [f32]);
@@ -403,7 +406,7 @@ pub fn matmul(
             let chunk = chunk_start..(chunk_start + chunk_rows).min(n_rows);
             let mut v = 0;
             while v < n_vecs {
-                let tile = (n_vecs - v).min(MATMUL_TILE);
+                let tile = (n_vecs - v).min(MATMUL_TILE).min(K::MAX_TILE);
                 for r in chunk.clone() {
                     let row = &w[r * rb..(r + 1) * rb];
                     match tile {

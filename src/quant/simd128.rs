@@ -87,29 +87,45 @@ fn f16x4_to_f32(h: v128) -> v128 {
     )
 }
 
-/// 8 binary16 values (u16 lanes) -> two f32x4, exact.
+/// 8 binary16 values (u16 lanes) -> two f32x4, exact for every value (subnormals, infinities,
+/// NaN). Each value is moved to the top half of a lane (sign at bit 31), its exponent and
+/// mantissa shifted into f32 position and multiplied by 2^112 to rebias the exponent; f16
+/// subnormals come out exact (f32 arithmetic on subnormals is exact). Only an infinity or NaN
+/// can reach 2^16, and those get the all-ones exponent back. Shifts stand in for mask
+/// constants, so the kernel's accumulators keep their registers.
 #[inline(always)]
-fn f16x8_to_f32(h: v128) -> (v128, v128) {
-    (
-        f16x4_to_f32(u32x4_extend_low_u16x8(h)),
-        f16x4_to_f32(u32x4_extend_high_u16x8(h)),
-    )
+pub(super) fn f16x8_to_f32(h: v128) -> (v128, v128) {
+    #[inline(always)]
+    fn four(top: v128) -> v128 {
+        let magnitude = u32x4_shr(i32x4_shl(top, 1), 4);
+        let value = f32x4_mul(magnitude, f32x4_splat(f32::from_bits((127 + 112) << 23))); // 2^112
+        let special = i32x4_gt(value, u32x4_splat(0x477f_ffff)); // >= 2^16
+        let exponent = i32x4_shl(u32x4_shr(special, 24), 23); // 0x7f80_0000 where special
+        let sign = i32x4_shl(u32x4_shr(top, 31), 31);
+        v128_or(v128_or(value, exponent), sign)
+    }
+    let (low, high) = bf16x8_to_f32(h); // the same move to the top half of each lane
+    (four(low), four(high))
 }
 
 /// 8 bfloat16 values (u16 lanes) -> two f32x4: each value moves to the top half of a lane.
+/// (Written as the canonical interleave of zero and `h`, which V8 emits as one
+/// `punpcklwd`/`punpckhwd`; other lane patterns for the same result cost five instructions.)
 #[inline(always)]
 fn bf16x8_to_f32(h: v128) -> (v128, v128) {
     let zero = u16x8_splat(0);
     (
-        i16x8_shuffle::<8, 0, 8, 1, 8, 2, 8, 3>(h, zero),
-        i16x8_shuffle::<8, 4, 8, 5, 8, 6, 8, 7>(h, zero),
+        i16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(zero, h),
+        i16x8_shuffle::<4, 12, 5, 13, 6, 14, 7, 15>(zero, h),
     )
 }
 
-/// Shared body of the float kernels over `n` weights: `weights8(i)` returns weights
-/// `8i..8i + 8` as two f32x4 (only called for whole groups of 8), `weight(j)` weight `j`.
+/// Shared body of the float kernels over `n` weights, `8·STEPS` weights per iteration with two
+/// partial sums per step: `weights8(i)` returns weights `8i..8i + 8` as two f32x4 (only called
+/// for whole groups of 8), `weight(j)` weight `j`. F32 and BF16 take two steps; F16, whose
+/// conversion needs more registers, one (more would make V8 spill the partial sums).
 #[inline(always)]
-fn dot_float<const T: usize>(
+fn dot_float<const T: usize, const STEPS: usize>(
     n: usize,
     xs: &[ActRow<'_>; T],
     weights8: impl Fn(usize) -> (v128, v128),
@@ -118,26 +134,28 @@ fn dot_float<const T: usize>(
     for x in xs {
         assert!(x.values.len() >= n);
     }
-    let mut acc = [[f32x4_splat(0.0); 4]; T];
+    let mut acc = [[[f32x4_splat(0.0); 2]; STEPS]; T];
     let mut i = 0;
-    while i + 16 <= n {
-        let (w0, w1) = weights8(i / 8);
-        let (w2, w3) = weights8(i / 8 + 1);
-        for t in 0..T {
-            // SAFETY: i + 16 <= n <= values.len() (asserted above).
-            unsafe {
-                let x = xs[t].values.as_ptr().add(i);
-                acc[t][0] = f32x4_add(acc[t][0], f32x4_mul(w0, load(x)));
-                acc[t][1] = f32x4_add(acc[t][1], f32x4_mul(w1, load(x.add(4))));
-                acc[t][2] = f32x4_add(acc[t][2], f32x4_mul(w2, load(x.add(8))));
-                acc[t][3] = f32x4_add(acc[t][3], f32x4_mul(w3, load(x.add(12))));
+    while i + 8 * STEPS <= n {
+        for step in 0..STEPS {
+            let (w0, w1) = weights8(i / 8 + step);
+            for t in 0..T {
+                // SAFETY: i + 8·STEPS <= n <= values.len() (asserted above).
+                unsafe {
+                    let x = xs[t].values.as_ptr().add(i + 8 * step);
+                    acc[t][step][0] = f32x4_add(acc[t][step][0], f32x4_mul(w0, load(x)));
+                    acc[t][step][1] = f32x4_add(acc[t][step][1], f32x4_mul(w1, load(x.add(4))));
+                }
             }
         }
-        i += 16;
+        i += 8 * STEPS;
     }
     core::array::from_fn(|t| {
-        let [a, b, c, d] = acc[t];
-        let mut sum = hsum_f32(f32x4_add(f32x4_add(a, b), f32x4_add(c, d)));
+        let mut total = f32x4_splat(0.0);
+        for step in acc[t] {
+            total = f32x4_add(total, f32x4_add(step[0], step[1]));
+        }
+        let mut sum = hsum_f32(total);
         for j in i..n {
             sum += weight(j) * xs[t].values[j];
         }
@@ -149,7 +167,7 @@ fn dot_float<const T: usize>(
 pub(super) fn dot_f32<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
     let n = row.len() / 4;
     let p = row.as_ptr();
-    dot_float(
+    dot_float::<T, 2>(
         n,
         xs,
         // SAFETY: only called with 8i + 8 <= n, so bytes 32i..32i + 32 lie in `row`.
@@ -162,7 +180,7 @@ pub(super) fn dot_f32<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32;
 pub(super) fn dot_f16<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
     let n = row.len() / 2;
     let p = row.as_ptr();
-    dot_float(
+    dot_float::<T, 1>(
         n,
         xs,
         // SAFETY: only called with 8i + 8 <= n, so bytes 16i..16i + 16 lie in `row`.
@@ -175,7 +193,7 @@ pub(super) fn dot_f16<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32;
 pub(super) fn dot_bf16<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
     let n = row.len() / 2;
     let p = row.as_ptr();
-    dot_float(
+    dot_float::<T, 2>(
         n,
         xs,
         // SAFETY: only called with 8i + 8 <= n, so bytes 16i..16i + 16 lie in `row`.
@@ -710,14 +728,83 @@ pub(super) fn dot_q5_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32
     })
 }
 
+/// Lane `L` of an i16x8 in all eight lanes.
+#[inline(always)]
+fn broadcast_i16<const L: usize>(v: v128) -> v128 {
+    i16x8_shuffle::<L, L, L, L, L, L, L, L>(v, v)
+}
+
+/// 64 weights of a Q6_K super-block (half `h`, bytes `16·L16..16·L16 + 16` of each of its ql
+/// and qh rows) times each vector, added to `sumi`.
+///
+/// # Safety
+/// `blk` is a whole 210-byte super-block; `y[t]` points at vector t's 256 activations of it.
+#[inline(always)]
+unsafe fn q6_chunk<const L16: usize, const T: usize>(
+    blk: *const u8,
+    h: usize,
+    scales: v128,
+    y: &[*const i16; T],
+    sumi: &mut [v128; T],
+) {
+    let low4 = u8x16_splat(0x0f);
+    let bits45 = u8x16_splat(0x30);
+    let low_byte = u16x8_splat(0x00ff);
+    // SAFETY: ql at 0..128, qh at 128..192 of the block; activation offsets < 256.
+    unsafe {
+        // 16 bytes each of ql[l], ql[l + 32], qh[l] for l in 16·L16..16·L16 + 16
+        let a = load(blk.add(64 * h + 16 * L16));
+        let c = load(blk.add(64 * h + 32 + 16 * L16));
+        let high = load(blk.add(128 + 32 * h + 16 * L16));
+        // 16-bit shifts are fine here: every result is masked per byte.
+        let quads = [
+            v128_or(v128_and(a, low4), v128_and(i16x8_shl(high, 4), bits45)),
+            v128_or(v128_and(c, low4), v128_and(i16x8_shl(high, 2), bits45)),
+            v128_or(v128_and(u16x8_shr(a, 4), low4), v128_and(high, bits45)),
+            v128_or(
+                v128_and(u16x8_shr(c, 4), low4),
+                v128_and(u16x8_shr(high, 2), bits45),
+            ),
+        ];
+        // quad k is sub-block 8h + L16 + 2k: lane L16 + 2k of `scales` (the half's 8 scales)
+        let s = if L16 == 0 {
+            [
+                broadcast_i16::<0>(scales),
+                broadcast_i16::<2>(scales),
+                broadcast_i16::<4>(scales),
+                broadcast_i16::<6>(scales),
+            ]
+        } else {
+            [
+                broadcast_i16::<1>(scales),
+                broadcast_i16::<3>(scales),
+                broadcast_i16::<5>(scales),
+                broadcast_i16::<7>(scales),
+            ]
+        };
+        for k in 0..4 {
+            // 16 weights 128h + 32k + 16·L16 + (0..16), all with scale s[k]
+            let even = i16x8_mul(v128_and(quads[k], low_byte), s[k]);
+            let odd = i16x8_mul(u16x8_shr(quads[k], 8), s[k]);
+            for t in 0..T {
+                let y = y[t].add(128 * h + 32 * k + 16 * L16);
+                let p = i32x4_add(
+                    i32x4_dot_i16x8(even, load(y)),
+                    i32x4_dot_i16x8(odd, load(y.add(8))),
+                );
+                sumi[t] = i32x4_add(sumi[t], p);
+            }
+        }
+    }
+}
+
+/// Q6_K: the 6-bit values are used unsigned (0..64) and the `-32` comes back once per
+/// super-block as `32·Σ_j sc_j·bsum_j`, exact in i32 (|Σ| < 2^29 either way).
 #[inline(never)]
 pub(super) fn dot_q6_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
     debug_assert!(row.len() % 210 == 0);
     let n_blocks = row.len() / 210;
     check_activations_k(xs, n_blocks);
-    let low4 = u8x16_splat(0x0f);
-    let bits45 = u8x16_splat(0x30);
-    let offset = u8x16_splat(32);
     let mut acc = [f32x4_splat(0.0); T];
     for b in 0..n_blocks {
         // SAFETY: super-block b is bytes 210b..210b + 210 of `row`: ql at 0..128, qh at
@@ -726,62 +813,36 @@ pub(super) fn dot_q6_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32
         unsafe {
             let blk = row.as_ptr().add(210 * b);
             let d = f16_ptr(blk.add(208));
-            let scales = blk.add(192).cast::<i8>();
+            let scales8 = load(blk.add(192));
+            // the 16 scales as i16: sub-blocks 0..8 and 8..16
+            let scales = [
+                i16x8_extend_low_i8x16(scales8),
+                i16x8_extend_high_i8x16(scales8),
+            ];
+            let y: [*const i16; T] = core::array::from_fn(|t| xs[t].quants.as_ptr().add(256 * b));
             let mut sumi = [i32x4_splat(0); T];
             let mut scratch = [i32x4_splat(0); T];
             for h in 0..2 {
-                for l16 in 0..2 {
-                    // 16 bytes each of ql[l], ql[l + 32], qh[l] for l in 16·l16..16·l16 + 16
-                    let a = load(blk.add(64 * h + 16 * l16));
-                    let c = load(blk.add(64 * h + 32 + 16 * l16));
-                    let high = load(blk.add(128 + 32 * h + 16 * l16));
-                    // 16-bit shifts are fine here: every result is masked per byte.
-                    let quads = [
-                        (
-                            v128_or(v128_and(a, low4), v128_and(i16x8_shl(high, 4), bits45)),
-                            0,
-                        ),
-                        (
-                            v128_or(v128_and(c, low4), v128_and(i16x8_shl(high, 2), bits45)),
-                            32,
-                        ),
-                        (
-                            v128_or(v128_and(u16x8_shr(a, 4), low4), v128_and(high, bits45)),
-                            64,
-                        ),
-                        (
-                            v128_or(
-                                v128_and(u16x8_shr(c, 4), low4),
-                                v128_and(u16x8_shr(high, 2), bits45),
-                            ),
-                            96,
-                        ),
-                    ];
-                    for (k, (q, at)) in quads.into_iter().enumerate() {
-                        // 16 weights 128h + at + 16·l16 + (0..16), all with one scale
-                        let q = i8x16_sub(q, offset);
-                        let s = i16x8_splat(*scales.add(8 * h + l16 + 2 * k) as i16);
-                        let even = i16x8_mul(i16x8_shr(i16x8_shl(q, 8), 8), s);
-                        let odd = i16x8_mul(i16x8_shr(q, 8), s);
-                        for t in 0..T {
-                            let y = xs[t].quants.as_ptr().add(256 * b + 128 * h + at + 16 * l16);
-                            let p = i32x4_add(
-                                i32x4_dot_i16x8(even, load(y)),
-                                i32x4_dot_i16x8(odd, load(y.add(8))),
-                            );
-                            sumi[t] = i32x4_add(sumi[t], p);
-                        }
-                    }
-                    for t in 0..T {
-                        barrier(&mut scratch[t], sumi[t]);
-                    }
+                q6_chunk::<0, T>(blk, h, scales[h], &y, &mut sumi);
+                for t in 0..T {
+                    barrier(&mut scratch[t], sumi[t]);
+                }
+                q6_chunk::<1, T>(blk, h, scales[h], &y, &mut sumi);
+                for t in 0..T {
+                    barrier(&mut scratch[t], sumi[t]);
                 }
             }
             for t in 0..T {
+                let bsums = xs[t].bsums.as_ptr().add(16 * b);
+                let offset = i32x4_add(
+                    i32x4_dot_i16x8(load(bsums), scales[0]),
+                    i32x4_dot_i16x8(load(bsums.add(8)), scales[1]),
+                );
+                let sum = i32x4_sub(sumi[t], i32x4_shl(offset, 5));
                 let dy = *xs[t].scales.get_unchecked(b);
                 acc[t] = f32x4_add(
                     acc[t],
-                    f32x4_mul(f32x4_convert_i32x4(sumi[t]), f32x4_splat(d * dy)),
+                    f32x4_mul(f32x4_convert_i32x4(sum), f32x4_splat(d * dy)),
                 );
             }
         }

@@ -573,6 +573,34 @@ fn simd_matches_scalar_reference() {
     }
 }
 
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+#[test]
+fn simd_f16_conversion_is_exact_for_every_value() {
+    use core::arch::wasm32::*;
+    for base in (0..=u16::MAX).step_by(8) {
+        let h: [u16; 8] = core::array::from_fn(|i| base + i as u16);
+        let v = u16x8(h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
+        let (low, high) = super::simd128::f16x8_to_f32(v);
+        let got = [
+            f32x4_extract_lane::<0>(low),
+            f32x4_extract_lane::<1>(low),
+            f32x4_extract_lane::<2>(low),
+            f32x4_extract_lane::<3>(low),
+            f32x4_extract_lane::<0>(high),
+            f32x4_extract_lane::<1>(high),
+            f32x4_extract_lane::<2>(high),
+            f32x4_extract_lane::<3>(high),
+        ];
+        for (g, h) in got.into_iter().zip(h) {
+            let e = f16_to_f32(h);
+            assert!(
+                g.to_bits() == e.to_bits() || (g.is_nan() && e.is_nan()),
+                "{h:#06x}: {g:e} vs {e:e}"
+            );
+        }
+    }
+}
+
 /// Every product of a batch equals the single-vector product bit for bit: per vector the
 /// kernels do the same operations in the same order whatever the tile size.
 #[test]
