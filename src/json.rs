@@ -415,7 +415,7 @@ impl<'a> Reader<'a> {
         loop {
             // Fast scan over plain ASCII.
             while let Some(&c) = b.get(p) {
-                if c == b'"' || c == b'\\' || c < 0x20 || c >= 0x80 {
+                if c == b'"' || c == b'\\' || !(0x20..0x80).contains(&c) {
                     break;
                 }
                 p += 1;

@@ -227,7 +227,7 @@ pub fn nfd(cp: u32, mut emit: impl FnMut(u32)) {
     if s < S_COUNT {
         emit(L_BASE + s / (V_COUNT * T_COUNT));
         emit(V_BASE + (s % (V_COUNT * T_COUNT)) / T_COUNT);
-        if s % T_COUNT != 0 {
+        if !s.is_multiple_of(T_COUNT) {
             emit(T_BASE + s % T_COUNT);
         }
         return;

@@ -131,7 +131,8 @@ fn parity(name: &str) {
         }
         let c = cosine(&out, &row.embedding);
         worst = worst.min(c);
-        if !(c >= MIN_COSINE) {
+        // NaN fails too.
+        if c.partial_cmp(&MIN_COSINE) == Some(core::cmp::Ordering::Less) || c.is_nan() {
             failures.push(format!("text {i} {:?}: cosine {c}", row.text));
         }
     }
@@ -371,7 +372,11 @@ fn bench_corpus() {
                 }
                 let t0 = cpu_seconds();
                 let mut n = 0usize;
-                while cpu_seconds() - t0 < 1.0 {
+                // M2V_PASSES=k: a fixed amount of work (for instruction counts), else 1 s.
+                let passes: Option<usize> = std::env::var("M2V_PASSES")
+                    .ok()
+                    .and_then(|p| p.parse().ok());
+                while passes.map_or(cpu_seconds() - t0 < 1.0, |p| n < p) {
                     for _ in 0..(2000 / texts.len()).max(1) {
                         for t in texts.iter() {
                             if mode == "ids" {

@@ -65,6 +65,8 @@ enum AsciiAction {
     Punct,
     /// Removed.
     Drop,
+    /// May start an added token (matched inline); otherwise as `ascii_base[b]`.
+    Added,
 }
 
 /// A token matched in the raw text before normalization.
@@ -92,7 +94,12 @@ pub struct Tokenizer {
     /// Median length of the vocabulary's tokens in code points (model2vec's truncation unit).
     pub median_token_length: usize,
     ascii_action: [AsciiAction; 128],
+    /// The action of a byte that starts no added token here (`ascii_action` without `Added`).
+    ascii_base: [AsciiAction; 128],
     ascii_out: [u8; 128],
+    /// Added tokens are matched inside the main loop (all start with ASCII and neither strip
+    /// white space), instead of a separate pass that splits the text first.
+    added_inline: bool,
 }
 
 /// Reusable buffers for [`Tokenizer::encode`]; they grow once and are then reused.
@@ -481,7 +488,7 @@ impl Tokenizer {
             });
             added_arena.extend_from_slice(bytes);
         }
-        added_tokens.sort_by(|a, b| b.len.cmp(&a.len));
+        added_tokens.sort_by_key(|t| core::cmp::Reverse(t.len));
         // Every distinct token once (a later duplicate replaced an earlier one in `all`).
         lengths.extend(
             all.keys()
@@ -519,7 +526,9 @@ impl Tokenizer {
             id_bound,
             median_token_length,
             ascii_action: [AsciiAction::Word; 128],
+            ascii_base: [AsciiAction::Word; 128],
             ascii_out: [0; 128],
+            added_inline: false,
         };
         t.plan_ascii();
         Ok(t)
@@ -544,7 +553,23 @@ impl Tokenizer {
                 AsciiAction::Word
             };
             self.ascii_action[b as usize] = action;
+            self.ascii_base[b as usize] = action;
             self.ascii_out[b as usize] = if lower { b.to_ascii_lowercase() } else { b };
+        }
+        self.added_inline = self.added.iter().all(|t| {
+            let first = self
+                .added_arena
+                .get(t.off as usize)
+                .copied()
+                .unwrap_or(0x80);
+            first < 0x80 && !t.lstrip && !t.rstrip
+        });
+        if self.added_inline {
+            for t in &self.added {
+                if let Some(&first) = self.added_arena.get(t.off as usize) {
+                    self.ascii_action[first as usize] = AsciiAction::Added;
+                }
+            }
         }
     }
 }
@@ -599,34 +624,39 @@ impl Tokenizer {
         s.word_len = 0;
         s.word_chars = 0;
         s.run.clear();
+        if self.added_inline {
+            stopped(self.segment(text, limit, s, ids))?;
+            ids.truncate(limit);
+            return Ok(());
+        }
         let bytes = text.as_bytes();
         let mut seg_start = 0;
         let mut i = 0;
         while i < bytes.len() {
             // Added tokens: leftmost, then longest.
-            if self.added_first[bytes[i] as usize] {
-                if let Some((tok, len)) = self.added_at(bytes, i) {
-                    let mut seg_end = i;
-                    if tok.lstrip {
-                        seg_end = trim_end_ws(text, seg_start, seg_end);
-                    }
-                    let r = self.segment(text_slice(text, seg_start, seg_end), limit, s, ids);
-                    stopped(r)?;
-                    if r.is_err() {
-                        break;
-                    }
-                    if ids.len() >= limit {
-                        break;
-                    }
-                    reserve(ids, 1)?;
-                    ids.push(tok.id);
-                    i += len;
-                    if tok.rstrip {
-                        i = skip_ws(text, i);
-                    }
-                    seg_start = i;
-                    continue;
+            if self.added_first[bytes[i] as usize]
+                && let Some((tok, len)) = self.added_at(bytes, i)
+            {
+                let mut seg_end = i;
+                if tok.lstrip {
+                    seg_end = trim_end_ws(text, seg_start, seg_end);
                 }
+                let r = self.segment(text_slice(text, seg_start, seg_end), limit, s, ids);
+                stopped(r)?;
+                if r.is_err() {
+                    break;
+                }
+                if ids.len() >= limit {
+                    break;
+                }
+                reserve(ids, 1)?;
+                ids.push(tok.id);
+                i += len;
+                if tok.rstrip {
+                    i = skip_ws(text, i);
+                }
+                seg_start = i;
+                continue;
             }
             i += 1;
         }
@@ -654,16 +684,56 @@ impl Tokenizer {
         let mut i = 0;
         while i < bytes.len() {
             let b = bytes[i];
-            if b < 0x80 && s.run.is_empty() {
-                // ASCII fast path.
-                i += 1;
-                match self.ascii_action[b as usize] {
-                    AsciiAction::Word => {
-                        s.word_chars += 1;
-                        if s.word_chars <= wp.max_input_chars_per_word {
-                            s.push_byte(self.ascii_out[b as usize]);
+            if b < 0x80 {
+                // ASCII fast path. An ASCII character is a starter: the pending non-starters
+                // go first.
+                if !s.run.is_empty() {
+                    self.flush_run(wp, limit, s, ids)?;
+                }
+                let mut action = self.ascii_action[b as usize];
+                if action == AsciiAction::Added {
+                    if let Some((tok, len)) = self.added_at(bytes, i) {
+                        // As the end of a segment, then the token's id.
+                        self.end_word(wp, limit, s, ids)?;
+                        if ids.len() >= limit {
+                            return Err(Stop::Full);
                         }
+                        if ids.try_reserve(1).is_err() {
+                            return Err(Stop::OutOfMemory);
+                        }
+                        ids.push(tok.id);
+                        i += len;
+                        continue;
                     }
+                    action = self.ascii_base[b as usize];
+                }
+                match action {
+                    AsciiAction::Word => {
+                        // The whole run of ASCII word bytes at once.
+                        let mut j = i + 1;
+                        while let Some(&c) = bytes.get(j) {
+                            if c >= 0x80 || self.ascii_action[c as usize] != AsciiAction::Word {
+                                break;
+                            }
+                            j += 1;
+                        }
+                        let room = wp.max_input_chars_per_word.saturating_sub(s.word_chars);
+                        let keep = (j - i).min(room);
+                        let at = s.word_len;
+                        if let Some(dst) = s.word.get_mut(at..at + keep) {
+                            for (d, &c) in dst.iter_mut().zip(&bytes[i..i + keep]) {
+                                *d = self.ascii_out[c as usize];
+                            }
+                            s.word_len += keep;
+                        }
+                        s.word_chars += j - i;
+                        i = j;
+                        continue;
+                    }
+                    _ => i += 1,
+                }
+                match action {
+                    AsciiAction::Word | AsciiAction::Added => {}
                     AsciiAction::Space => self.end_word(wp, limit, s, ids)?,
                     AsciiAction::Punct => {
                         self.end_word(wp, limit, s, ids)?;

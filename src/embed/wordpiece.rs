@@ -303,6 +303,14 @@ impl WordPiece {
             return;
         }
         let word = buf.get(..len).unwrap_or(&[]);
+        // Most words are whole pieces: one hash, one probe, no prefix hashes.
+        if word.len() <= self.initial.max_len {
+            let h = PieceTable::hash(word);
+            if let Some(id) = self.initial.get_hashed(buf, 0, word.len(), h, false) {
+                ids.push(id);
+                return;
+            }
+        }
         let mark = ids.len();
         let mut start = 0;
         while start < word.len() {
@@ -323,8 +331,12 @@ impl WordPiece {
             }
             let mut found = None;
             let mut end = limit;
-            // The first probe of a word (the whole word) usually hits: no filter for it.
-            let mut filter = start != 0 || limit != rest.len();
+            if start == 0 && limit == rest.len() {
+                // The whole word was tried above.
+                end -= 1;
+            }
+            // The first probe of a continuation (its whole rest) usually hits: no filter.
+            let mut filter = start == 0 || limit != rest.len();
             while end > 0 {
                 // Only whole characters: `end` must not split a UTF-8 sequence.
                 if end == rest.len() || rest[end] & 0xC0 != 0x80 {
