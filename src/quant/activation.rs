@@ -159,40 +159,29 @@ impl ActivationBuf {
     /// Vector `v` (< `n_vecs`) as the kernels read it.
     pub(crate) fn row(&self, v: usize) -> ActRow<'_> {
         let n = self.n_cols;
-        let (values, quants, scales, sums, bsums): (&[f32], &[i16], &[f32], &[f32], &[i16]) =
-            match self.kind {
-                None => (&[], &[], &[], &[], &[]),
-                Some(kind) if kind.is_float() => {
-                    (&self.values[v * n..(v + 1) * n], &[], &[], &[], &[])
+        let mut row = ActRow {
+            values: &[],
+            quants: &[],
+            scales: &[],
+            sums: &[],
+            bsums: &[],
+        };
+        match self.kind {
+            None => {}
+            Some(kind) if kind.is_float() => row.values = &self.values[v * n..(v + 1) * n],
+            Some(kind) => {
+                let nb = n / kind.block();
+                row.quants = &self.quants[v * n..(v + 1) * n];
+                row.scales = &self.scales[v * nb..(v + 1) * nb];
+                if kind == ActivationKind::Q8_1 {
+                    row.sums = &self.sums[v * nb..(v + 1) * nb];
                 }
-                Some(kind) => {
-                    let nb = n / kind.block();
-                    let sums: &[f32] = if kind == ActivationKind::Q8_1 {
-                        &self.sums[v * nb..(v + 1) * nb]
-                    } else {
-                        &[]
-                    };
-                    let bsums: &[i16] = if kind == ActivationKind::Q8K {
-                        &self.bsums[v * (n / 16)..(v + 1) * (n / 16)]
-                    } else {
-                        &[]
-                    };
-                    (
-                        &[],
-                        &self.quants[v * n..(v + 1) * n],
-                        &self.scales[v * nb..(v + 1) * nb],
-                        sums,
-                        bsums,
-                    )
+                if kind == ActivationKind::Q8K {
+                    row.bsums = &self.bsums[v * (n / 16)..(v + 1) * (n / 16)];
                 }
-            };
-        ActRow {
-            values,
-            quants,
-            scales,
-            sums,
-            bsums,
+            }
         }
+        row
     }
 
     /// Sizes the arrays for `n_vecs` vectors of `n_cols` values of `kind` (contents unspecified).

@@ -12,8 +12,10 @@
 //! 1. [`quantize_activation`] (or [`quantize_activations`] for a batch) rounds `x` to the weight
 //!    type's activation format (Q8_0, Q8_1, Q8_K, f16, bf16 or f32, see `activation.rs`) into a
 //!    reusable [`ActivationBuf`];
-//! 2. [`matvec`] (one vector) or [`matmul`] (a batch, each weight row read once per 4 vectors)
-//!    multiplies a range of weight rows, read in place from the model file, with it.
+//! 2. [`matvec`] (one vector) or [`matmul`] (a batch; each weight row is decoded once per 4
+//!    vectors, 2 for the float types) multiplies a range of weight rows, read in place from the
+//!    model file, with it. Per vector both do the same operations in the same order, so a
+//!    batched prefill gives bit-identical results to one vector at a time.
 //!
 //! [`dequantize_row`] turns one weight row into f32 (embedding lookups, tests).
 //!
@@ -145,7 +147,7 @@ impl GgmlType {
     /// type cannot be sized.
     pub const fn row_bytes(self, n: u64) -> Option<u64> {
         match self.block_geometry() {
-            Some((elems, bytes)) if n % elems as u64 == 0 => {
+            Some((elems, bytes)) if n.is_multiple_of(elems as u64) => {
                 (n / elems as u64).checked_mul(bytes as u64)
             }
             _ => None,
@@ -269,6 +271,22 @@ macro_rules! with_kernels {
         }
     };
 }
+
+// Each kernel's block geometry is the type's, checked at compile time.
+const _: () = {
+    const fn same<K: Kernels>(ty: GgmlType) -> bool {
+        match ty.block_geometry() {
+            Some((values, bytes)) => values == K::BLOCK_VALUES && bytes == K::BLOCK_BYTES,
+            None => false,
+        }
+    }
+    assert!(same::<float::F32>(GgmlType::F32) && same::<float::F16>(GgmlType::F16));
+    assert!(same::<float::BF16>(GgmlType::BF16) && same::<q8::Q8_0>(GgmlType::Q8_0));
+    assert!(same::<q4::Q4_0>(GgmlType::Q4_0) && same::<q4::Q4_1>(GgmlType::Q4_1));
+    assert!(same::<q5::Q5_0>(GgmlType::Q5_0) && same::<q5::Q5_1>(GgmlType::Q5_1));
+    assert!(same::<k_quants::Q4K>(GgmlType::Q4K) && same::<k_quants::Q5K>(GgmlType::Q5K));
+    assert!(same::<k_quants::Q6K>(GgmlType::Q6K));
+};
 
 /// The activation format ggml uses with weights of type `ty` (its "vec_dot_type"), or `None`
 /// if this build has no kernels for `ty`.

@@ -9,9 +9,18 @@
 //! vectors with 16-bit shifts and masks — no byte widening at all. Every integer sum is exact;
 //! it becomes f32 once per block (legacy types) or super-block (K-quants).
 //!
-//! Each kernel reads exactly the bytes of its row and of the activation slices it is given
-//! (their lengths are checked by the callers in `mod.rs` and asserted here in debug builds);
-//! the `unsafe` in each is only the unaligned `v128` loads from those slices.
+//! What V8 makes of the code matters as much as the instruction count (checked with
+//! `node --print-wasm-code`): x86 has 16 vector registers and V8's allocator spills readily,
+//! and once a loop-carried accumulator lives on the stack a block costs several times more.
+//! Hence: one f32 accumulator per vector where possible (four legacy blocks' sums transposed
+//! into one vector), shuffle patterns V8 recognises, few live constants, and a volatile store
+//! ([`barrier`], or the scratch in `legacy_group`) after each block or 64 weights. V8 orders
+//! wasm memory accesses only among themselves, so without a store in between it hoists every
+//! load of an unrolled group to the top and spills them.
+//!
+//! Each kernel reads only the bytes of its row and of the activation slices it is given: the
+//! slice lengths are asserted once per call (`check_activations*`), and the `unsafe` blocks
+//! are the unchecked loads inside those bounds.
 
 use core::arch::wasm32::*;
 
@@ -63,7 +72,7 @@ unsafe fn dot32(w: [v128; 4], y: *const i16) -> v128 {
 }
 
 // ---------------------------------------------------------------------------------------------
-// F32, F16, BF16: f32 products, four partial sums per vector.
+// F32, F16, BF16: f32 products (the activations are already rounded to the weight format).
 
 /// 4 binary16 values (in the low half of u32 lanes) -> f32x4, exact (subnormals, infinities,
 /// NaN).

@@ -634,69 +634,79 @@ fn matmul_equals_matvec() {
 // ---------------------------------------------------------------------------------------------
 // Speed
 
-/// Prints the speed of `matvec` and `matmul` for every type on SmolLM2-135M's two FFN shapes, in
-/// GB/s of weight bytes streamed (and GMAC/s). K-quants need rows of whole 256-blocks, so for them
-/// the 576-column shape is 768 columns. Run under wasm with SIMD:
+/// Prints the speed of `matvec` and `matmul` for every type on SmolLM2-135M's FFN shapes, as
+/// GB/s of weight bytes streamed and GMAC/s (multiply-adds). `576x1536` is 576 rows of 1536
+/// columns (ffn_down), `1536x576` the other way (ffn_up/gate); K-quants need whole 256-blocks
+/// per row, so their second shape is 1536x768. `matmul` multiplies 16 vectors (prompt prefill).
+/// The three cases alternate for 40 rounds and the best round counts: the machine may be
+/// shared. Single thread. Run under wasm with SIMD (`--no-liftoff` compiles everything with
+/// V8's optimizing tier first):
 ///
-/// `CARGO_TARGET_DIR=target/wasi-quant cargo test -p wasmind --lib --target wasm32-wasip1
-/// --release quant::tests::bench -- --ignored --nocapture`
+/// ```text
+/// CARGO_TARGET_DIR=target/wasi-quant cargo test -p wasmind --lib --target wasm32-wasip1 \
+///     --release --no-run
+/// node --no-liftoff --no-warnings host-tests/wasi-run.mjs target/wasi-quant/wasm32-wasip1/release/deps/wasmind-*.wasm \
+///     quant::tests::bench_matvec --ignored --nocapture
+/// ```
+///
+/// (or `cargo test ... --release quant::tests::bench -- --ignored --nocapture`, which lets V8
+/// tier up on its own during the warm-up).
 #[test]
 #[ignore]
 fn bench_matvec() {
     use std::time::Instant;
     let mut rng = Rng(7);
-    let mut buf = ActivationBuf::new();
     let simd = cfg!(all(target_arch = "wasm32", target_feature = "simd128"));
     println!(
-        "quant bench ({}), weight GB/s (GMAC/s)",
+        "quant bench ({}, one thread): weight GB/s (GMAC/s), best of 40 rounds",
         if simd { "simd128" } else { "scalar" }
     );
     println!(
-        "{:<6} {:>22} {:>22} {:>26}",
-        "type", "matvec 576x1536", "matvec 1536x576", "matmul 16 vecs 576x1536"
+        "{:<6} {:>20} {:>20} {:>22}",
+        "type", "matvec 576x1536", "matvec 1536x576", "matmul x16 576x1536"
     );
     for ty in SUPPORTED {
         let k_quant = ty.block_geometry().unwrap().0 == 256;
-        let mut line = alloc::format!("{:<6}", ty.name());
-        for (n_rows, n_cols, n_vecs) in [
+        let cases = [
             (576, 1536, 1),
             (1536, if k_quant { 768 } else { 576 }, 1),
             (576, 1536, 16),
-        ] {
-            let w = random_matrix(ty, n_rows, n_cols, &mut rng);
-            let xs: Vec<f32> = (0..n_vecs)
-                .flat_map(|_| random_activation(n_cols, &mut rng))
-                .collect();
-            quantize_activations(ty, &xs, n_cols, &mut buf).unwrap();
-            let mut y = vec![0.0f32; n_rows * n_vecs];
-            let run = |y: &mut [f32]| {
-                if n_vecs == 1 {
-                    matvec(ty, &w, n_cols, &buf, 0..n_rows, y)
-                } else {
-                    matmul(ty, &w, n_cols, &buf, 0..n_rows, y)
-                }
-            };
-            for _ in 0..20 {
-                run(&mut y); // warm up (and let the wasm engine tier up)
-            }
-            // best of 7 rounds of ~40 ms: the machine may be shared, the best round is the
-            // kernel's speed
-            let mut secs = f64::INFINITY;
-            for _ in 0..7 {
-                let mut iters = 0u32;
+        ];
+        let mut data: Vec<(Vec<u8>, ActivationBuf, Vec<f32>)> = cases
+            .iter()
+            .map(|&(n_rows, n_cols, n_vecs)| {
+                let w = random_matrix(ty, n_rows, n_cols, &mut rng);
+                let xs: Vec<f32> = (0..n_vecs)
+                    .flat_map(|_| random_activation(n_cols, &mut rng))
+                    .collect();
+                let mut buf = ActivationBuf::new();
+                quantize_activations(ty, &xs, n_cols, &mut buf).unwrap();
+                (w, buf, vec![0.0f32; n_rows * n_vecs])
+            })
+            .collect();
+        let mut best = [f64::INFINITY; 3];
+        for round in 0..44 {
+            for (case, &(n_rows, n_cols, n_vecs)) in cases.iter().enumerate() {
+                let (w, buf, y) = &mut data[case];
+                let reps = if n_vecs == 1 { 20 } else { 2 };
                 let start = Instant::now();
-                while start.elapsed().as_secs_f64() < 0.04 {
-                    run(&mut y);
-                    iters += 1;
+                for _ in 0..reps {
+                    if n_vecs == 1 {
+                        matvec(ty, w, n_cols, buf, 0..n_rows, y)
+                    } else {
+                        matmul(ty, w, n_cols, buf, 0..n_rows, y)
+                    }
                 }
-                secs = secs.min(start.elapsed().as_secs_f64() / iters as f64);
+                if round >= 4 {
+                    best[case] = best[case].min(start.elapsed().as_secs_f64() / reps as f64);
+                }
             }
-            let gbs = w.len() as f64 / secs / 1e9;
-            let gmacs = (n_rows * n_cols * n_vecs) as f64 / secs / 1e9;
-            line += &alloc::format!(" {:>12.2} ({:>6.2})", gbs, gmacs);
-            if n_vecs > 1 {
-                line += "   ";
-            }
+        }
+        let mut line = alloc::format!("{:<6}", ty.name());
+        for (case, &(n_rows, n_cols, n_vecs)) in cases.iter().enumerate() {
+            let gbs = data[case].0.len() as f64 / best[case] / 1e9;
+            let gmacs = (n_rows * n_cols * n_vecs) as f64 / best[case] / 1e9;
+            line += &alloc::format!(" {:>11.2} ({:>6.2})", gbs, gmacs);
         }
         println!("{line}");
     }
