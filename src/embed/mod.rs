@@ -124,6 +124,8 @@ pub struct Embedder<'a> {
 pub struct Scratch {
     tok: tokenizer::Scratch,
     ids: Vec<u32>,
+    /// (row, weight × occurrences) of each distinct id, in row order.
+    rows: Vec<(u32, f32)>,
     acc: Vec<f32>,
 }
 
@@ -363,7 +365,7 @@ impl<'a> Embedder<'a> {
         }
         let mut ids = core::mem::take(&mut scratch.ids);
         let r = self.encode_ids(text, scratch, &mut ids);
-        let pooled = r.and_then(|_| self.pool(&ids, &mut scratch.acc, out));
+        let pooled = r.and_then(|_| self.pool(&mut ids, &mut scratch.rows, &mut scratch.acc, out));
         scratch.ids = ids;
         pooled
     }
@@ -386,34 +388,34 @@ impl<'a> Embedder<'a> {
     }
 
     /// `acc += Σ w·row` over f32 rows, four rows at a time.
-    fn pool_f32(&self, table: &[f32], ids: &[u32], acc: &mut [f32]) -> Result<()> {
+    fn pool_f32(&self, table: &[f32], rows: &[(u32, f32)], acc: &mut [f32]) -> Result<()> {
         let dim = self.dim;
-        let row = |id: u32| -> Result<(&[f32], f32)> {
-            let (r, w) = self.row_of(id)?;
+        let row = |r: u32| -> Result<&[f32]> {
+            let r = r as usize;
             let slice = table.get(r * dim..(r + 1) * dim);
-            Ok((
-                slice
-                    .ok_or_else(|| err!(Status::BadFormat, "embedding row {r} is out of range"))?,
-                w,
-            ))
+            slice.ok_or_else(|| err!(Status::BadFormat, "embedding row {r} is out of range"))
         };
-        let mut quads = ids.chunks_exact(4);
+        let mut quads = rows.chunks_exact(4);
         for q in &mut quads {
-            let (r0, w0) = row(q[0])?;
-            let (r1, w1) = row(q[1])?;
-            let (r2, w2) = row(q[2])?;
-            let (r3, w3) = row(q[3])?;
-            kernels::add4_f32(acc, [r0, r1, r2, r3], [w0, w1, w2, w3]);
+            let r = [row(q[0].0)?, row(q[1].0)?, row(q[2].0)?, row(q[3].0)?];
+            kernels::add4_f32(acc, r, [q[0].1, q[1].1, q[2].1, q[3].1]);
         }
-        for &id in quads.remainder() {
-            let (r, w) = row(id)?;
-            kernels::add_f32(acc, r, w);
+        for &(r, w) in quads.remainder() {
+            kernels::add_f32(acc, row(r)?, w);
         }
         Ok(())
     }
 
-    /// Mean of the rows of `ids` (weighted), then the optional L2 normalization.
-    fn pool(&self, ids: &[u32], acc: &mut Vec<f32>, out: &mut [f32]) -> Result<()> {
+    /// Mean of the rows of `ids` (weighted), then the optional L2 normalization. Each distinct
+    /// id is read once (weight × count), in ascending order: fewer and more regular loads from
+    /// a table far bigger than the caches. `ids` is sorted in place.
+    fn pool(
+        &self,
+        ids: &mut [u32],
+        rows: &mut Vec<(u32, f32)>,
+        acc: &mut Vec<f32>,
+        out: &mut [f32],
+    ) -> Result<()> {
         let dim = self.dim;
         out.fill(0.0);
         if ids.is_empty() {
@@ -426,12 +428,20 @@ impl<'a> Embedder<'a> {
             acc.resize(dim, 0.0);
         }
         acc.fill(0.0);
+        ids.sort_unstable();
+        rows.clear();
+        rows.try_reserve(ids.len())
+            .map_err(|_| err!(Status::OutOfMemory, "row list"))?;
+        for run in ids.chunk_by(|a, b| a == b) {
+            let (row, w) = self.row_of(run[0])?;
+            rows.push((row as u32, w * run.len() as f32));
+        }
         match &self.rows {
-            Rows::F32(t) => self.pool_f32(t, ids, acc)?,
-            Rows::Owned(t) => self.pool_f32(t, ids, acc)?,
+            Rows::F32(t) => self.pool_f32(t, rows, acc)?,
+            Rows::Owned(t) => self.pool_f32(t, rows, acc)?,
             Rows::I8(t) => {
-                for &id in ids {
-                    let (row, w) = self.row_of(id)?;
+                for &(row, w) in rows.iter() {
+                    let row = row as usize;
                     let span = row * dim..(row + 1) * dim;
                     let missing = || err!(Status::BadFormat, "embedding row {row} is out of range");
                     kernels::add_i8(acc, t.get(span).ok_or_else(missing)?, w);
