@@ -46,6 +46,29 @@ pub fn add4_f32_ref(acc: &mut [f32], rows: [&[f32]; 4], w: [f32; 4]) {
     }
 }
 
+/// Four i8 rows at once, as [`add4_f32`]. Shapes: acc (dim,), each row (dim,).
+#[inline]
+pub fn add4_i8(acc: &mut [f32], rows: [&[i8]; 4], w: [f32; 4]) {
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    return simd::add4_i8(acc, rows, w);
+    #[allow(unreachable_code)]
+    add4_i8_ref(acc, rows, w)
+}
+
+pub fn add4_i8_ref(acc: &mut [f32], rows: [&[i8]; 4], w: [f32; 4]) {
+    let [r0, r1, r2, r3] = rows;
+    let n = acc
+        .len()
+        .min(r0.len())
+        .min(r1.len())
+        .min(r2.len())
+        .min(r3.len());
+    for i in 0..n {
+        let x = |r: &[i8], k: usize| w[k] * r[i] as f32;
+        acc[i] += (x(r0, 0) + x(r1, 1)) + (x(r2, 2) + x(r3, 3));
+    }
+}
+
 /// `acc[i] += w * row[i]` over i8 values. Shapes: acc (dim,), row (dim,).
 #[inline]
 pub fn add_i8(acc: &mut [f32], row: &[i8], w: f32) {
@@ -162,6 +185,59 @@ mod simd {
         }
         let tail = [&r0[body..n], &r1[body..n], &r2[body..n], &r3[body..n]];
         super::add4_f32_ref(&mut acc[body..n], tail, w);
+    }
+
+    /// Eight i8 at `p` (as the low half of a v128) to two f32x4.
+    #[inline(always)]
+    unsafe fn i8x8_to_f32(p: *const i8) -> (v128, v128) {
+        // SAFETY: the caller guarantees 8 readable bytes at `p`.
+        let q = unsafe { v128_load64_zero(p as *const u64) };
+        let h = i16x8_extend_low_i8x16(q);
+        (
+            f32x4_convert_i32x4(i32x4_extend_low_i16x8(h)),
+            f32x4_convert_i32x4(i32x4_extend_high_i16x8(h)),
+        )
+    }
+
+    pub fn add4_i8(acc: &mut [f32], rows: [&[i8]; 4], w: [f32; 4]) {
+        let [r0, r1, r2, r3] = rows;
+        let n = acc
+            .len()
+            .min(r0.len())
+            .min(r1.len())
+            .min(r2.len())
+            .min(r3.len());
+        let body = n / 8 * 8;
+        let wv = [
+            f32x4_splat(w[0]),
+            f32x4_splat(w[1]),
+            f32x4_splat(w[2]),
+            f32x4_splat(w[3]),
+        ];
+        // SAFETY: 8 i8 are read from each row at `i..i + 8` and 8 f32 of `acc` at `i..i + 8`,
+        // with `i + 8 <= body <= n`; no alignment is needed.
+        unsafe {
+            let a = acc.as_mut_ptr();
+            let p = [r0.as_ptr(), r1.as_ptr(), r2.as_ptr(), r3.as_ptr()];
+            let mut i = 0;
+            while i < body {
+                let v = [
+                    i8x8_to_f32(p[0].add(i)),
+                    i8x8_to_f32(p[1].add(i)),
+                    i8x8_to_f32(p[2].add(i)),
+                    i8x8_to_f32(p[3].add(i)),
+                ];
+                let x = |k: usize, hi: bool| f32x4_mul(wv[k], if hi { v[k].1 } else { v[k].0 });
+                for (half, hi) in [(0, false), (4, true)] {
+                    let s = f32x4_add(f32x4_add(x(0, hi), x(1, hi)), f32x4_add(x(2, hi), x(3, hi)));
+                    let at = a.add(i + half);
+                    v128_store(at as *mut v128, f32x4_add(v128_load(at as *const v128), s));
+                }
+                i += 8;
+            }
+        }
+        let tail = [&r0[body..n], &r1[body..n], &r2[body..n], &r3[body..n]];
+        super::add4_i8_ref(&mut acc[body..n], tail, w);
     }
 
     pub fn add_i8(acc: &mut [f32], row: &[i8], w: f32) {
@@ -308,6 +384,17 @@ mod tests {
             add4_f32(&mut a, rows, ws);
             add4_f32_ref(&mut b, rows, ws);
             assert_eq!(a, b, "f32 x4 dim {dim}");
+            let gq: Vec<i8> = (0..4 * dim).map(|_| next() as i8).collect();
+            let rows = [
+                &gq[..dim],
+                &gq[dim..2 * dim],
+                &gq[2 * dim..3 * dim],
+                &gq[3 * dim..],
+            ];
+            let (mut a, mut b) = (start.clone(), start.clone());
+            add4_i8(&mut a, rows, ws);
+            add4_i8_ref(&mut b, rows, ws);
+            assert_eq!(a, b, "i8 x4 dim {dim}");
             let (mut a, mut b) = (start.clone(), start.clone());
             add_i8(&mut a, &q, w);
             add_i8_ref(&mut b, &q, w);

@@ -440,11 +440,19 @@ impl<'a> Embedder<'a> {
             Rows::F32(t) => self.pool_f32(t, rows, acc)?,
             Rows::Owned(t) => self.pool_f32(t, rows, acc)?,
             Rows::I8(t) => {
-                for &(row, w) in rows.iter() {
-                    let row = row as usize;
-                    let span = row * dim..(row + 1) * dim;
-                    let missing = || err!(Status::BadFormat, "embedding row {row} is out of range");
-                    kernels::add_i8(acc, t.get(span).ok_or_else(missing)?, w);
+                let row = |r: u32| -> Result<&[i8]> {
+                    let r = r as usize;
+                    let slice = t.get(r * dim..(r + 1) * dim);
+                    slice
+                        .ok_or_else(|| err!(Status::BadFormat, "embedding row {r} is out of range"))
+                };
+                let mut quads = rows.chunks_exact(4);
+                for q in &mut quads {
+                    let r = [row(q[0].0)?, row(q[1].0)?, row(q[2].0)?, row(q[3].0)?];
+                    kernels::add4_i8(acc, r, [q[0].1, q[1].1, q[2].1, q[3].1]);
+                }
+                for &(r, w) in quads.remainder() {
+                    kernels::add_i8(acc, row(r)?, w);
                 }
             }
         }
