@@ -33,7 +33,7 @@ fn status(r: Result<i32>) -> i32 {
 /// The host promises `ptr..ptr+len` is memory it got from `alloc` (or otherwise owns) and that
 /// nothing else writes it during the call.
 unsafe fn bytes<'a>(ptr: *const u8, len: usize) -> Result<&'a [u8]> {
-    if len == 0 {
+    if len == 0 && ptr.is_null() {
         return Ok(&[]);
     }
     if ptr.is_null() || (ptr as usize).checked_add(len).is_none() {
@@ -243,11 +243,25 @@ fn engine() -> &'static mut Engine {
     }
 }
 
-/// Gives back a block the engine owned (a model file handed over by the host).
+/// Gives back a block the engine owned (a file handed over by the host). Such blocks always
+/// come from `owned_block`, so their pointer is the one `alloc` returned, even when empty.
 fn release(bytes: Option<&'static [u8]>) {
     if let Some(b) = bytes {
         free(b.as_ptr() as *mut u8, b.len());
     }
+}
+
+/// The block `ptr..ptr+len` the host hands over with `load_model`/`load_embedder`: it must be
+/// from `alloc(len)`, so never null (an empty block keeps its pointer, to be freed later).
+///
+/// # Safety
+/// As [`bytes`].
+unsafe fn owned_block(ptr: *mut u8, len: usize) -> Result<&'static [u8]> {
+    if ptr.is_null() {
+        return Err(err!(Status::InvalidArgument, "the file block is a null pointer"));
+    }
+    // SAFETY: the caller's contract; non-null, so the slice keeps `ptr`.
+    unsafe { bytes(ptr, len) }
 }
 
 /// Sets the KV cache length (tokens) that the next `load_model` uses; 0 = the model's own
@@ -265,15 +279,18 @@ pub extern "C" fn set_context(tokens: u32) -> i32 {
 pub extern "C" fn load_model(ptr: *mut u8, len: usize) -> i32 {
     let e = engine();
     // SAFETY: the host hands over `alloc(len)` memory; nothing else uses it from now on.
-    let file = match unsafe { bytes(ptr, len) } {
-        Ok(b) if !b.is_empty() => b,
-        Ok(_) => return fail(err!(Status::BadFormat, "the model file is empty")),
+    let file = match unsafe { owned_block(ptr, len) } {
+        Ok(b) => b,
         Err(err) => return fail(err),
     };
     e.model = None;
     e.tokenizer = None;
     e.gguf = None;
     release(e.file.take());
+    if file.is_empty() {
+        release(Some(file));
+        return fail(err!(Status::BadFormat, "the model file is empty"));
+    }
     status(e.load_model(file).map(|()| 0))
 }
 
@@ -412,12 +429,14 @@ pub extern "C" fn load_embedder(
     let e = engine();
     e.embedder = None;
     release(e.embed_file.take());
-    // SAFETY: the host's buffers, as documented.
-    let r = unsafe { (bytes(st, st_len), bytes(tok, tok_len), bytes(cfg, cfg_len)) };
-    status(match r {
-        (Ok(st), Ok(tok), Ok(cfg)) => e.load_embedder(st, tok, cfg).map(|d| d as i32),
-        (Err(x), _, _) | (_, Err(x), _) | (_, _, Err(x)) => Err(x),
-    })
+    // SAFETY: the host's buffers, as documented; the safetensors block is ours from here on.
+    let st = match unsafe { owned_block(st, st_len) } {
+        Ok(b) => b,
+        Err(x) => return fail(x),
+    };
+    e.embed_file = Some(st);
+    let r = unsafe { bytes(tok, tok_len).and_then(|t| Ok((t, bytes(cfg, cfg_len)?))) };
+    status(r.and_then(|(tok, cfg)| e.load_embedder(st, tok, cfg).map(|d| d as i32)))
 }
 
 /// The sentence vector of `len` bytes of UTF-8 at `text`, written to `out` (`dim` f32).
@@ -431,6 +450,31 @@ pub extern "C" fn embed(text: *const u8, len: usize, out: *mut f32) -> i32 {
     // SAFETY: the host passes its text and room for dim floats.
     status(unsafe { bytes(text, len).and_then(|t| Ok((t, bytes_mut(out, dim)?))) }
         .and_then(|(t, out)| e.embed(t, out).map(|d| d as i32)))
+}
+
+/// Embeds `n` texts in one call (split across the thread pool in the threaded build): the
+/// texts lie back to back at `texts`, text `i` is bytes `offsets[i]..offsets[i + 1]` (`offsets`:
+/// `n + 1` u32, ordered), its vector goes to `out + i * dim` (`out`: `(n, dim)` f32). Each
+/// vector equals `embed`'s for that text, for any thread count. Returns `n`; if some texts fail
+/// (invalid UTF-8) they get zero vectors and the error names the lowest such index.
+#[unsafe(no_mangle)]
+pub extern "C" fn embed_batch(texts: *const u8, offsets: *const u32, n: usize, out: *mut f32) -> i32 {
+    let e = engine();
+    let Some(dim) = e.embedder.as_ref().map(|m| m.dim()) else {
+        return fail(err!(Status::NoModel, "no embedder is loaded"));
+    };
+    // SAFETY: the host passes n + 1 offsets, the text bytes up to offsets[n], and room for
+    // n * dim floats.
+    status(unsafe {
+        let count = n.checked_add(1).ok_or_else(|| err!(Status::InvalidArgument, "n too large"));
+        count.and_then(|c| ids_slice(offsets, c)).and_then(|offs| {
+            let len = offs.last().copied().unwrap_or(0) as usize;
+            let floats = n.checked_mul(dim).ok_or_else(|| err!(Status::InvalidArgument, "n too large"))?;
+            Ok((bytes(texts, len)?, offs, bytes_mut(out, floats)?))
+        })
+    }
+    .and_then(|(texts, offs, out)| e.embed_batch(texts, offs, out))
+    .and_then(|n| i32::try_from(n).map_err(|_| err!(Status::InvalidArgument, "too many texts"))))
 }
 
 /// The token ids `embed` pools for the text (after dropping [UNK], truncated), up to `cap`
@@ -452,4 +496,107 @@ pub extern "C" fn embed_ids(text: *const u8, len: usize, out: *mut u32, cap: usi
 unsafe fn ids_slice<'a>(ids: *const u32, n: usize) -> Result<&'a [u32]> {
     // SAFETY: the caller's contract.
     unsafe { bytes_mut(ids as *mut u32, n) }.map(|s| &*s)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Chat and sampling (driver only). A conversation is messages added with `chat_add`; each
+// `chat_start` runs only what is new since the last reply (the KV cache keeps the rest), then
+// `chat_next` returns the reply piece by piece. Timestamps come from the host (`now_ms`, any
+// monotonic clock in milliseconds, or 0): the module has no clock import.
+
+/// Forgets the conversation and every cached token. Returns 0.
+#[unsafe(no_mangle)]
+pub extern "C" fn chat_reset() -> i32 {
+    status(engine().chat_reset().map(|()| 0))
+}
+
+/// Appends a message of `len` bytes of UTF-8 at `text` (copied). `role`: 0 system, 1 user,
+/// 2 assistant, 3 raw text (no template markup; a reply continues it). Returns the number of
+/// messages in the conversation.
+#[unsafe(no_mangle)]
+pub extern "C" fn chat_add(role: u32, text: *const u8, len: usize) -> i32 {
+    // SAFETY: the host passes its text.
+    status(unsafe { bytes(text, len) }.and_then(|t| Ok(engine().chat_add(role, t)? as i32)))
+}
+
+/// Starts a reply of at most `max_tokens` tokens (0: until the context is full): runs the
+/// messages added since the last reply and the template's generation prompt. Returns the
+/// prompt tokens run. CONTEXT_FULL when they do not fit (unless dropping oldest turns is on),
+/// STOPPED when the stop flag was set while reading the prompt (nothing changes then).
+#[unsafe(no_mangle)]
+pub extern "C" fn chat_start(max_tokens: u32, now_ms: f64) -> i32 {
+    status(engine().chat_start(max_tokens, now_ms).map(|n| n as i32))
+}
+
+/// Generates the next token: its text (complete UTF-8, possibly empty while a character is
+/// incomplete) goes to the result buffer; returns its length. Once the reply is over it
+/// returns -END (end-of-generation token or `max_tokens`), -STOPPED (stop flag) or
+/// -CONTEXT_FULL; the call that notices the end returns the last held-back bytes (>= 0).
+#[unsafe(no_mangle)]
+pub extern "C" fn chat_next(now_ms: f64) -> i32 {
+    status(engine().chat_next(now_ms).map(|n| n as i32))
+}
+
+/// The id the last `chat_next` sampled (the end-of-generation token included), or -1.
+#[unsafe(no_mangle)]
+pub extern "C" fn chat_last_token() -> i32 {
+    engine().chat.last_token.map_or(-1, |t| t as i32)
+}
+
+/// The ids in the KV cache (prompt and replies, in order): up to `cap` written to `out`;
+/// returns the total.
+#[unsafe(no_mangle)]
+pub extern "C" fn chat_tokens(out: *mut u32, cap: usize) -> i32 {
+    let ids = engine().chat.ids();
+    // SAFETY: the host passes room for cap ids.
+    status(unsafe { bytes_mut(out, cap.min(ids.len())) }.and_then(|out| {
+        let n = out.len();
+        out.copy_from_slice(&ids[..n]);
+        i32::try_from(ids.len()).map_err(|_| err!(Status::InvalidArgument, "too many ids"))
+    }))
+}
+
+/// JSON in the result buffer: state, template, prompt and reply tokens, prefill/decode ms and
+/// tokens/s, cache use, dropped messages, last token. Returns its length.
+#[unsafe(no_mangle)]
+pub extern "C" fn chat_stats() -> i32 {
+    status(engine().chat_stats().map(|n| n as i32))
+}
+
+/// Flags: 1 = when a new turn does not fit, drop the oldest turns (after leading system
+/// messages) and re-read the rest, instead of failing with CONTEXT_FULL.
+#[unsafe(no_mangle)]
+pub extern "C" fn chat_set_options(flags: u32) -> i32 {
+    status(engine().chat_set_options(flags).map(|()| 0))
+}
+
+/// Template: 0 the model's (detected), 1 ChatML, 2 Llama 3, 3 Gemma, 4 Llama 2, 5 Mistral.
+/// The next `chat_start` re-reads the conversation.
+#[unsafe(no_mangle)]
+pub extern "C" fn chat_set_template(id: u32) -> i32 {
+    status(engine().chat_set_template(id).map(|()| 0))
+}
+
+/// Sampler settings; the RNG restarts from `seed`. `temperature <= 0` is greedy; `top_k` 0,
+/// `top_p` 1, `min_p` 0 and `repeat_penalty` 1 turn those steps off.
+#[unsafe(no_mangle)]
+pub extern "C" fn sampler_set(
+    temperature: f32,
+    top_k: u32,
+    top_p: f32,
+    min_p: f32,
+    repeat_penalty: f32,
+    repeat_window: u32,
+    seed: u32,
+) -> i32 {
+    let s = crate::sampler::Settings { temperature, top_k, top_p, min_p, repeat_penalty, repeat_window, seed: seed as u64 };
+    status(engine().sampler_set(s).map(|()| 0))
+}
+
+/// Samples a token from `logits()` with the sampler settings; `history` (`n` ids, oldest
+/// first) feeds the repetition penalty. Returns the id.
+#[unsafe(no_mangle)]
+pub extern "C" fn sample(history: *const u32, n: usize) -> i32 {
+    // SAFETY: the host passes n ids.
+    status(unsafe { ids_slice(history, n) }.and_then(|h| Ok(engine().sample(h)? as i32)))
 }
