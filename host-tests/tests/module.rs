@@ -4,8 +4,12 @@
 use host_tests::{WASM_MT, WASM_ST, Wasmind};
 use wasmparser::{Operator, Parser, Payload, TypeRef, ValType};
 
-/// Size budget per module while features grow.
-const SIZE_BUDGET: usize = 256 * 1024;
+/// Size budget per module. The foundation issue set 256 KiB "while features grow"; with the
+/// tokenizers, the generated Unicode tables (~110 KB of data), the Model2Vec embedder and SIMD
+/// kernels for 11 weight types (each monomorphized for 1-4 activation vectors) the modules are
+/// ~700 KB, so the budget now guards against unplanned growth rather than holding the first
+/// figure. The sizes are printed by these tests and by `cargo xtask dist`.
+const SIZE_BUDGET: usize = 1024 * 1024;
 
 #[derive(Debug, PartialEq, Clone)]
 struct Sig {
