@@ -195,3 +195,29 @@ fn full_context_is_a_clear_status() {
     assert!(e.contains("outside the vocabulary"), "{e}");
     assert!(w.load_model_bytes(&[], 16).is_err());
 }
+
+#[test]
+fn peak_memory_is_within_file_plus_kv_cache_plus_32_mib() {
+    // The file is copied into linear memory once and the weights are used where they lie.
+    for ctx in [512u32, 4096] {
+        let mut w = Wasmind::single_threaded().unwrap();
+        let file = std::fs::read(shared(SMOLLM2)).unwrap();
+        w.load_model_bytes(&file, ctx).unwrap();
+        let info: serde_json::Value = serde_json::from_str(&w.model_info().unwrap()).unwrap();
+        let kv = info["kv_cache_bytes"].as_u64().unwrap() as usize;
+        let ids: Vec<u32> = (0..200).map(|i| 100 + i * 7).collect();
+        w.prefill(&ids).unwrap();
+        let vocab = w.vocab().unwrap();
+        for i in 0..20 {
+            w.step(i, vocab).unwrap();
+        }
+        let peak = w.memory_bytes();
+        let budget = file.len() + kv + (32 << 20);
+        println!(
+            "ctx {ctx}: linear memory {:.1} MiB = file {:.1} MiB + KV {:.1} MiB + {:.1} MiB (budget +32 MiB)",
+            peak as f64 / 1048576.0, file.len() as f64 / 1048576.0, kv as f64 / 1048576.0,
+            (peak as f64 - file.len() as f64 - kv as f64) / 1048576.0
+        );
+        assert!(peak <= budget, "memory {peak} exceeds file + KV + 32 MiB = {budget}");
+    }
+}
