@@ -67,6 +67,8 @@ pub fn build_module(m: &Module) -> Result<PathBuf, String> {
         }
     }
     cmd.env("CARGO_ENCODED_RUSTFLAGS", m.rustflags.replace(' ', "\x1f"));
+    cmd.env("CARGO_PROFILE_RELEASE_LTO", "fat");
+    cmd.env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "1");
     if m.needs_unstable_intrinsics {
         cmd.env("RUSTC_BOOTSTRAP", "1");
     }
