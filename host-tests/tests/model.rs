@@ -188,7 +188,7 @@ fn full_context_is_a_clear_status() {
     let vocab = w.vocab().unwrap();
     w.prefill(&(1..=16).collect::<Vec<u32>>()).unwrap();
     let e = w.step(5, vocab).unwrap_err().to_string();
-    assert!(e.contains("context full"), "{e}");
+    assert!(e.contains("(-6)") && e.contains("do not fit"), "not CONTEXT_FULL: {e}");
     // Out-of-vocabulary ids and empty files too.
     w.reset().unwrap();
     let e = w.step(vocab as u32, vocab).unwrap_err().to_string();
