@@ -67,6 +67,7 @@ fn bad_text_is_an_error() {
     let e = w.detokenize(&[u32::MAX], 0).unwrap_err().to_string();
     assert!(e.contains("outside the vocabulary"), "{e}");
     // A vocabulary-only file has no weights.
-    let e = w.prefill(&[1, 2]).unwrap_err().to_string();
-    assert!(e.contains("no model"), "{e}");
+    let ids = w.put(&[1, 0, 0, 0, 2, 0, 0, 0]).unwrap();
+    assert_eq!(w.call::<(u32, u32), i32>("prefill", (ids, 2)).unwrap(), -5, "prefill without weights");
+    assert!(w.last_error().unwrap().contains("no model"));
 }
