@@ -70,6 +70,11 @@ fn test(extra: &[String]) -> Result<(), String> {
     )?;
     let node_tests = root.join("glue/test");
     if node_tests.is_dir() {
+        // The browser test drives Chromium with playwright-core (package.json); install it on a
+        // fresh clone. Chromium itself comes from the system (`apt-get install chromium`).
+        if !root.join("node_modules/playwright-core").is_dir() {
+            run("npm ci", Command::new("npm").current_dir(&root).arg("ci"))?;
+        }
         run("glue tests (Node)", Command::new("node").current_dir(&root).args(["--test", "glue/test/"]))?;
     }
     println!("\nall tests passed");
