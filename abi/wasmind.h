@@ -31,6 +31,7 @@ typedef uint32_t wasmind_ptr; /* offset in linear memory */
 #define WASMIND_E_BUFFER_TOO_SMALL  8  /* output buffer too small; size in the message */
 #define WASMIND_E_WRONG_THREAD      9  /* not allowed from this build or thread */
 #define WASMIND_E_STOPPED          10  /* generation stopped through the stop flag */
+#define WASMIND_E_END              11  /* the reply is complete (end-of-generation token or max_tokens); not a failure */
 
 /* Shared state block (threaded build: shared by every instance). Offsets from shared_state(). */
 #define WASMIND_SHARED_MAGIC        0x646e6d77u /* "wmnd" little-endian, at offset 0 */
@@ -96,6 +97,31 @@ WASMIND_API int32_t     detokenize_stream(int32_t id, uint32_t flags); /* comple
 WASMIND_API int32_t     load_embedder(wasmind_ptr safetensors, uint32_t st_len, wasmind_ptr tokenizer_json, uint32_t tok_len, wasmind_ptr config_json, uint32_t cfg_len);
 WASMIND_API int32_t     embed(wasmind_ptr text, uint32_t len, wasmind_ptr out); /* out: f32[dim]; returns dim */
 WASMIND_API int32_t     embed_ids(wasmind_ptr text, uint32_t len, wasmind_ptr out, uint32_t cap);
+
+/* Chat (driver only). chat_add messages, chat_start runs only what is new since the last reply
+ * (the KV cache keeps the conversation), then chat_next until it returns < 0:
+ *   n >= 0: the next piece of the reply, n bytes of complete UTF-8 at result_ptr() (may be 0);
+ *   -WASMIND_E_END (end-of-generation token or max_tokens), -WASMIND_E_STOPPED (stop flag),
+ *   -WASMIND_E_CONTEXT_FULL: the reply is over.
+ * now_ms: the host's monotonic clock in milliseconds (or 0), for the timings in chat_stats(). */
+#define WASMIND_ROLE_SYSTEM      0
+#define WASMIND_ROLE_USER        1
+#define WASMIND_ROLE_ASSISTANT   2
+#define WASMIND_ROLE_RAW         3 /* text as it is, no template markup; the reply continues it */
+#define WASMIND_CHAT_DROP_OLDEST 1 /* chat_set_options: drop the oldest turns when the context is full */
+#define WASMIND_TEMPLATE_AUTO    0 /* chat_set_template: 0 the model's, 1 ChatML, 2 Llama 3, 3 Gemma, 4 Llama 2, 5 Mistral */
+WASMIND_API int32_t     chat_reset(void);                  /* forget the conversation and the KV cache */
+WASMIND_API int32_t     chat_add(uint32_t role, wasmind_ptr text, uint32_t len); /* returns the message count */
+WASMIND_API int32_t     chat_start(uint32_t max_tokens, double now_ms); /* 0 = up to the context; returns prompt tokens run */
+WASMIND_API int32_t     chat_next(double now_ms);          /* piece length in the result buffer, or < 0 when over */
+WASMIND_API int32_t     chat_last_token(void);             /* id chat_next sampled last (end token included), or -1 */
+WASMIND_API int32_t     chat_tokens(wasmind_ptr out, uint32_t cap); /* ids in the KV cache; returns the total */
+WASMIND_API int32_t     chat_stats(void);                  /* JSON in the result buffer (timings, state, cache) */
+WASMIND_API int32_t     chat_set_options(uint32_t flags);  /* WASMIND_CHAT_DROP_OLDEST */
+WASMIND_API int32_t     chat_set_template(uint32_t id);
+/* Sampler: temperature <= 0 is greedy; top_k 0, top_p 1, min_p 0, repeat_penalty 1 are off. */
+WASMIND_API int32_t     sampler_set(float temperature, uint32_t top_k, float top_p, float min_p, float repeat_penalty, uint32_t repeat_window, uint32_t seed);
+WASMIND_API int32_t     sample(wasmind_ptr history, uint32_t n); /* a token from logits(); history feeds the penalty */
 
 /* Diagnostics */
 WASMIND_API int32_t     math_apply(uint32_t which, wasmind_ptr in, wasmind_ptr out, uint32_t n);

@@ -473,3 +473,105 @@ unsafe fn ids_slice<'a>(ids: *const u32, n: usize) -> Result<&'a [u32]> {
     unsafe { bytes_mut(ids as *mut u32, n) }.map(|s| &*s)
 }
 
+// ---------------------------------------------------------------------------------------------
+// Chat and sampling (driver only). A conversation is messages added with `chat_add`; each
+// `chat_start` runs only what is new since the last reply (the KV cache keeps the rest), then
+// `chat_next` returns the reply piece by piece. Timestamps come from the host (`now_ms`, any
+// monotonic clock in milliseconds, or 0): the module has no clock import.
+
+/// Forgets the conversation and every cached token. Returns 0.
+#[unsafe(no_mangle)]
+pub extern "C" fn chat_reset() -> i32 {
+    status(engine().chat_reset().map(|()| 0))
+}
+
+/// Appends a message of `len` bytes of UTF-8 at `text` (copied). `role`: 0 system, 1 user,
+/// 2 assistant, 3 raw text (no template markup; a reply continues it). Returns the number of
+/// messages in the conversation.
+#[unsafe(no_mangle)]
+pub extern "C" fn chat_add(role: u32, text: *const u8, len: usize) -> i32 {
+    // SAFETY: the host passes its text.
+    status(unsafe { bytes(text, len) }.and_then(|t| Ok(engine().chat_add(role, t)? as i32)))
+}
+
+/// Starts a reply of at most `max_tokens` tokens (0: until the context is full): runs the
+/// messages added since the last reply and the template's generation prompt. Returns the
+/// prompt tokens run. CONTEXT_FULL when they do not fit (unless dropping oldest turns is on),
+/// STOPPED when the stop flag was set while reading the prompt (nothing changes then).
+#[unsafe(no_mangle)]
+pub extern "C" fn chat_start(max_tokens: u32, now_ms: f64) -> i32 {
+    status(engine().chat_start(max_tokens, now_ms).map(|n| n as i32))
+}
+
+/// Generates the next token: its text (complete UTF-8, possibly empty while a character is
+/// incomplete) goes to the result buffer; returns its length. Once the reply is over it
+/// returns -END (end-of-generation token or `max_tokens`), -STOPPED (stop flag) or
+/// -CONTEXT_FULL; the call that notices the end returns the last held-back bytes (>= 0).
+#[unsafe(no_mangle)]
+pub extern "C" fn chat_next(now_ms: f64) -> i32 {
+    status(engine().chat_next(now_ms).map(|n| n as i32))
+}
+
+/// The id the last `chat_next` sampled (the end-of-generation token included), or -1.
+#[unsafe(no_mangle)]
+pub extern "C" fn chat_last_token() -> i32 {
+    engine().chat.last_token.map_or(-1, |t| t as i32)
+}
+
+/// The ids in the KV cache (prompt and replies, in order): up to `cap` written to `out`;
+/// returns the total.
+#[unsafe(no_mangle)]
+pub extern "C" fn chat_tokens(out: *mut u32, cap: usize) -> i32 {
+    let ids = engine().chat.ids();
+    // SAFETY: the host passes room for cap ids.
+    status(unsafe { bytes_mut(out, cap.min(ids.len())) }.and_then(|out| {
+        let n = out.len();
+        out.copy_from_slice(&ids[..n]);
+        i32::try_from(ids.len()).map_err(|_| err!(Status::InvalidArgument, "too many ids"))
+    }))
+}
+
+/// JSON in the result buffer: state, template, prompt and reply tokens, prefill/decode ms and
+/// tokens/s, cache use, dropped messages, last token. Returns its length.
+#[unsafe(no_mangle)]
+pub extern "C" fn chat_stats() -> i32 {
+    status(engine().chat_stats().map(|n| n as i32))
+}
+
+/// Flags: 1 = when a new turn does not fit, drop the oldest turns (after leading system
+/// messages) and re-read the rest, instead of failing with CONTEXT_FULL.
+#[unsafe(no_mangle)]
+pub extern "C" fn chat_set_options(flags: u32) -> i32 {
+    status(engine().chat_set_options(flags).map(|()| 0))
+}
+
+/// Template: 0 the model's (detected), 1 ChatML, 2 Llama 3, 3 Gemma, 4 Llama 2, 5 Mistral.
+/// The next `chat_start` re-reads the conversation.
+#[unsafe(no_mangle)]
+pub extern "C" fn chat_set_template(id: u32) -> i32 {
+    status(engine().chat_set_template(id).map(|()| 0))
+}
+
+/// Sampler settings; the RNG restarts from `seed`. `temperature <= 0` is greedy; `top_k` 0,
+/// `top_p` 1, `min_p` 0 and `repeat_penalty` 1 turn those steps off.
+#[unsafe(no_mangle)]
+pub extern "C" fn sampler_set(
+    temperature: f32,
+    top_k: u32,
+    top_p: f32,
+    min_p: f32,
+    repeat_penalty: f32,
+    repeat_window: u32,
+    seed: u32,
+) -> i32 {
+    let s = crate::sampler::Settings { temperature, top_k, top_p, min_p, repeat_penalty, repeat_window, seed: seed as u64 };
+    status(engine().sampler_set(s).map(|()| 0))
+}
+
+/// Samples a token from `logits()` with the sampler settings; `history` (`n` ids, oldest
+/// first) feeds the repetition penalty. Returns the id.
+#[unsafe(no_mangle)]
+pub extern "C" fn sample(history: *const u32, n: usize) -> i32 {
+    // SAFETY: the host passes n ids.
+    status(unsafe { ids_slice(history, n) }.and_then(|h| Ok(engine().sample(h)? as i32)))
+}

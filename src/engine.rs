@@ -36,6 +36,9 @@ pub struct Engine {
     /// Text results (model_info, detokenize, stream pieces): valid until the next call.
     pub result: Vec<u8>,
     ids: Vec<u32>,
+    /// The conversation in the KV cache and the sampler that writes the replies (chat section).
+    pub chat: crate::chat::Chat,
+    pub sampler: crate::sampler::Sampler,
 }
 
 impl Engine {
@@ -45,6 +48,7 @@ impl Engine {
         self.model = None;
         self.tokenizer = None;
         self.gguf = None;
+        self.chat = crate::chat::Chat::default();
         self.file = Some(file);
         let g = Gguf::parse(file)?;
         let has_vocab = g.get("tokenizer.ggml.model").is_some_and(|m| m.as_str() != Some("none"));
@@ -62,6 +66,7 @@ impl Engine {
         } else if !has_vocab {
             bail!(Status::BadFormat, "the file has neither tensors nor a vocabulary");
         }
+        self.chat = crate::chat::Chat::for_model(chat_template_source(&g), self.tokenizer.as_ref());
         self.gguf = Some(g);
         self.stream = StreamDecoder::new();
         Ok(())
@@ -154,6 +159,11 @@ impl Engine {
             let _ = write!(s, ",\"tokenizer\":\"{}\",\"n_vocab\":{}", kind, t.n_vocab());
             let id = |v: Option<u32>| v.map_or(-1, |v| v as i64);
             let _ = write!(s, ",\"bos\":{},\"eos\":{},\"add_bos\":{}", id(t.bos()), id(t.eos()), t.add_bos());
+            let _ = write!(s, ",\"chat_template\":\"{}\"", self.chat.template.name());
+            if let Some(w) = self.chat.warning {
+                s.push_str(",\"chat_template_warning\":");
+                json_string(&mut s, w);
+            }
         }
         s.push('}');
         self.result.clear();
@@ -205,4 +215,108 @@ fn json_string(s: &mut alloc::string::String, v: &str) {
         }
     }
     s.push('"');
+}
+
+// ---------------------------------------------------------------------------------------------
+// Chat: the conversation in the KV cache, the sampler, replies token by token (src/chat.rs,
+// src/sampler.rs). Driver only, like the rest.
+
+use crate::chat::{OPTION_DROP_OLDEST, Role};
+use crate::sampler::Settings;
+
+/// The file's `tokenizer.chat_template`, when it is a string.
+fn chat_template_source<'a>(g: &Gguf<'a>) -> Option<&'a str> {
+    g.get_str_opt("tokenizer.chat_template").ok().flatten()
+}
+
+/// A JSON number (JSON has no NaN or infinity: those become 0).
+fn json_f64(s: &mut alloc::string::String, v: f64) {
+    let _ = write!(s, "{}", if v.is_finite() { v } else { 0.0 });
+}
+
+impl Engine {
+    /// Forgets the conversation and every cached token.
+    pub fn chat_reset(&mut self) -> Result<()> {
+        self.chat.reset();
+        if let Some(m) = self.model.as_mut() {
+            m.reset();
+        }
+        Ok(())
+    }
+
+    /// Appends a message (`role`: 0 system, 1 user, 2 assistant, 3 raw); returns the count.
+    pub fn chat_add(&mut self, role: u32, text: &[u8]) -> Result<usize> {
+        self.chat.add(Role::from_u32(role)?, text)
+    }
+
+    /// Runs the new messages and the generation prompt; returns the prompt tokens run.
+    pub fn chat_start(&mut self, max_tokens: u32, now_ms: f64) -> Result<usize> {
+        let tok = self.tokenizer.as_ref().ok_or_else(|| err!(Status::NoModel, "no model with a vocabulary is loaded"))?;
+        let m = self.model.as_mut().ok_or_else(|| err!(Status::NoModel, "no model with weights is loaded"))?;
+        self.chat.start(m, tok, &mut self.work, max_tokens, now_ms)
+    }
+
+    /// The next piece of the reply in `self.result`; its length, or the end status.
+    pub fn chat_next(&mut self, now_ms: f64) -> Result<usize> {
+        let tok = self.tokenizer.as_ref().ok_or_else(|| err!(Status::NoModel, "no model with a vocabulary is loaded"))?;
+        let m = self.model.as_mut().ok_or_else(|| err!(Status::NoModel, "no model with weights is loaded"))?;
+        self.chat.next(m, tok, &mut self.sampler, now_ms, &mut self.result)
+    }
+
+    pub fn chat_set_options(&mut self, flags: u32) -> Result<()> {
+        if flags & !OPTION_DROP_OLDEST != 0 {
+            bail!(Status::InvalidArgument, "chat_set_options: unknown flags {:#x}", flags & !OPTION_DROP_OLDEST);
+        }
+        self.chat.drop_oldest = flags & OPTION_DROP_OLDEST != 0;
+        Ok(())
+    }
+
+    pub fn chat_set_template(&mut self, id: u32) -> Result<()> {
+        let source = self.gguf.as_ref().and_then(chat_template_source);
+        self.chat.set_template(id, source, self.tokenizer.as_ref())
+    }
+
+    /// Where the reply stands, with its timings, as JSON in `self.result`.
+    pub fn chat_stats(&mut self) -> Result<usize> {
+        let c = &self.chat;
+        let t = &c.timings;
+        let mut s = alloc::string::String::new();
+        let _ = write!(s, "{{\"state\":\"{}\",\"template\":\"{}\"", c.state.name(), c.template.name());
+        let _ = write!(s, ",\"prompt_tokens\":{},\"tokens\":{}", t.prompt_tokens, t.tokens);
+        for (k, v) in [
+            ("prefill_ms", t.prefill_ms()),
+            ("prefill_tps", t.prefill_tps()),
+            ("decode_ms", t.decode_ms()),
+            ("decode_tps", t.decode_tps()),
+        ] {
+            let _ = write!(s, ",\"{k}\":");
+            json_f64(&mut s, v);
+        }
+        let context = self.model.as_ref().map_or(0, |m| m.context);
+        let _ = write!(
+            s,
+            ",\"kv_tokens\":{},\"context\":{},\"messages\":{},\"dropped_messages\":{},\"last_token\":{}}}",
+            c.ids().len(),
+            context,
+            c.messages().len(),
+            c.dropped_messages,
+            c.last_token.map_or(-1, |v| v as i64)
+        );
+        self.result.clear();
+        self.result.extend_from_slice(s.as_bytes());
+        Ok(self.result.len())
+    }
+
+    /// New sampler settings (the RNG restarts from `settings.seed`).
+    pub fn sampler_set(&mut self, settings: Settings) -> Result<()> {
+        self.sampler.configure(settings)
+    }
+
+    /// Samples a token from the logits of the last token run, with `history` for the
+    /// repetition penalty (for hosts that drive `step` themselves).
+    pub fn sample(&mut self, history: &[u32]) -> Result<u32> {
+        let m = self.model.as_ref().ok_or_else(|| err!(Status::NoModel, "no model with weights is loaded"))?;
+        let n = self.tokenizer.as_ref().map_or(m.logits.len(), |t| t.n_vocab().min(m.logits.len()));
+        self.sampler.sample(&m.logits[..n], history)
+    }
 }

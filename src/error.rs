@@ -31,6 +31,9 @@ pub enum Status {
     WrongThread = 9,
     /// Generation was stopped through the stop flag.
     Stopped = 10,
+    /// The reply is complete (an end-of-generation token or the token limit): not a failure,
+    /// the status `chat_next` returns once a reply is over.
+    End = 11,
 }
 
 impl Status {
@@ -49,6 +52,7 @@ impl Status {
             Status::BufferTooSmall => "buffer too small",
             Status::WrongThread => "wrong thread or build",
             Status::Stopped => "stopped",
+            Status::End => "end of reply",
         }
     }
 }

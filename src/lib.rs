@@ -41,6 +41,8 @@ pub mod quant;
 pub mod model;
 pub mod json;
 pub mod embed;
+pub mod sampler;
+pub mod chat;
 pub mod engine;
 
 #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]

