@@ -96,6 +96,9 @@ WASMIND_API int32_t     detokenize_stream(int32_t id, uint32_t flags); /* comple
 /* load_embedder: the safetensors block is owned by the module from now on; the JSON files are copied. Returns dim. */
 WASMIND_API int32_t     load_embedder(wasmind_ptr safetensors, uint32_t st_len, wasmind_ptr tokenizer_json, uint32_t tok_len, wasmind_ptr config_json, uint32_t cfg_len);
 WASMIND_API int32_t     embed(wasmind_ptr text, uint32_t len, wasmind_ptr out); /* out: f32[dim]; returns dim */
+/* embed_batch: n texts back to back at `texts`, text i = bytes offsets[i]..offsets[i+1] (offsets: u32[n+1]);
+ * out: f32[n][dim]. Split across the pool in the threaded build; each vector equals embed()'s. Returns n. */
+WASMIND_API int32_t     embed_batch(wasmind_ptr texts, wasmind_ptr offsets, uint32_t n, wasmind_ptr out);
 WASMIND_API int32_t     embed_ids(wasmind_ptr text, uint32_t len, wasmind_ptr out, uint32_t cap);
 
 /* Chat (driver only). chat_add messages, chat_start runs only what is new since the last reply

@@ -452,6 +452,31 @@ pub extern "C" fn embed(text: *const u8, len: usize, out: *mut f32) -> i32 {
         .and_then(|(t, out)| e.embed(t, out).map(|d| d as i32)))
 }
 
+/// Embeds `n` texts in one call (split across the thread pool in the threaded build): the
+/// texts lie back to back at `texts`, text `i` is bytes `offsets[i]..offsets[i + 1]` (`offsets`:
+/// `n + 1` u32, ordered), its vector goes to `out + i * dim` (`out`: `(n, dim)` f32). Each
+/// vector equals `embed`'s for that text, for any thread count. Returns `n`; if some texts fail
+/// (invalid UTF-8) they get zero vectors and the error names the lowest such index.
+#[unsafe(no_mangle)]
+pub extern "C" fn embed_batch(texts: *const u8, offsets: *const u32, n: usize, out: *mut f32) -> i32 {
+    let e = engine();
+    let Some(dim) = e.embedder.as_ref().map(|m| m.dim()) else {
+        return fail(err!(Status::NoModel, "no embedder is loaded"));
+    };
+    // SAFETY: the host passes n + 1 offsets, the text bytes up to offsets[n], and room for
+    // n * dim floats.
+    status(unsafe {
+        let count = n.checked_add(1).ok_or_else(|| err!(Status::InvalidArgument, "n too large"));
+        count.and_then(|c| ids_slice(offsets, c)).and_then(|offs| {
+            let len = offs.last().copied().unwrap_or(0) as usize;
+            let floats = n.checked_mul(dim).ok_or_else(|| err!(Status::InvalidArgument, "n too large"))?;
+            Ok((bytes(texts, len)?, offs, bytes_mut(out, floats)?))
+        })
+    }
+    .and_then(|(texts, offs, out)| e.embed_batch(texts, offs, out))
+    .and_then(|n| i32::try_from(n).map_err(|_| err!(Status::InvalidArgument, "too many texts"))))
+}
+
 /// The token ids `embed` pools for the text (after dropping [UNK], truncated), up to `cap`
 /// written to `out`; returns the count.
 #[unsafe(no_mangle)]

@@ -3,14 +3,16 @@
 //! (`ENGINE` in abi.rs); only the driver thread touches it.
 
 use alloc::vec::Vec;
+use core::cell::UnsafeCell;
 use core::fmt::Write;
+use core::sync::atomic::{AtomicU32, Ordering};
 
 use crate::embed::{Embedder, Scratch as EmbedScratch};
-use crate::error::{Result, Status};
+use crate::error::{Error, Result, Status};
 use crate::gguf::Gguf;
 use crate::model::Model;
 use crate::tokenizer::{StreamDecoder, Tokenizer, Work};
-use crate::{bail, err};
+use crate::{bail, err, pool};
 
 /// `tokenize` flags.
 pub const TOKENIZE_ADD_SPECIAL: u32 = 1;
@@ -33,6 +35,8 @@ pub struct Engine {
     pub embed_file: Option<&'static [u8]>,
     pub embedder: Option<Embedder<'static>>,
     embed_scratch: Option<EmbedScratch>,
+    /// `embed_batch`: one scratch per thread that can run at once (claimed per chunk).
+    batch_slots: Vec<BatchSlot>,
     /// Text results (model_info, detokenize, stream pieces): valid until the next call.
     pub result: Vec<u8>,
     ids: Vec<u32>,
@@ -189,6 +193,58 @@ impl Engine {
         Ok(e.dim())
     }
 
+    /// Embeds `n = offsets.len() - 1` texts: text `i` is `texts[offsets[i]..offsets[i + 1]]`,
+    /// its vector goes to `out[i * dim..(i + 1) * dim]` (`out`: `(n, dim)`). The texts are split
+    /// across the pool in chunks; each running chunk borrows one of the per-thread scratches.
+    /// Every vector is the one `embed` gives for that text, for any thread count. A text that
+    /// fails (invalid UTF-8) gets a zero vector, the others are still embedded, and the error of
+    /// the lowest such index is returned. Returns `n`.
+    pub fn embed_batch(&mut self, texts: &[u8], offsets: &[u32], out: &mut [f32]) -> Result<usize> {
+        let e = self.embedder.as_ref().ok_or_else(|| err!(Status::NoModel, "no embedder is loaded"))?;
+        let dim = e.dim();
+        let n = offsets.len().saturating_sub(1);
+        if out.len() != n * dim {
+            bail!(Status::InvalidArgument, "embed_batch: output has {} floats, {} texts need {}", out.len(), n, n * dim);
+        }
+        for (i, w) in offsets.windows(2).enumerate() {
+            if w[0] > w[1] || w[1] as usize > texts.len() {
+                bail!(Status::InvalidArgument, "embed_batch: offsets[{}..={}] = {}..{} is not inside the {} text bytes", i, i + 1, w[0], w[1], texts.len());
+            }
+        }
+        if n == 0 {
+            return Ok(0);
+        }
+        // As many scratches as threads can run a chunk at once (the driver and the helpers that
+        // take part); they stay allocated, so warm calls allocate nothing.
+        let slots = (pool::threads().min(pool::helpers_ready() + 1).max(1) as usize).min(n);
+        if self.batch_slots.len() < slots {
+            self.batch_slots
+                .try_reserve(slots - self.batch_slots.len())
+                .map_err(|_| err!(Status::OutOfMemory, "embed_batch scratches"))?;
+            self.batch_slots.resize_with(slots, BatchSlot::default);
+        }
+        for s in &mut self.batch_slots {
+            *s.first_error.get_mut() = None;
+        }
+        let args = BatchArgs {
+            embedder: e,
+            texts: texts.as_ptr(),
+            offsets: offsets.as_ptr(),
+            out: out.as_mut_ptr(),
+            dim,
+            slots: &self.batch_slots[..slots],
+        };
+        let chunk = (n / (slots * 8)).clamp(1, 32);
+        // SAFETY: each item (text) writes only its own row of `out`; a running chunk holds one
+        // slot exclusively (claimed with an atomic swap); everything outlives the call.
+        unsafe { pool::par_for(embed_batch_kernel, &args as *const _ as *const u8, n, chunk) };
+        let first = self.batch_slots.iter_mut().filter_map(|s| s.first_error.get_mut().take()).min_by_key(|(i, _)| *i);
+        match first {
+            None => Ok(n),
+            Some((i, e)) => Err(err!(e.status, "text {}: {}", i, e.message.as_str())),
+        }
+    }
+
     /// The ids `embed` pools for `text` (after dropping [UNK] and truncating).
     pub fn embed_ids(&mut self, text: &[u8]) -> Result<&[u32]> {
         let e = self.embedder.as_ref().ok_or_else(|| err!(Status::NoModel, "no embedder is loaded"))?;
@@ -215,6 +271,65 @@ fn json_string(s: &mut alloc::string::String, v: &str) {
         }
     }
     s.push('"');
+}
+
+// ---------------------------------------------------------------------------------------------
+// embed_batch: texts split across the pool
+
+/// One thread's embedding buffers, borrowed by one running chunk at a time.
+#[derive(Default)]
+struct BatchSlot {
+    busy: AtomicU32,
+    scratch: UnsafeCell<EmbedScratch>,
+    /// The lowest failing text index this slot saw in the current call, and why.
+    first_error: UnsafeCell<Option<(usize, Error)>>,
+}
+
+struct BatchArgs<'a> {
+    embedder: &'a Embedder<'static>,
+    texts: *const u8,
+    /// (n + 1,) byte offsets into `texts`, checked by `embed_batch`.
+    offsets: *const u32,
+    /// (n, dim)
+    out: *mut f32,
+    dim: usize,
+    slots: &'a [BatchSlot],
+}
+
+/// Takes a free slot. At most as many chunks run at once as there are slots, so one is free
+/// or about to be.
+fn claim(slots: &[BatchSlot]) -> &BatchSlot {
+    loop {
+        for s in slots {
+            if s.busy.load(Ordering::Relaxed) == 0 && s.busy.swap(1, Ordering::Acquire) == 0 {
+                return s;
+            }
+        }
+        core::hint::spin_loop();
+    }
+}
+
+unsafe fn embed_batch_kernel(args: *const u8, start: usize, end: usize) {
+    // SAFETY: `embed_batch` passes a live BatchArgs.
+    let a = unsafe { &*(args as *const BatchArgs<'_>) };
+    let slot = claim(a.slots);
+    // SAFETY: the slot is ours until `busy` is released below.
+    let (scratch, first_error) = unsafe { (&mut *slot.scratch.get(), &mut *slot.first_error.get()) };
+    for i in start..end {
+        // SAFETY: offsets were checked to lie inside the text bytes and to be ordered; row `i`
+        // of `out` belongs to this item only.
+        let (text, out) = unsafe {
+            let (lo, hi) = (*a.offsets.add(i) as usize, *a.offsets.add(i + 1) as usize);
+            (core::slice::from_raw_parts(a.texts.add(lo), hi - lo), core::slice::from_raw_parts_mut(a.out.add(i * a.dim), a.dim))
+        };
+        if let Err(e) = a.embedder.embed_bytes(text, scratch, out) {
+            out.fill(0.0);
+            if first_error.as_ref().is_none_or(|(j, _)| i < *j) {
+                *first_error = Some((i, e));
+            }
+        }
+    }
+    slot.busy.store(0, Ordering::Release);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -48,8 +48,13 @@ pub struct Wasmind {
 impl Wasmind {
     /// The single-threaded module, on its own memory.
     pub fn single_threaded() -> Result<Wasmind> {
+        Wasmind::single_threaded_from(WASM_ST)
+    }
+
+    /// The single-threaded module from `bytes` (e.g. `dist/wasmind.wasm`) instead of the embedded one.
+    pub fn single_threaded_from(bytes: &[u8]) -> Result<Wasmind> {
         let engine = engine()?;
-        let module = Module::new(&engine, WASM_ST)?;
+        let module = Module::new(&engine, bytes)?;
         let mut store = Store::new(&engine, ());
         let instance = Instance::new(&mut store, &module, &[])?;
         let memory = instance
@@ -60,8 +65,13 @@ impl Wasmind {
 
     /// The threaded module on a new shared memory, with `threads - 1` helpers on OS threads.
     pub fn threaded(threads: u32) -> Result<Wasmind> {
+        Wasmind::threaded_from(WASM_MT, threads)
+    }
+
+    /// The threaded module from `bytes` (e.g. `dist/wasmind-mt.wasm`) instead of the embedded one.
+    pub fn threaded_from(bytes: &[u8], threads: u32) -> Result<Wasmind> {
         let engine = engine()?;
-        let module = Module::new(&engine, WASM_MT)?;
+        let module = Module::new(&engine, bytes)?;
         let min_pages = module
             .imports()
             .find_map(|i| i.ty().memory().map(|m| m.minimum()))
@@ -399,6 +409,22 @@ impl Wasmind {
         r
     }
 
+    /// `embed_batch`: all `texts` in one call; returns `(texts.len(), dim)` vectors.
+    pub fn embed_batch(&mut self, texts: &[&[u8]], dim: usize) -> Result<Vec<Vec<f32>>> {
+        let (joined, offsets) = pack_texts(texts);
+        let out_bytes = texts.len() * dim * 4;
+        let out = self.put(&vec![0u8; out_bytes.max(1)])?;
+        let offs = self.put(&Self::ids_bytes(&offsets))?;
+        let r = self.with_buffer(&joined, |w, t| {
+            let n = w.call::<(u32, u32, u32, u32), i32>("embed_batch", (t, offs, texts.len() as u32, out))?;
+            w.check("embed_batch", n)?;
+            Ok(w.read_f32s(out, texts.len() * dim).chunks_exact(dim.max(1)).map(|r| r.to_vec()).collect())
+        });
+        self.call::<(u32, u32), ()>("free", (offs, (offsets.len() * 4) as u32))?;
+        self.call::<(u32, u32), ()>("free", (out, out_bytes.max(1) as u32))?;
+        r
+    }
+
     pub fn embed_ids(&mut self, text: &[u8]) -> Result<Vec<u32>> {
         let cap = text.len() + 8;
         let out = self.put(&vec![0u8; cap * 4])?;
@@ -410,6 +436,18 @@ impl Wasmind {
         self.call::<(u32, u32), ()>("free", (out, (cap * 4) as u32))?;
         r
     }
+}
+
+/// Texts back to back and their `n + 1` byte offsets (the layout `embed_batch` takes).
+pub fn pack_texts(texts: &[&[u8]]) -> (Vec<u8>, Vec<u32>) {
+    let mut joined = Vec::with_capacity(texts.iter().map(|t| t.len()).sum());
+    let mut offsets = Vec::with_capacity(texts.len() + 1);
+    offsets.push(0u32);
+    for t in texts {
+        joined.extend_from_slice(t);
+        offsets.push(joined.len() as u32);
+    }
+    (joined, offsets)
 }
 
 // ---------------------------------------------------------------------------------------------

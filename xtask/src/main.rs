@@ -3,6 +3,10 @@
 //! - `dist`  builds `dist/wasmind.wasm` (single-threaded) and `dist/wasmind-mt.wasm` (threaded).
 //! - `test`  runs every test: native unit tests, the same unit tests inside wasm (Node WASI), the
 //!           wasmtime host tests, and the Node tests of the glue.
+//! - `bench` throughput of the modules beside their peers (wllama, llama.cpp, model2vec-rs,
+//!           model2vec), measured in one run; tables and `target/bench/*.json` (src/bench.rs).
+
+mod bench;
 
 use std::path::Path;
 use std::process::{Command, ExitCode};
@@ -14,8 +18,9 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("dist") => dist(),
         Some("test") => test(&args[1..]),
+        Some("bench") => bench::run(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask dist | test");
+            eprintln!("usage: cargo xtask dist | test | bench [--only llm,tokenize,embed] [--no-peers]");
             return ExitCode::from(2);
         }
     };

@@ -1,0 +1,165 @@
+// bench.mjs: throughput of the real .wasm modules in Node through glue/wasmind.js, one JSON
+// object per line on stdout (the same fields as host-tests' `bench`). `cargo xtask bench` runs it.
+//
+//   node glue/bench/bench.mjs llm      --model M.gguf --prompt-file P.txt [--gen 128] [--threads 0,1,2,4,8] [--reps 3]
+//   node glue/bench/bench.mjs tokenize --model M.gguf --texts T.json [--min-secs 1]
+//   node glue/bench/bench.mjs embed    --model DIR --texts T.json --set NAME [--threads 0,1,2] [--min-secs 1]
+//
+// `--threads 0` is the single-threaded module; N >= 1 the threaded one with N - 1 helper workers.
+// `--dist DIR` takes the two .wasm files from DIR instead of dist/.
+// Inputs are copied into linear memory once; the timed loops contain only export calls (and, for
+// decode, the argmax over the logits that any host does to pick the next token).
+import { readFile } from 'node:fs/promises';
+import { pathToFileURL } from 'node:url';
+import { loadavg } from 'node:os';
+import { load, memoryFor } from '../wasmind.js';
+
+const [cmd, ...rest] = process.argv.slice(2);
+const opt = (name, dflt) => { const i = rest.indexOf(name); return i >= 0 ? rest[i + 1] : dflt; };
+const need = (name) => opt(name) ?? fail(`missing ${name}`);
+const threadList = (dflt) => opt('--threads', dflt).split(',').map(Number);
+function fail(msg) { console.error(`bench.mjs: ${msg}`); process.exit(1); }
+
+const emit = (v) => console.log(JSON.stringify({ ...v, engine: 'node', loadavg: loadavg()[0] }));
+const moduleName = (t) => (t === 0 ? 'wasmind.wasm' : 'wasmind-mt.wasm');
+const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
+const now = () => performance.now() / 1000;
+
+const DIST = opt('--dist') && pathToFileURL(opt('--dist').replace(/\/?$/, '/'));
+
+async function open(threads, maxMemory) {
+  const dist = DIST ? { dist: DIST } : {};
+  return threads === 0 ? load({ threaded: false, ...dist }) : load({ threaded: true, threads, maxMemory, ...dist });
+}
+
+function check(wm, rc, what) {
+  if (rc < 0) throw new Error(`${what} failed (${rc}): ${wm.lastError()}`);
+  return rc;
+}
+
+function putText(wm, s) {
+  const b = new TextEncoder().encode(s);
+  return [b.length ? wm.put(b) : wm.exports.alloc(1), b.length];
+}
+
+function tokenizeIn(wm, text, flags) {
+  const [p, n] = putText(wm, text);
+  const cap = n + 8, out = wm.exports.alloc(cap * 4);
+  const count = check(wm, wm.exports.tokenize(p, n, flags, out, cap), 'tokenize');
+  return { ptr: out, n: count };
+}
+
+async function llm() {
+  const modelBytes = await readFile(need('--model'));
+  const prompt = await readFile(need('--prompt-file'), 'utf8');
+  const gen = Number(opt('--gen', 128)), reps = Number(opt('--reps', 3));
+  for (const threads of threadList('0,1,2,4,8')) {
+    const wm = await open(threads, memoryFor(modelBytes.length) + 64 * 2 ** 20);
+    const x = wm.exports;
+    x.set_context(1024);
+    check(wm, x.load_model(wm.put(modelBytes), modelBytes.length), 'load_model');
+    const infoLen = check(wm, x.model_info(), 'model_info'); // then result_ptr: the buffer may move
+    const vocab = JSON.parse(new TextDecoder().decode(wm.bytes(x.result_ptr(), infoLen))).vocab;
+    const ids = tokenizeIn(wm, prompt, 3); // add BOS/EOS per metadata, parse special tokens
+    const argmax = (ptr) => {
+      const l = new Float32Array(wm.memory.buffer, ptr, vocab);
+      let best = 0;
+      for (let i = 1; i < vocab; i++) if (l[i] > l[best]) best = i;
+      return best;
+    };
+    const pre = [], dec = [];
+    let generated = [];
+    for (let rep = 0; rep <= reps; rep++) {
+      check(wm, x.reset(), 'reset');
+      let t0 = now();
+      check(wm, x.prefill(ids.ptr, ids.n), 'prefill');
+      const prefillS = now() - t0;
+      let ptr = x.logits();
+      const genNow = rep === 0 ? 8 : gen, out = [];
+      t0 = now();
+      for (let i = 0; i < genNow; i++) {
+        const next = argmax(ptr);
+        out.push(next);
+        ptr = x.step(next);
+        if (ptr === 0) throw new Error(`step failed: ${wm.lastError()}`);
+      }
+      const decodeS = now() - t0;
+      if (rep > 0) { pre.push(ids.n / prefillS); dec.push(genNow / decodeS); generated = out; }
+    }
+    emit({
+      bench: 'llm', module: moduleName(threads), threads, prompt_tokens: ids.n, gen_tokens: gen, reps,
+      prefill_tok_s: Math.max(...pre), prefill_tok_s_median: median(pre),
+      decode_tok_s: Math.max(...dec), decode_tok_s_median: median(dec),
+      prefill_all: pre, decode_all: dec, generated_head: generated.slice(0, 16),
+    });
+    await wm.close();
+  }
+}
+
+/** One untimed pass, then passes until `minSecs` have gone by (at least 3); their durations. */
+function timedPasses(minSecs, pass) {
+  pass();
+  const times = [], start = now();
+  while (times.length < 3 || now() - start < minSecs) {
+    const t = now();
+    pass();
+    times.push(now() - t);
+  }
+  return times;
+}
+
+function rates(times, texts, bytes) {
+  const best = Math.min(...times), med = median(times);
+  return { texts, bytes, passes: times.length, texts_per_s: texts / best, mb_per_s: bytes / best / 1e6,
+    texts_per_s_median: texts / med, mb_per_s_median: bytes / med / 1e6 };
+}
+
+async function tokenize() {
+  const modelBytes = await readFile(need('--model'));
+  const texts = JSON.parse(await readFile(need('--texts'), 'utf8'));
+  const minSecs = Number(opt('--min-secs', 1));
+  const wm = await open(0);
+  const x = wm.exports;
+  check(wm, x.load_model(wm.put(modelBytes), modelBytes.length), 'load_model');
+  const placed = texts.map((t) => putText(wm, t));
+  const cap = Math.max(...placed.map(([, n]) => n)) + 8, out = x.alloc(cap * 4);
+  let ids = 0;
+  const times = timedPasses(minSecs, () => {
+    ids = 0;
+    for (const [p, n] of placed) ids += check(wm, x.tokenize(p, n, 0, out, cap), 'tokenize');
+  });
+  const bytes = placed.reduce((a, [, n]) => a + n, 0);
+  emit({ bench: 'tokenize', module: moduleName(0), ids, ...rates(times, texts.length, bytes) });
+}
+
+async function embed() {
+  const dir = need('--model').replace(/\/$/, '');
+  const texts = JSON.parse(await readFile(need('--texts'), 'utf8'));
+  const set = opt('--set', 'texts'), minSecs = Number(opt('--min-secs', 1));
+  const [st, tok, cfg] = await Promise.all(['model.safetensors', 'tokenizer.json', 'config.json'].map((f) => readFile(`${dir}/${f}`)));
+  for (const threads of threadList('0,1,2')) {
+    const wm = await open(threads, memoryFor(st.length) + 64 * 2 ** 20);
+    const x = wm.exports;
+    const dim = check(wm, x.load_embedder(wm.put(st), st.length, wm.put(tok), tok.length, wm.put(cfg), cfg.length), 'load_embedder');
+    const placed = texts.map((t) => putText(wm, t));
+    const bytes = placed.reduce((a, [, n]) => a + n, 0);
+    const out = x.alloc(texts.length * dim * 4);
+    if (threads <= 1) {
+      const times = timedPasses(minSecs, () => {
+        for (const [p, n] of placed) check(wm, x.embed(p, n, out), 'embed');
+      });
+      emit({ bench: 'embed', api: 'embed', set, module: moduleName(threads), threads: Math.max(1, threads), ...rates(times, texts.length, bytes) });
+    }
+    const enc = texts.map((t) => new TextEncoder().encode(t));
+    const joined = new Uint8Array(bytes), offsets = new Uint32Array(texts.length + 1);
+    enc.forEach((b, i) => { joined.set(b, offsets[i]); offsets[i + 1] = offsets[i] + b.length; });
+    const t = wm.put(joined.length ? joined : new Uint8Array(1)), o = wm.put(offsets);
+    const times = timedPasses(minSecs, () => check(wm, x.embed_batch(t, o, texts.length, out), 'embed_batch'));
+    emit({ bench: 'embed', api: 'embed_batch', set, module: moduleName(threads), threads: Math.max(1, threads), ...rates(times, texts.length, bytes) });
+    await wm.close();
+  }
+}
+
+const commands = { llm, tokenize, embed };
+if (!commands[cmd]) fail('usage: bench.mjs (llm | tokenize | embed) [options]');
+await commands[cmd]();

@@ -1,0 +1,109 @@
+// report.mjs: inputs and tables for `cargo xtask bench`.
+//
+//   node glue/bench/report.mjs inputs CORPUS.json OUT.json   short sentences cut from the corpus
+//   node glue/bench/report.mjs report DIR                    tables from DIR/{llm,tokenize,embed}.json,
+//                                                            also written to DIR/report.md
+//
+// Every ratio compares engines measured in the same run. Figures are the best pass (the median
+// is in the JSON): on a shared 2-core machine the best pass is the least disturbed one.
+import { readFile, writeFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+
+const [cmd, a, b] = process.argv.slice(2);
+
+/** Sentences of 16..=120 bytes from the corpus texts, first occurrence order, deduplicated. */
+async function inputs(corpusPath, outPath) {
+  const corpus = JSON.parse(await readFile(corpusPath, 'utf8'));
+  const seen = new Set(), out = [];
+  for (const text of corpus) {
+    for (const piece of text.split(/(?<=[.!?。！？])\s+|\n+/u)) {
+      const s = piece.trim(), n = Buffer.byteLength(s);
+      if (n >= 16 && n <= 120 && !seen.has(s)) { seen.add(s); out.push(s); }
+    }
+  }
+  await writeFile(outPath, JSON.stringify(out));
+  const bytes = out.reduce((x, s) => x + Buffer.byteLength(s), 0);
+  console.log(`${outPath}: ${out.length} short sentences, ${(bytes / out.length).toFixed(1)} bytes on average`);
+}
+
+const f = (x, d = 1) => (x == null || !Number.isFinite(x) ? '—' : x >= 1e5 ? `${(x / 1e3).toFixed(0)}k` : x.toFixed(d));
+const ratio = (x, y) => (x && y ? `${(x / y).toFixed(2)}×` : '—');
+function table(head, rows) {
+  const w = head.map((h, i) => Math.max(h.length, ...rows.map((r) => String(r[i]).length)));
+  const line = (r) => `| ${r.map((c, i) => String(c).padEnd(w[i])).join(' | ')} |`;
+  return [line(head), `|${w.map((n) => '-'.repeat(n + 2)).join('|')}|`, ...rows.map(line)].join('\n');
+}
+async function results(dir, name) {
+  const p = `${dir}/${name}.json`;
+  return existsSync(p) ? JSON.parse(await readFile(p, 'utf8')) : [];
+}
+const ENGINE = { wasmtime: 'wasmind · wasmtime', node: 'wasmind · Node', wllama: 'wllama · Chromium', native: 'llama.cpp native' };
+
+async function report(dir) {
+  const out = [];
+  const say = (s = '') => { out.push(s); console.log(s); };
+  const errors = (rs) => rs.filter((r) => r.error).forEach((r) => say(`(missing: ${r.engine} — ${r.error})`));
+
+  const llm = await results(dir, 'llm');
+  if (llm.length) {
+    const ok = llm.filter((r) => !r.error);
+    const r0 = ok[0] ?? {};
+    say(`## LLM: SmolLM2-135M-Instruct Q4_1, prompt ${r0.prompt_tokens} tokens (batched prefill), greedy decode of ${r0.gen_tokens} tokens`);
+    say();
+    // The thread count a row stands for: wasmind's 0 (single-threaded module) and wllama's
+    // non-isolated page (its single-thread runtime) are "1 thread" for the comparisons.
+    const key = (r) => (r.engine === 'wllama' ? (r.requested_threads === 0 ? 0 : r.threads) : r.threads);
+    const peer = (engine, t) => ok.filter((r) => r.engine === engine && Math.max(1, key(r)) === Math.max(1, t))
+      .sort((x, y) => y.decode_tok_s - x.decode_tok_s)[0];
+    const one = (engine) => ok.filter((r) => r.engine === engine && Math.max(1, key(r)) === 1).sort((x, y) => y.decode_tok_s - x.decode_tok_s)[0];
+    const rows = ok.map((r) => {
+      const wl = peer('wllama', key(r)), nat = peer('native', key(r)), base = one(r.engine);
+      return [ENGINE[r.engine] ?? r.engine, r.module,
+        key(r), f(r.prefill_tok_s), f(r.decode_tok_s), f(r.decode_tok_s_median),
+        ratio(r.decode_tok_s, base?.decode_tok_s), r.engine === 'wllama' ? '' : ratio(r.decode_tok_s, wl?.decode_tok_s),
+        r.engine === 'wllama' ? '' : ratio(r.prefill_tok_s, wl?.prefill_tok_s), ratio(r.decode_tok_s, nat?.decode_tok_s), f(r.loadavg, 2)];
+    });
+    say(table(['engine', 'module', 'threads', 'prefill tok/s', 'decode tok/s', 'decode median', 'decode vs own 1T',
+      'decode vs wllama', 'prefill vs wllama', 'decode vs native', 'load'], rows));
+    const best = (e, k) => Math.max(0, ...ok.filter((r) => r.engine === e).map((r) => r[k]));
+    say();
+    for (const e of ['wasmtime', 'node']) {
+      say(`best ${ENGINE[e]}: decode ${f(best(e, 'decode_tok_s'))} tok/s = ${ratio(best(e, 'decode_tok_s'), best('wllama', 'decode_tok_s'))} best wllama, ${ratio(best(e, 'decode_tok_s'), best('native', 'decode_tok_s'))} best native; prefill ${f(best(e, 'prefill_tok_s'))} tok/s = ${ratio(best(e, 'prefill_tok_s'), best('wllama', 'prefill_tok_s'))} wllama, ${ratio(best(e, 'prefill_tok_s'), best('native', 'prefill_tok_s'))} native`);
+    }
+    errors(llm);
+    say();
+  }
+
+  const tok = await results(dir, 'tokenize');
+  if (tok.length) {
+    const ok = tok.filter((r) => !r.error), nat = ok.find((r) => r.engine === 'native');
+    say(`## Tokenizer: ${ok[0]?.texts} corpus texts (${ok[0]?.bytes} bytes), SmolLM2 vocabulary, one thread`);
+    say();
+    say(table(['engine', 'module', 'ids', 'MB/s', 'MB/s median', 'vs native llama.cpp'],
+      ok.map((r) => [ENGINE[r.engine] ?? r.engine, r.module, r.ids, f(r.mb_per_s, 2), f(r.mb_per_s_median, 2), ratio(r.mb_per_s, nat?.mb_per_s)])));
+    errors(tok);
+    say();
+  }
+
+  const emb = await results(dir, 'embed');
+  if (emb.length) {
+    const ok = emb.filter((r) => !r.error);
+    say('## Model2Vec embeddings: m2v-minilm-256 (F16 table, 29,525 × 256)');
+    for (const set of [...new Set(ok.map((r) => r.set))]) {
+      const rs = ok.filter((r) => r.set === set), rust = rs.find((r) => r.engine === 'model2vec-rs'), py = rs.find((r) => r.engine === 'model2vec-py');
+      say();
+      say(`### ${set}: ${rs[0].texts} texts, ${rs[0].bytes} bytes (${(rs[0].bytes / rs[0].texts).toFixed(1)} per text)`);
+      say();
+      say(table(['engine', 'module', 'api', 'threads', 'texts/s', 'MB/s', 'texts/s median', 'vs model2vec-rs (1T)', 'vs model2vec (Python)'],
+        rs.map((r) => [ENGINE[r.engine] ?? r.engine, r.module, r.api, r.threads ?? '', f(r.texts_per_s, 0), f(r.mb_per_s, 2), f(r.texts_per_s_median, 0),
+          ratio(r.texts_per_s, rust?.texts_per_s), ratio(r.texts_per_s, py?.texts_per_s)])));
+    }
+    errors(emb);
+    say();
+  }
+  await writeFile(`${dir}/report.md`, out.join('\n') + '\n');
+}
+
+if (cmd === 'inputs') await inputs(a, b);
+else if (cmd === 'report') await report(a);
+else { console.error('usage: report.mjs inputs CORPUS OUT | report DIR'); process.exit(2); }

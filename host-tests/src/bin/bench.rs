@@ -1,0 +1,344 @@
+//! `bench`: throughput of the real `.wasm` modules in wasmtime, one JSON object per line on
+//! stdout. `cargo xtask bench` runs it beside the Node bench and the peers and makes the tables.
+//!
+//! ```text
+//! bench llm      --model M.gguf --prompt-file P.txt [--gen 128] [--threads 0,1,2,4,8] [--reps 3]
+//! bench tokenize --model M.gguf --texts T.json [--min-secs 1]
+//! bench embed    --model DIR --texts T.json --set NAME [--threads 0,1,2] [--min-secs 1]
+//! ```
+//! `--threads 0` is the single-threaded module; `N >= 1` the threaded one with `N - 1` helpers.
+//! `--dist DIR` runs `DIR/wasmind.wasm` and `DIR/wasmind-mt.wasm` (what Node runs) instead of the
+//! modules embedded at build time.
+//!
+//! What is timed is the module's work seen from the host: inputs are copied into linear memory
+//! once, then only export calls are in the timed loops (plus, for decode, reading the logits and
+//! taking their argmax on the host, as any host must to pick the next token).
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use host_tests::{Wasmind, pack_texts};
+use serde_json::{Value, json};
+
+struct Args(Vec<String>);
+
+impl Args {
+    fn value(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .position(|a| a == name)
+            .and_then(|i| self.0.get(i + 1))
+            .map(String::as_str)
+    }
+    fn required(&self, name: &str) -> Result<&str, String> {
+        self.value(name).ok_or_else(|| format!("missing {name}"))
+    }
+    fn number<T: std::str::FromStr>(&self, name: &str, default: T) -> Result<T, String> {
+        self.value(name).map_or(Ok(default), |v| {
+            v.parse()
+                .map_err(|_| format!("{name} {v:?} is not a number"))
+        })
+    }
+    fn threads(&self, default: &str) -> Result<Vec<u32>, String> {
+        let list = self.value("--threads").unwrap_or(default);
+        list.split(',')
+            .map(|t| {
+                t.trim()
+                    .parse()
+                    .map_err(|_| format!("bad thread count {t:?}"))
+            })
+            .collect()
+    }
+}
+
+fn s(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// The module for `threads` (0: single-threaded), from `--dist` or embedded.
+fn open(args: &Args, threads: u32) -> Result<Wasmind, String> {
+    let Some(dir) = args.value("--dist") else {
+        return Wasmind::with_threads(threads).map_err(s);
+    };
+    let file = PathBuf::from(dir).join(if threads == 0 {
+        "wasmind.wasm"
+    } else {
+        "wasmind-mt.wasm"
+    });
+    let bytes = std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+    if threads == 0 {
+        Wasmind::single_threaded_from(&bytes)
+    } else {
+        Wasmind::threaded_from(&bytes, threads)
+    }
+    .map_err(s)
+}
+
+fn main() {
+    let mut argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.is_empty() {
+        eprintln!("usage: bench (llm | tokenize | embed) [options]; see the source's header");
+        std::process::exit(2);
+    }
+    let cmd = argv.remove(0);
+    let args = Args(argv);
+    let r = match cmd.as_str() {
+        "llm" => llm(&args),
+        "tokenize" => tokenize(&args),
+        "embed" => embed(&args),
+        other => Err(format!("unknown command {other:?}")),
+    };
+    if let Err(e) = r {
+        eprintln!("bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// The 1-minute load average when a result was taken (other work on the machine skews it).
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().and_then(|x| x.parse().ok()))
+        .unwrap_or(-1.0)
+}
+
+fn emit(mut v: Value) {
+    v["engine"] = json!("wasmtime");
+    v["loadavg"] = json!(load_average());
+    println!("{v}");
+}
+
+fn module_name(threads: u32) -> &'static str {
+    if threads == 0 {
+        "wasmind.wasm"
+    } else {
+        "wasmind-mt.wasm"
+    }
+}
+
+fn median(xs: &mut [f64]) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+fn argmax_at(w: &mut Wasmind, ptr: u32, vocab: usize) -> u32 {
+    let bytes = w.read(ptr, vocab * 4);
+    let mut best = (0u32, f32::NEG_INFINITY);
+    for (i, c) in bytes.chunks_exact(4).enumerate() {
+        let x = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        if x > best.1 {
+            best = (i as u32, x);
+        }
+    }
+    best.0
+}
+
+/// Prefill of the prompt (batched) and greedy decode of `--gen` tokens after it, per thread count.
+fn llm(args: &Args) -> Result<(), String> {
+    let model = PathBuf::from(args.required("--model")?);
+    let prompt = std::fs::read(args.required("--prompt-file")?).map_err(s)?;
+    let gen_tokens: usize = args.number("--gen", 128)?;
+    let reps: usize = args.number("--reps", 3)?;
+    for threads in args.threads("0,1,2,4,8")? {
+        let mut w = open(args, threads)?;
+        w.load_model_file(&model, 1024).map_err(s)?;
+        let vocab = w.vocab().map_err(s)?;
+        let ids = w
+            .tokenize(
+                &prompt,
+                host_tests::TOKENIZE_ADD_SPECIAL | host_tests::TOKENIZE_PARSE_SPECIAL,
+            )
+            .map_err(s)?;
+        let bytes: Vec<u8> = ids.iter().flat_map(|i| i.to_le_bytes()).collect();
+        let ids_ptr = w.put(&bytes).map_err(s)?;
+        let prefill = w.func::<(u32, u32), i32>("prefill").map_err(s)?;
+        let step = w.func::<u32, u32>("step").map_err(s)?;
+        let logits = w.func::<(), u32>("logits").map_err(s)?;
+        let reset = w.func::<(), i32>("reset").map_err(s)?;
+        let (mut pre, mut dec) = (Vec::new(), Vec::new());
+        let mut generated = Vec::new();
+        // One warm-up round (first touches of the weights and caches), then `reps` timed ones.
+        for rep in 0..=reps {
+            reset.call(&mut w.store, ()).map_err(s)?;
+            let t0 = Instant::now();
+            let r = prefill
+                .call(&mut w.store, (ids_ptr, ids.len() as u32))
+                .map_err(s)?;
+            w.check("prefill", r).map_err(s)?;
+            let prefill_s = t0.elapsed().as_secs_f64();
+            let mut ptr = logits.call(&mut w.store, ()).map_err(s)?;
+            let gen_now = if rep == 0 { 8 } else { gen_tokens };
+            let mut out = Vec::with_capacity(gen_now);
+            let t1 = Instant::now();
+            for _ in 0..gen_now {
+                let next = argmax_at(&mut w, ptr, vocab);
+                out.push(next);
+                ptr = step.call(&mut w.store, next).map_err(s)?;
+                if ptr == 0 {
+                    return Err(format!("step failed: {}", w.last_error().map_err(s)?));
+                }
+            }
+            let decode_s = t1.elapsed().as_secs_f64();
+            if rep > 0 {
+                pre.push(ids.len() as f64 / prefill_s);
+                dec.push(gen_now as f64 / decode_s);
+                generated = out;
+            }
+        }
+        let best = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+        emit(json!({
+            "bench": "llm", "module": module_name(threads), "threads": threads,
+            "prompt_tokens": ids.len(), "gen_tokens": gen_tokens, "reps": reps,
+            "prefill_tok_s": best(&pre), "prefill_tok_s_median": median(&mut pre.clone()),
+            "decode_tok_s": best(&dec), "decode_tok_s_median": median(&mut dec.clone()),
+            "prefill_all": pre, "decode_all": dec,
+            "generated_head": &generated[..generated.len().min(16)],
+        }));
+        w.shutdown().map_err(s)?;
+    }
+    Ok(())
+}
+
+fn read_texts(path: &str) -> Result<Vec<String>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    serde_json::from_str(&text).map_err(|e| format!("{path}: not a JSON array of strings: {e}"))
+}
+
+/// Runs `pass` (one pass over all texts) until `min_secs` have gone by, at least 3 times; returns
+/// the passes' durations, after one untimed warm-up pass.
+fn timed_passes(
+    min_secs: f64,
+    mut pass: impl FnMut() -> Result<(), String>,
+) -> Result<Vec<f64>, String> {
+    pass()?;
+    let start = Instant::now();
+    let mut times = Vec::new();
+    while times.len() < 3 || start.elapsed().as_secs_f64() < min_secs {
+        let t = Instant::now();
+        pass()?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    Ok(times)
+}
+
+/// Copies `texts` into linear memory once; returns each text's (ptr, len).
+fn place(w: &mut Wasmind, texts: &[String]) -> Result<Vec<(u32, u32)>, String> {
+    texts
+        .iter()
+        .map(|t| Ok((w.put(t.as_bytes()).map_err(s)?, t.len() as u32)))
+        .collect()
+}
+
+fn rates(times: &mut [f64], texts: usize, bytes: usize) -> Value {
+    let best = times.iter().copied().fold(f64::INFINITY, f64::min);
+    let med = median(times);
+    json!({
+        "texts": texts, "bytes": bytes, "passes": times.len(),
+        "texts_per_s": texts as f64 / best, "mb_per_s": bytes as f64 / best / 1e6,
+        "texts_per_s_median": texts as f64 / med, "mb_per_s_median": bytes as f64 / med / 1e6,
+    })
+}
+
+/// Tokenizer throughput: every text through `tokenize` (no special tokens), single-threaded module.
+fn tokenize(args: &Args) -> Result<(), String> {
+    let model = PathBuf::from(args.required("--model")?);
+    let texts = read_texts(args.required("--texts")?)?;
+    let min_secs: f64 = args.number("--min-secs", 1.0)?;
+    let mut w = open(args, 0)?;
+    w.load_model_file(&model, 0).map_err(s)?;
+    let placed = place(&mut w, &texts)?;
+    let cap = texts.iter().map(|t| t.len()).max().unwrap_or(0) + 8;
+    let out = w.put(&vec![0u8; cap * 4]).map_err(s)?;
+    let f = w
+        .func::<(u32, u32, u32, u32, u32), i32>("tokenize")
+        .map_err(s)?;
+    let mut ids = 0usize;
+    let mut times = timed_passes(min_secs, || {
+        ids = 0;
+        for &(p, n) in &placed {
+            let r = f
+                .call(&mut w.store, (p, n, 0, out, cap as u32))
+                .map_err(s)?;
+            if r < 0 {
+                return Err(format!("tokenize failed ({r})"));
+            }
+            ids += r as usize;
+        }
+        Ok(())
+    })?;
+    let bytes = texts.iter().map(String::len).sum();
+    let mut v = rates(&mut times, texts.len(), bytes);
+    v["bench"] = json!("tokenize");
+    v["module"] = json!(module_name(0));
+    v["ids"] = json!(ids);
+    emit(v);
+    Ok(())
+}
+
+/// Model2Vec: `embed` one text at a time (single thread), and `embed_batch` per thread count.
+fn embed(args: &Args) -> Result<(), String> {
+    let dir = PathBuf::from(args.required("--model")?);
+    let texts = read_texts(args.required("--texts")?)?;
+    let set = args.value("--set").unwrap_or("texts").to_string();
+    let min_secs: f64 = args.number("--min-secs", 1.0)?;
+    let bytes: usize = texts.iter().map(String::len).sum();
+    for threads in args.threads("0,1,2")? {
+        let mut w = open(args, threads)?;
+        let dim = w.load_embedder_dir(&dir).map_err(s)?;
+        let placed = place(&mut w, &texts)?;
+        let out = w.put(&vec![0u8; texts.len() * dim * 4]).map_err(s)?;
+        // One text per call: only meaningful single-threaded (embed does not use the pool).
+        if threads <= 1 {
+            let f = w.func::<(u32, u32, u32), i32>("embed").map_err(s)?;
+            let mut times = timed_passes(min_secs, || {
+                for &(p, n) in &placed {
+                    let r = f.call(&mut w.store, (p, n, out)).map_err(s)?;
+                    if r < 0 {
+                        return Err(format!("embed failed ({r})"));
+                    }
+                }
+                Ok(())
+            })?;
+            let mut v = rates(&mut times, texts.len(), bytes);
+            v["bench"] = json!("embed");
+            v["api"] = json!("embed");
+            v["set"] = json!(set);
+            v["module"] = json!(module_name(threads));
+            v["threads"] = json!(threads.max(1));
+            emit(v);
+        }
+        let refs: Vec<&[u8]> = texts.iter().map(|t| t.as_bytes()).collect();
+        let (joined, offsets) = pack_texts(&refs);
+        let t = w.put(&joined).map_err(s)?;
+        let o = w
+            .put(
+                &offsets
+                    .iter()
+                    .flat_map(|x| x.to_le_bytes())
+                    .collect::<Vec<u8>>(),
+            )
+            .map_err(s)?;
+        let f = w
+            .func::<(u32, u32, u32, u32), i32>("embed_batch")
+            .map_err(s)?;
+        let mut times = timed_passes(min_secs, || {
+            let r = f
+                .call(&mut w.store, (t, o, texts.len() as u32, out))
+                .map_err(s)?;
+            if r < 0 {
+                Err(format!("embed_batch failed ({r})"))
+            } else {
+                Ok(())
+            }
+        })?;
+        let mut v = rates(&mut times, texts.len(), bytes);
+        v["bench"] = json!("embed");
+        v["api"] = json!("embed_batch");
+        v["set"] = json!(set);
+        v["module"] = json!(module_name(threads));
+        v["threads"] = json!(threads.max(1));
+        emit(v);
+        w.shutdown().map_err(s)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,344 @@
+//! `cargo xtask bench`: throughput of the real modules beside their peers, all measured in the
+//! same run on the same machine, so every speed claim is a ratio against a peer.
+//!
+//! ```text
+//! cargo xtask bench [--only llm,tokenize,embed] [--no-peers] [--gen N] [--reps N] [--threads 0,1,2,4,8]
+//! ```
+//!
+//! Runs, one after another (never two at once: they would share the cores):
+//! - `llm`: SmolLM2-135M Q4_1, one ChatML prompt, batched prefill then greedy decode of `--gen`
+//!   tokens. wasmind in wasmtime (`host-tests` bin `bench`) and in Node (glue/bench/bench.mjs)
+//!   for each thread count (0 = the single-threaded module); peers: wllama (llama.cpp compiled to
+//!   wasm, npm `@wllama/wllama`, in headless Chromium) and native llama.cpp (the prebuilt x64
+//!   binary in npm `node-llama-cpp`).
+//! - `tokenize`: the 631 corpus texts through the SmolLM2 tokenizer, single thread; peer: native
+//!   llama.cpp's tokenizer.
+//! - `embed`: Model2Vec (m2v-minilm-256) on the corpus and on short sentences, single thread
+//!   (`embed` per text) and `embed_batch` per thread count; peers: the Rust crate `model2vec-rs`
+//!   (bench-peers/m2v-rs, `RAYON_NUM_THREADS=1`) and the Python package `model2vec`.
+//!
+//! wasmind runs from `dist/` (built first by `cargo xtask dist`) in both wasmtime and Node, so
+//! both measure the same files. Every program prints one JSON object per result; they are collected into
+//! `target/bench/<group>.json` and glue/bench/report.mjs prints the tables (also written to
+//! `target/bench/report.md`). Peers are installed on demand: `npm ci` in glue/bench (wllama,
+//! node-llama-cpp), cargo for bench-peers/m2v-rs, and `pip install model2vec` if missing.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use xtask::workspace_root;
+
+const SMOLLM2: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+const M2V: &str = "models/m2v-minilm-256";
+const CORPUS: &str = "reference/corpus.json";
+
+/// The prompt every LLM engine gets (ChatML, as SmolLM2-Instruct expects; 148 tokens).
+const PROMPT: &str = "<|im_start|>system
+You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>
+<|im_start|>user
+Here is a short passage. The river town woke slowly: bakers lit their ovens before dawn, fishermen checked nets by lantern light, and the first ferry sounded its horn across the fog. By noon the market square was full of voices, carts and the smell of bread. Children ran between stalls while traders argued over the price of apples, wool and copper pots. In the evening the lamps came on one by one along the quay. Write a long, detailed story that continues this passage, describing the people of the town, their work, and what happens to them over one year.<|im_end|>
+<|im_start|>assistant
+";
+
+struct Options {
+    groups: Vec<String>,
+    peers: bool,
+    gen_tokens: String,
+    reps: String,
+    threads: String,
+}
+
+fn parse(args: &[String]) -> Result<Options, String> {
+    let mut o = Options {
+        groups: vec!["llm".into(), "tokenize".into(), "embed".into()],
+        peers: true,
+        gen_tokens: "128".into(),
+        reps: "3".into(),
+        threads: "0,1,2,4,8".into(),
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = || {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{a} needs a value"))
+        };
+        match a.as_str() {
+            "--only" => o.groups = value()?.split(',').map(str::to_string).collect(),
+            "--no-peers" => o.peers = false,
+            "--gen" => o.gen_tokens = value()?,
+            "--reps" => o.reps = value()?,
+            "--threads" => o.threads = value()?,
+            other => return Err(format!("bench: unknown option {other:?}")),
+        }
+    }
+    Ok(o)
+}
+
+/// `../shared` beside the repository (as the tests find it).
+fn shared(path: &str) -> PathBuf {
+    workspace_root().join("../shared").join(path)
+}
+
+fn cargo(root: &Path) -> Command {
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(root);
+    c
+}
+
+fn status(step: &str, cmd: &mut Command) -> Result<(), String> {
+    let s = cmd
+        .status()
+        .map_err(|e| format!("{step}: cannot start: {e}"))?;
+    if s.success() {
+        Ok(())
+    } else {
+        Err(format!("{step}: failed ({s})"))
+    }
+}
+
+/// Runs a bench program; its stdout lines that are JSON objects are results. A failing peer is
+/// reported and recorded, not fatal (the table then says it is missing).
+fn collect(label: &str, cmd: &mut Command, results: &mut Vec<String>) {
+    println!("--> {label}");
+    let out = match cmd.stderr(std::process::Stdio::inherit()).output() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("    cannot start: {e}");
+            results.push(format!(
+                "{{\"engine\":{label:?},\"error\":\"cannot start\"}}"
+            ));
+            return;
+        }
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut got = 0;
+    for line in text.lines().map(str::trim).filter(|l| l.starts_with('{')) {
+        println!(
+            "    {}",
+            if line.len() > 200 {
+                &line[..line.floor_char_boundary(200)]
+            } else {
+                line
+            }
+        );
+        results.push(line.to_string());
+        got += 1;
+    }
+    if !out.status.success() || got == 0 {
+        eprintln!("    {label}: exit {} with {got} results", out.status);
+        results.push(format!(
+            "{{\"engine\":{label:?},\"error\":\"exit {}\"}}",
+            out.status
+        ));
+    }
+}
+
+fn write_json(path: &Path, results: &[String]) -> Result<(), String> {
+    let body = format!("[\n{}\n]\n", results.join(",\n"));
+    std::fs::write(path, body).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+pub fn run(args: &[String]) -> Result<(), String> {
+    let o = parse(args)?;
+    let root = workspace_root();
+    let out_dir = root.join("target/bench");
+    let inputs = out_dir.join("inputs");
+    std::fs::create_dir_all(&inputs).map_err(|e| format!("{}: {e}", inputs.display()))?;
+    let model = shared(SMOLLM2);
+    let m2v = shared(M2V);
+    let corpus = shared(CORPUS);
+    for p in [&model, &m2v, &corpus] {
+        if !p.exists() {
+            return Err(format!("{} is missing (../shared)", p.display()));
+        }
+    }
+
+    // The modules (dist/ for Node) and the wasmtime bench program.
+    super::dist()?;
+    status(
+        "build host-tests bench",
+        cargo(&root).args([
+            "build",
+            "--release",
+            "--quiet",
+            "-p",
+            "host-tests",
+            "--bin",
+            "bench",
+        ]),
+    )?;
+    // Where cargo put it: CARGO_TARGET_DIR when set (e.g. a target dir shared with other trees).
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let bench_bin = target.join("release/bench");
+    let dist = root.join("dist");
+
+    // Inputs every engine reads: the prompt, the corpus, short sentences cut from the corpus.
+    let prompt = inputs.join("prompt.txt");
+    std::fs::write(&prompt, PROMPT).map_err(|e| e.to_string())?;
+    let short = inputs.join("short.json");
+    status(
+        "bench inputs",
+        Command::new("node")
+            .current_dir(&root)
+            .args(["glue/bench/report.mjs", "inputs"])
+            .arg(&corpus)
+            .arg(&short),
+    )?;
+
+    let bench_dir = root.join("glue/bench");
+    if o.peers && !bench_dir.join("node_modules/@wllama/wllama").exists() {
+        status(
+            "npm ci (glue/bench: wllama, node-llama-cpp)",
+            Command::new("npm")
+                .current_dir(&bench_dir)
+                .args(["ci", "--no-audit", "--no-fund"]),
+        )?;
+    }
+    let m2v_peer = root.join("target/bench-peers/release/m2v-rs-peer");
+    if o.peers && o.groups.iter().any(|g| g == "embed") {
+        status(
+            "build bench-peers/m2v-rs (model2vec-rs)",
+            cargo(&root.join("bench-peers/m2v-rs"))
+                .args(["build", "--release", "--quiet", "--target-dir"])
+                .arg(root.join("target/bench-peers")),
+        )?;
+        let have_py = Command::new("python3")
+            .args(["-c", "import model2vec"])
+            .status()
+            .is_ok_and(|s| s.success());
+        if !have_py {
+            let _ = Command::new("python3")
+                .args(["-m", "pip", "install", "--quiet", "model2vec==0.10.0"])
+                .status();
+        }
+    }
+    let node = |script: &str| {
+        let mut c = Command::new("node");
+        c.current_dir(&root).arg(format!("glue/bench/{script}"));
+        c
+    };
+
+    for group in &o.groups {
+        let mut results = Vec::new();
+        match group.as_str() {
+            "llm" => {
+                let common = |c: &mut Command| {
+                    c.arg("--model")
+                        .arg(&model)
+                        .arg("--prompt-file")
+                        .arg(&prompt);
+                    c.args(["--gen", &o.gen_tokens, "--reps", &o.reps]);
+                };
+                let mut c = Command::new(&bench_bin);
+                c.arg("llm")
+                    .args(["--threads", &o.threads])
+                    .arg("--dist")
+                    .arg(&dist);
+                common(&mut c);
+                collect("wasmind in wasmtime", &mut c, &mut results);
+                let mut c = node("bench.mjs");
+                c.arg("llm")
+                    .args(["--threads", &o.threads])
+                    .arg("--dist")
+                    .arg(&dist);
+                common(&mut c);
+                collect("wasmind in Node", &mut c, &mut results);
+                if o.peers {
+                    let mut c = node("wllama.mjs");
+                    c.args(["--threads", "0,1,2,4"]);
+                    common(&mut c);
+                    collect("wllama in Chromium", &mut c, &mut results);
+                    let mut c = node("native.mjs");
+                    c.arg("llm").args(["--threads", "1,2,4,8"]);
+                    common(&mut c);
+                    collect("native llama.cpp", &mut c, &mut results);
+                }
+            }
+            "tokenize" => {
+                let mut c = Command::new(&bench_bin);
+                c.arg("tokenize")
+                    .arg("--model")
+                    .arg(&model)
+                    .arg("--texts")
+                    .arg(&corpus)
+                    .arg("--dist")
+                    .arg(&dist);
+                collect("wasmind in wasmtime", &mut c, &mut results);
+                let mut c = node("bench.mjs");
+                c.arg("tokenize")
+                    .arg("--model")
+                    .arg(&model)
+                    .arg("--texts")
+                    .arg(&corpus)
+                    .arg("--dist")
+                    .arg(&dist);
+                collect("wasmind in Node", &mut c, &mut results);
+                if o.peers {
+                    let mut c = node("native.mjs");
+                    c.arg("tokenize")
+                        .arg("--model")
+                        .arg(&model)
+                        .arg("--texts")
+                        .arg(&corpus);
+                    collect("native llama.cpp", &mut c, &mut results);
+                }
+            }
+            "embed" => {
+                for (set, texts) in [("corpus", &corpus), ("short", &short)] {
+                    let mut c = Command::new(&bench_bin);
+                    c.arg("embed")
+                        .arg("--model")
+                        .arg(&m2v)
+                        .arg("--texts")
+                        .arg(texts)
+                        .args(["--set", set, "--threads", "0,1,2"]);
+                    c.arg("--dist").arg(&dist);
+                    collect("wasmind in wasmtime", &mut c, &mut results);
+                    let mut c = node("bench.mjs");
+                    c.arg("embed")
+                        .arg("--model")
+                        .arg(&m2v)
+                        .arg("--texts")
+                        .arg(texts)
+                        .args(["--set", set, "--threads", "0,1,2"]);
+                    c.arg("--dist").arg(&dist);
+                    collect("wasmind in Node", &mut c, &mut results);
+                    if o.peers {
+                        let mut c = Command::new(&m2v_peer);
+                        c.env("RAYON_NUM_THREADS", "1")
+                            .arg("--model")
+                            .arg(&m2v)
+                            .arg("--texts")
+                            .arg(texts)
+                            .args(["--set", set]);
+                        collect("model2vec-rs", &mut c, &mut results);
+                        let mut c = Command::new("python3");
+                        c.current_dir(&root).arg("bench-peers/model2vec_py.py");
+                        c.envs([
+                            ("RAYON_NUM_THREADS", "1"),
+                            ("TOKENIZERS_PARALLELISM", "false"),
+                            ("OMP_NUM_THREADS", "1"),
+                        ]);
+                        c.arg("--model")
+                            .arg(&m2v)
+                            .arg("--texts")
+                            .arg(texts)
+                            .args(["--set", set]);
+                        collect("model2vec (Python)", &mut c, &mut results);
+                    }
+                }
+            }
+            other => {
+                return Err(format!(
+                    "bench: unknown group {other:?} (llm, tokenize, embed)"
+                ));
+            }
+        }
+        write_json(&out_dir.join(format!("{group}.json")), &results)?;
+    }
+    println!();
+    status("report", node("report.mjs").arg("report").arg(&out_dir))
+}
