@@ -225,35 +225,40 @@ pub fn run(args: &[String]) -> Result<(), String> {
         let mut results = Vec::new();
         match group.as_str() {
             "llm" => {
-                let common = |c: &mut Command| {
+                // wllama is slow enough that 2 timed rounds per setting keep the run short.
+                let wllama_reps = o
+                    .reps
+                    .parse::<u32>()
+                    .map_or(o.reps.clone(), |r| r.min(2).to_string());
+                let common = |c: &mut Command, reps: &str| {
                     c.arg("--model")
                         .arg(&model)
                         .arg("--prompt-file")
                         .arg(&prompt);
-                    c.args(["--gen", &o.gen_tokens, "--reps", &o.reps]);
+                    c.args(["--gen", &o.gen_tokens, "--reps", reps]);
                 };
                 let mut c = Command::new(&bench_bin);
                 c.arg("llm")
                     .args(["--threads", &o.threads])
                     .arg("--dist")
                     .arg(&dist);
-                common(&mut c);
+                common(&mut c, &o.reps);
                 collect("wasmind in wasmtime", &mut c, &mut results);
                 let mut c = node("bench.mjs");
                 c.arg("llm")
                     .args(["--threads", &o.threads])
                     .arg("--dist")
                     .arg(&dist);
-                common(&mut c);
+                common(&mut c, &o.reps);
                 collect("wasmind in Node", &mut c, &mut results);
                 if o.peers {
                     let mut c = node("wllama.mjs");
-                    c.args(["--threads", "0,1,2,4"]);
-                    common(&mut c);
+                    c.args(["--threads", "0,1,2"]);
+                    common(&mut c, &wllama_reps);
                     collect("wllama in Chromium", &mut c, &mut results);
                     let mut c = node("native.mjs");
                     c.arg("llm").args(["--threads", "1,2,4,8"]);
-                    common(&mut c);
+                    common(&mut c, &o.reps);
                     collect("native llama.cpp", &mut c, &mut results);
                 }
             }

@@ -14,7 +14,11 @@ pub fn json(path: &str) -> serde_json::Value {
 }
 
 pub fn u32s(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
 }
 
 pub fn argmax(xs: &[f32]) -> usize {
