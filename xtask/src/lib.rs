@@ -39,8 +39,16 @@ pub const THREADED: Module = Module {
 pub const MODULES: [Module; 2] = [SINGLE_THREADED, THREADED];
 
 /// The workspace root (the directory holding the root `Cargo.toml`).
+///
+/// Read at run time: cargo sets `CARGO_MANIFEST_DIR` for `cargo run` (xtask) and for build scripts
+/// (host-tests), both packages one level below the root. The compile-time value is only a fallback:
+/// a binary reused from a target directory shared by two checkouts would otherwise build the other
+/// checkout's sources.
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest_dir.parent().expect("xtask and host-tests live one level below the root").to_path_buf()
 }
 
 /// Builds `m` in release mode and returns the path of the `.wasm` cargo produced.
