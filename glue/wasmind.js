@@ -1,7 +1,10 @@
 // wasmind.js: loads wasmind into Node (worker_threads) or a browser (Web Workers); no dependencies.
 //
-//   const wm = await load({ threads: 4, maxMemory: memoryFor(modelBytes) });
-//   wm.poolSelftest(2000, 1, 4); wm.close();
+//   const wm = await load({ threads: 4, maxMemory: memoryFor(model.byteLength) });
+//   wm.loadModel(model);                          // GGUF bytes; wm.modelInfo() describes it
+//   wm.addMessage('user', 'What is the capital of France?');
+//   for (const piece of wm.reply()) print(piece); // wm.stop() (or stopFlag()) ends it early
+//   await wm.close();
 //
 // The threaded module (dist/wasmind-mt.wasm) is used when SharedArrayBuffer and cross-origin
 // isolation are available, else the single-threaded one. Threaded: one shared memory, this
@@ -16,7 +19,9 @@ const DIST = new URL('../dist/', import.meta.url);
 const PAGE = 65536, MAX_PAGES = 65536, MiB = 1 << 20;
 const HELPER_STACK = MiB, MAX_HELPERS = 255; // stack ≥ WASMIND_HELPER_STACK_MIN (256 KiB)
 export const STATUS = ['OK', 'INVALID_ARGUMENT', 'OUT_OF_MEMORY', 'BAD_FORMAT', 'UNSUPPORTED',
-  'NO_MODEL', 'CONTEXT_FULL', 'INVALID_UTF8', 'BUFFER_TOO_SMALL', 'WRONG_THREAD', 'STOPPED'];
+  'NO_MODEL', 'CONTEXT_FULL', 'INVALID_UTF8', 'BUFFER_TOO_SMALL', 'WRONG_THREAD', 'STOPPED', 'END'];
+export const ROLE = { system: 0, user: 1, assistant: 2, raw: 3 };
+const E_CONTEXT_FULL = 6, E_STOPPED = 10, E_END = 11, STOP_FLAG_OFFSET = 64;
 export const MATH = { exp: 0, log: 1, sin: 2, cos: 3, expf4: 4 };
 
 /** A failed call: `code` is the positive WASMIND_E_* status, `status` its name. */
@@ -162,6 +167,92 @@ export class Wasmind {
   lastError() { return new TextDecoder().decode(this.bytes(this.exports.last_error(), this.exports.last_error_len())); }
   /** Returns `rc` if ≥ 0, else throws a WasmindError with the module's message. */
   check(rc) { if (rc < 0) throw new WasmindError(-rc, this.lastError()); return rc; }
+
+  /** `fn(ptr)` with `bytes` copied into the module (a 1-byte block when empty), freed after. */
+  withBytes(bytes, fn) {
+    const ptr = this.put(bytes.byteLength ? bytes : new Uint8Array(1));
+    try { return fn(ptr); } finally { this.free(ptr, Math.max(1, bytes.byteLength)); }
+  }
+  /** The result buffer's `len` bytes (after model_info, chat_stats, …) as text; throws if len < 0. */
+  resultText(len) { return new TextDecoder().decode(this.bytes(this.exports.result_ptr(), this.check(len))); }
+
+  /** Loads GGUF bytes (the module keeps its own copy); `context` tokens of KV cache, 0 = the
+   *  model's own (at most 4096). Returns modelInfo(). */
+  loadModel(gguf, { context = 0 } = {}) {
+    this.check(this.exports.set_context(context));
+    this.check(this.exports.load_model(this.put(gguf), gguf.byteLength)); // the module owns the block
+    return this.modelInfo();
+  }
+  modelInfo() { return JSON.parse(this.resultText(this.exports.model_info())); }
+  /** Sampling for the next replies (module defaults below); temperature 0 is greedy. */
+  setSampler({ temperature = 0.2, topK = 40, topP = 0.95, minP = 0.05, repeatPenalty = 1.1,
+    repeatWindow = 64, seed = 0 } = {}) {
+    this.check(this.exports.sampler_set(temperature, topK, topP, minP, repeatPenalty, repeatWindow, seed >>> 0));
+  }
+  /** Appends a message ('system', 'user', 'assistant' or 'raw'); returns the message count. */
+  addMessage(role, text) {
+    const b = new TextEncoder().encode(text);
+    return this.withBytes(b, (p) => this.check(this.exports.chat_add(ROLE[role] ?? role, p, b.length)));
+  }
+  /** Forgets the conversation and the KV cache. */
+  resetChat() { this.check(this.exports.chat_reset()); }
+  /** Drop the oldest turns instead of failing when a new turn does not fit the context. */
+  setDropOldest(on) { this.check(this.exports.chat_set_options(on ? 1 : 0)); }
+  /** Generates the reply to the messages added so far, yielding its text piece by piece (whole
+   *  UTF-8 each); returns chatStats() (state: 'eog', 'limit', 'stopped' or 'context_full').
+   *  Only the tokens new since the last reply are read. Throws if the turn cannot start. */
+  *reply({ maxTokens = 0 } = {}) {
+    this.check(this.exports.chat_start(maxTokens, performance.now()));
+    for (;;) {
+      const n = this.exports.chat_next(performance.now());
+      if (n === -E_END || n === -E_STOPPED || n === -E_CONTEXT_FULL) break;
+      if (this.check(n) > 0) yield this.resultText(n);
+    }
+    return this.chatStats();
+  }
+  /** The whole reply as one string (see reply()). */
+  replyText(options) { let text = ''; for (const piece of this.reply(options)) text += piece; return text; }
+  /** The ids in the KV cache: the conversation as read so far (the last end token is not run). */
+  chatTokens() {
+    const n = this.check(this.exports.chat_tokens(0, 0));
+    return this.withBytes(new Uint8Array(4 * n), (p) => {
+      this.check(this.exports.chat_tokens(p, n));
+      return [...new Uint32Array(this.bytes(p, 4 * n).buffer)];
+    });
+  }
+  chatStats() { return JSON.parse(this.resultText(this.exports.chat_stats())); }
+  /** Asks the reply in progress to end after the current token (the driver's thread). */
+  stop() { this.exports.request_stop(); }
+  /** Where any thread may end a reply: Atomics.store(new Int32Array(memory.buffer), index, 1).
+   *  Shared only in the threaded build (send `memory` to the thread that should stop it). */
+  stopFlag() { return { memory: this.memory, index: (this.exports.shared_state() + STOP_FLAG_OFFSET) / 4 }; }
+
+  /** Loads a Model2Vec directory's three files (bytes); returns the vector dimension. */
+  loadEmbedder({ safetensors, tokenizer, config }) {
+    const tok = this.put(tokenizer), cfg = this.put(config);
+    try {
+      return this.embedDim = this.check(this.exports.load_embedder(this.put(safetensors),
+        safetensors.byteLength, tok, tokenizer.byteLength, cfg, config.byteLength));
+    } finally { this.free(tok, tokenizer.byteLength); this.free(cfg, config.byteLength); }
+  }
+  /** Sentence vectors for `texts` (strings), one Float32Array each; split across the pool. */
+  embed(texts) {
+    const enc = new TextEncoder(), parts = texts.map((t) => enc.encode(t));
+    const offsets = new Uint32Array(parts.length + 1);
+    parts.forEach((b, i) => { offsets[i + 1] = offsets[i] + b.length; });
+    const joined = new Uint8Array(offsets[parts.length]);
+    parts.forEach((b, i) => joined.set(b, offsets[i]));
+    const dim = this.embedDim;
+    if (!dim) throw new WasmindError(5, 'no embedder is loaded (loadEmbedder)');
+    return this.withBytes(joined, (t) => this.withBytes(offsets, (o) => {
+      const outBytes = parts.length * dim * 4;
+      return this.withBytes(new Uint8Array(outBytes), (out) => {
+        this.check(this.exports.embed_batch(t, o, parts.length, out));
+        const all = new Float32Array(this.bytes(out, outBytes).buffer);
+        return parts.map((_, i) => all.slice(i * dim, (i + 1) * dim));
+      });
+    }));
+  }
 
   setThreads(n) { return this.check(this.exports.pool_set_threads(n)); }
   poolSelftest(jobs, seed, maxThreads) { return this.check(this.exports.pool_selftest(jobs, seed, maxThreads)); }

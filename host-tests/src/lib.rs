@@ -622,6 +622,17 @@ impl Wasmind {
     pub fn chat_reply(
         &mut self,
         max_tokens: u32,
+        on_piece: impl FnMut(&[u8]),
+    ) -> Result<std::result::Result<Reply, ModuleError>> {
+        self.chat_reply_stoppable(max_tokens, &std::sync::atomic::AtomicBool::new(false), on_piece)
+    }
+
+    /// As [`Wasmind::chat_reply`]; when another thread (a Ctrl-C handler) sets `stop`, the
+    /// module's stop flag is raised (`request_stop`) and the reply ends with state "stopped".
+    pub fn chat_reply_stoppable(
+        &mut self,
+        max_tokens: u32,
+        stop: &std::sync::atomic::AtomicBool,
         mut on_piece: impl FnMut(&[u8]),
     ) -> Result<std::result::Result<Reply, ModuleError>> {
         if let Err(e) = self.chat_start(max_tokens)? {
@@ -630,6 +641,9 @@ impl Wasmind {
         let prompt_ids = self.chat_tokens()?;
         let mut text = Vec::new();
         let end = loop {
+            if stop.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                self.request_stop()?;
+            }
             match self.chat_next()? {
                 Piece::Text(t) => {
                     on_piece(&t);

@@ -7,6 +7,7 @@
 use std::io::{BufRead, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use host_tests::{TOKENIZE_ADD_SPECIAL, TOKENIZE_PARSE_SPECIAL, WASM_MT, WASM_ST, Wasmind, describe};
 use serde_json::json;
@@ -380,6 +381,20 @@ fn chat(args: &Args) -> Result<(), String> {
         Ok(())
     };
     start_conversation(&mut w)?;
+    // Ctrl-C during a reply stops the reply (the module's stop flag); at the prompt it leaves.
+    static GENERATING: AtomicBool = AtomicBool::new(false);
+    static STOP: AtomicBool = AtomicBool::new(false);
+    if interactive {
+        ctrlc::set_handler(|| {
+            if GENERATING.load(Ordering::SeqCst) {
+                STOP.store(true, Ordering::SeqCst);
+            } else {
+                eprintln!();
+                std::process::exit(130);
+            }
+        })
+        .map_err(s)?;
+    }
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
     loop {
@@ -403,14 +418,15 @@ fn chat(args: &Args) -> Result<(), String> {
         w.chat_add(ROLE_USER, line).map_err(s)?;
         let dropped_before = w.chat_stats().map_err(s)?["dropped_messages"].as_u64().unwrap_or(0);
         let stdout = std::io::stdout();
-        let reply = w
-            .chat_reply(max_tokens, |piece| {
-                let mut out = stdout.lock();
-                let _ = out.write_all(piece);
-                let _ = out.flush();
-            })
-            .map_err(s)?;
-        match reply {
+        STOP.store(false, Ordering::SeqCst);
+        GENERATING.store(true, Ordering::SeqCst);
+        let reply = w.chat_reply_stoppable(max_tokens, &STOP, |piece| {
+            let mut out = stdout.lock();
+            let _ = out.write_all(piece);
+            let _ = out.flush();
+        });
+        GENERATING.store(false, Ordering::SeqCst);
+        match reply.map_err(s)? {
             Err(e) if e.code == E_CONTEXT_FULL => {
                 eprintln!("[context full: {}. Type /reset to start over, or run with --drop-oldest]", e.message);
             }
@@ -420,6 +436,9 @@ fn chat(args: &Args) -> Result<(), String> {
                 let dropped = r.stats["dropped_messages"].as_u64().unwrap_or(0);
                 if dropped > dropped_before {
                     eprintln!("[context full: dropped the {} oldest messages to make room]", dropped - dropped_before);
+                }
+                if r.stats["state"] == "stopped" {
+                    eprintln!("[stopped]");
                 }
                 if r.end.code == E_CONTEXT_FULL {
                     eprintln!(
