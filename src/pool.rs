@@ -5,19 +5,21 @@
 //! the model and hands out jobs with [`par_for`]: a job is a kernel (a function pointer, which is
 //! a table index in wasm and so means the same function in every instance), an item count, a
 //! chunk size and a pointer to the kernel's arguments. Every thread, the driver included, claims
-//! chunks of items with an atomic add on a shared counter until none are left.
+//! chunks of items with a compare-and-swap on a shared counter until none are left.
 //!
 //! Protocol (all words in [`PoolState`], each busy word on its own 64-byte line):
 //! - `registered`: helpers count themselves in id order, after they have read `job_word`, so
 //!   `registered == k` means helpers `0..k` are all listening and none can miss a job.
-//! - `job_word = (sequence << 8) | participants`: the driver publishes a job by writing the job
-//!   descriptor, setting `left = participants`, and then bumping `job_word` (release) and
-//!   notifying it. Packing the participant count into the same word means a helper decides to
-//!   take part from the very word that told it a job exists; a helper with `id < participants`
-//!   is then counted in `left`, so that job cannot finish (and its descriptor cannot change)
-//!   before this helper is done with it.
-//! - `left`: participating helpers still working. The last one to finish notifies the driver,
-//!   which waits on it (spinning first) after doing its own share.
+//! - `job_word = (sequence << 8) | participants` announces a job: helpers with `id <
+//!   participants` take part. It is what helpers wait on.
+//! - `claim = (job_word << 32) | next_item`: chunks are claimed with a compare-and-swap that
+//!   only succeeds for the job the helper was woken for. A job is over when `done` (items
+//!   finished) reaches the item count, whether or not every participant showed up: a helper
+//!   that is descheduled (more threads than cores) delays nobody, it finds the job gone when it
+//!   runs. The driver closes the claim word before it rewrites the descriptor for the next job,
+//!   so a late helper's compare-and-swap fails instead of pairing an old job with new arguments.
+//! - The thread that finishes the last item of a job notifies `done`; the driver waits on it
+//!   (spinning first) after running chunks itself.
 //! - Helpers spin a bounded number of rounds on `job_word`, then sleep in
 //!   `memory.atomic.wait32`. Lowering the thread count only lowers `participants`: the extra
 //!   helpers see the new word, find their id too high, and go back to waiting.
@@ -29,15 +31,25 @@
 //! In the single-threaded build (and natively on the host) there are no helpers and every job
 //! runs inline on the caller.
 
-use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// A kernel: runs items `start..end` of a job whose arguments are at `args`.
 pub type Kernel = unsafe fn(args: *const u8, start: usize, end: usize);
 
 /// Most helpers a pool will use (the participant count lives in 8 bits of `job_word`).
 pub const MAX_HELPERS: u32 = 255;
-/// Rounds a waiting thread spins before it sleeps in `memory.atomic.wait32`.
+/// Rounds the driver spins waiting for a job to finish, and a helper waiting for the next job
+/// while it keeps finding work, before sleeping in `memory.atomic.wait32`. Jobs come every few
+/// microseconds during a token, and a wake-up from sleep costs tens of them.
 const SPIN_ROUNDS: u32 = 1 << 16;
+/// Fewest rounds a helper spins: one that keeps arriving after its jobs were all taken (more
+/// threads than cores: it was not scheduled in time) spins less and less, leaving the core to
+/// the threads doing the work instead of competing with them for it.
+const SPIN_ROUNDS_MIN: u32 = 1 << 8;
+/// `next_item` of a claim word whose job is being replaced: no chunk can be claimed.
+const CLOSED: u64 = u32::MAX as u64;
+/// Largest item count a job may have (the claim counter is 32 bits and may overshoot by a chunk).
+const MAX_ITEMS: usize = (u32::MAX / 2) as usize;
 
 /// One 64-byte line, so that the words threads hammer do not share a cache line.
 #[repr(C, align(64))]
@@ -57,10 +69,10 @@ pub struct JobDescriptor {
 pub struct PoolState {
     /// `(sequence << 8) | participants`; helpers wait on it.
     pub job_word: Line<AtomicU32>,
-    /// Participating helpers still working on the current job; the driver waits on it.
-    pub left: Line<AtomicU32>,
-    /// Next item index to claim.
-    pub next_item: Line<AtomicUsize>,
+    /// Items of the current job finished; the driver waits on it.
+    pub done: Line<AtomicU32>,
+    /// `(job_word << 32) | next_item`: the next item to claim, for the job that `job_word` names.
+    pub claim: Line<AtomicU64>,
     /// Helpers listening, counted in id order.
     pub registered: Line<AtomicU32>,
     /// The current job.
@@ -74,8 +86,8 @@ pub struct PoolState {
 }
 
 const _: () = assert!(core::mem::size_of::<Line<AtomicU32>>() == 64);
-const _: () = assert!(core::mem::offset_of!(PoolState, left) == 64);
-const _: () = assert!(core::mem::offset_of!(PoolState, next_item) == 128);
+const _: () = assert!(core::mem::offset_of!(PoolState, done) == 64);
+const _: () = assert!(core::mem::offset_of!(PoolState, claim) == 128);
 const _: () = assert!(core::mem::offset_of!(PoolState, registered) == 192);
 const _: () = assert!(core::mem::offset_of!(PoolState, job) == 256);
 const _: () = assert!(core::mem::offset_of!(PoolState, threads) == 320);
@@ -86,8 +98,8 @@ impl PoolState {
     pub const fn new() -> PoolState {
         PoolState {
             job_word: Line(AtomicU32::new(0)),
-            left: Line(AtomicU32::new(0)),
-            next_item: Line(AtomicUsize::new(0)),
+            done: Line(AtomicU32::new(0)),
+            claim: Line(AtomicU64::new(CLOSED)),
             registered: Line(AtomicU32::new(0)),
             job: Line(JobDescriptor {
                 kernel: AtomicUsize::new(0),
@@ -135,48 +147,72 @@ pub fn helpers_ready() -> u32 {
 /// until every chunk is done).
 pub unsafe fn par_for(kernel: Kernel, args: *const u8, items: usize, chunk: usize) {
     let p = pool();
-    let chunk = chunk.max(1);
+    let chunk = chunk.clamp(1, MAX_ITEMS);
     let chunks = items.div_ceil(chunk);
     let helpers = (p.threads.load(Ordering::Relaxed) - 1)
         .min(p.registered.0.load(Ordering::Acquire))
         .min(chunks.saturating_sub(1) as u32);
     p.jobs_run.fetch_add(1, Ordering::Relaxed);
-    if helpers == 0 {
+    if helpers == 0 || items > MAX_ITEMS {
         // SAFETY: the caller's contract; one thread runs the whole range.
         unsafe { kernel(args, 0, items) };
         return;
     }
-    p.job.0.kernel.store(kernel as usize, Ordering::Relaxed);
-    p.job.0.args.store(args as usize, Ordering::Relaxed);
-    p.job.0.items.store(items, Ordering::Relaxed);
-    p.job.0.chunk.store(chunk, Ordering::Relaxed);
-    p.next_item.0.store(0, Ordering::Relaxed);
-    p.left.0.store(helpers, Ordering::Relaxed);
-    let word = p.job_word.0.load(Ordering::Relaxed);
-    let next = (((word >> 8).wrapping_add(1)) << 8) | helpers;
-    p.job_word.0.store(next, Ordering::Release);
+    let old = p.job_word.0.load(Ordering::Relaxed);
+    let word = (((old >> 8).wrapping_add(1)) << 8) | helpers;
+    // Close claims before the descriptor changes: a helper still on the previous job fails its
+    // compare-and-swap from here on (the previous job's items are all claimed and finished).
+    p.claim.0.store((word as u64) << 32 | CLOSED, Ordering::SeqCst);
+    p.job.0.kernel.store(kernel as usize, Ordering::Release);
+    p.job.0.args.store(args as usize, Ordering::Release);
+    p.job.0.items.store(items, Ordering::Release);
+    p.job.0.chunk.store(chunk, Ordering::Release);
+    p.done.0.store(0, Ordering::Release);
+    p.claim.0.store((word as u64) << 32, Ordering::SeqCst);
+    p.job_word.0.store(word, Ordering::Release);
     wake(&p.job_word.0, u32::MAX);
     // SAFETY: as above; chunks are claimed atomically, so ranges are disjoint.
-    unsafe { run_chunks(p) };
-    wait_until_zero(&p.left.0);
+    unsafe { run_chunks(p, word) };
+    wait_until_equal(&p.done.0, items as u32);
 }
 
-/// Claims and runs chunks of the current job until none are left.
-unsafe fn run_chunks(p: &PoolState) {
-    let kernel_addr = p.job.0.kernel.load(Ordering::Relaxed);
-    // SAFETY: the driver stored a valid `Kernel` before publishing the job (release/acquire on
-    // `job_word`), and a function pointer round-trips through usize.
-    let kernel: Kernel = unsafe { core::mem::transmute::<usize, Kernel>(kernel_addr) };
-    let args = p.job.0.args.load(Ordering::Relaxed) as *const u8;
-    let items = p.job.0.items.load(Ordering::Relaxed);
-    let chunk = p.job.0.chunk.load(Ordering::Relaxed);
+/// Claims and runs chunks of the job announced by `word` until none are left (or another job
+/// has replaced it). Returns the number of chunks this thread ran.
+unsafe fn run_chunks(p: &PoolState, word: u32) -> usize {
+    let mut ran = 0;
     loop {
-        let start = p.next_item.0.fetch_add(chunk, Ordering::Relaxed);
-        if start >= items {
-            break;
+        let c = p.claim.0.load(Ordering::SeqCst);
+        if (c >> 32) as u32 != word {
+            return ran;
         }
-        // SAFETY: the ranges handed out by the atomic counter are disjoint.
-        unsafe { kernel(args, start, (start + chunk).min(items)) };
+        let start = (c & CLOSED) as usize;
+        // Read after the claim word named this job and before the compare-and-swap: if that
+        // succeeds, the job was still open, so these are its values (the driver closes the
+        // claim word before it writes a new descriptor).
+        let items = p.job.0.items.load(Ordering::Acquire);
+        let chunk = p.job.0.chunk.load(Ordering::Acquire);
+        let kernel_addr = p.job.0.kernel.load(Ordering::Acquire);
+        let args = p.job.0.args.load(Ordering::Acquire) as *const u8;
+        if start >= items {
+            return ran;
+        }
+        let end = (start + chunk).min(items);
+        if p.claim.0.compare_exchange(c, c + (end - start) as u64, Ordering::SeqCst, Ordering::Relaxed).is_err() {
+            continue;
+        }
+        // SAFETY: the driver stored a valid `Kernel` before opening the job, and a function
+        // pointer round-trips through usize. The claimed range is ours alone, and the job (its
+        // arguments) lives until `done` reaches `items`, which needs this chunk.
+        unsafe {
+            let kernel: Kernel = core::mem::transmute::<usize, Kernel>(kernel_addr);
+            kernel(args, start, end);
+        }
+        ran += 1;
+        let finished = p.done.0.fetch_add((end - start) as u32, Ordering::AcqRel) + (end - start) as u32;
+        if finished as usize == items {
+            wake(&p.done.0, 1);
+            return ran;
+        }
     }
 }
 
@@ -197,7 +233,7 @@ pub fn helper_loop(id: u32) {
         }
         wait_while_equal(&p.registered.0, r, 64);
     }
-    let mut spins = 0u32;
+    let (mut spins, mut spin_budget) = (0u32, SPIN_ROUNDS);
     loop {
         let word = p.job_word.0.load(Ordering::Acquire);
         if word == seen {
@@ -207,7 +243,7 @@ pub fn helper_loop(id: u32) {
                 return;
             }
             spins += 1;
-            if spins > SPIN_ROUNDS {
+            if spins > spin_budget {
                 wait_while_equal(&p.job_word.0, seen, 0);
             } else {
                 core::hint::spin_loop();
@@ -220,11 +256,13 @@ pub fn helper_loop(id: u32) {
         }
         if id < (word & 0xFF) {
             spins = 0;
-            // SAFETY: this helper is counted in `left`, so the job it read stays valid.
-            unsafe { run_chunks(p) };
-            if p.left.0.fetch_sub(1, Ordering::AcqRel) == 1 {
-                wake(&p.left.0, 1);
-            }
+            // SAFETY: run_chunks only runs chunks it claimed for the job `word` announced.
+            let ran = unsafe { run_chunks(p, word) };
+            spin_budget = if ran > 0 {
+                spin_budget.saturating_mul(2).min(SPIN_ROUNDS)
+            } else {
+                (spin_budget / 4).max(SPIN_ROUNDS_MIN)
+            };
         }
     }
 }
@@ -241,11 +279,11 @@ pub fn shutdown() {
     wake(&p.registered.0, u32::MAX);
 }
 
-fn wait_until_zero(word: &AtomicU32) {
+fn wait_until_equal(word: &AtomicU32, target: u32) {
     let mut spins = 0u32;
     loop {
         let v = word.load(Ordering::Acquire);
-        if v == 0 {
+        if v == target {
             return;
         }
         spins += 1;

@@ -16,7 +16,7 @@ use crate::error::{Error, Message};
 use crate::pool::{Line, PoolState};
 
 /// Layout version of [`Shared`]; bump when an offset documented in `abi/ABI.md` changes.
-pub const SHARED_LAYOUT_VERSION: u32 = 1;
+pub const SHARED_LAYOUT_VERSION: u32 = 2;
 /// First word of the block, so a host can check it found the right thing.
 pub const SHARED_MAGIC: u32 = u32::from_le_bytes(*b"wmnd");
 

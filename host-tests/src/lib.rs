@@ -25,6 +25,10 @@ pub const MAX_PAGES: u32 = 65_536;
 pub fn engine() -> Result<Engine> {
     let mut config = Config::new();
     config.wasm_threads(true).shared_memory(true).wasm_simd(true);
+    // `WASMIND_PERFMAP=1`: write /tmp/perf-PID.map so `perf report` names the module's functions.
+    if std::env::var_os("WASMIND_PERFMAP").is_some_and(|v| v == "1") {
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     Engine::new(&config)
 }
 

@@ -35,8 +35,13 @@ pub const MAX_BATCH: usize = 32;
 /// Spare floats after each attention score row: the SIMD softmax may touch up to 3 past the
 /// last score, and rows of different heads belong to different threads (seed 000's bug).
 const SCORE_ROW_PAD: usize = 8;
-/// Rows of a matrix per pool chunk.
+/// Rows per sub-chunk of a batched product (its `(n, rows)` block sits on the stack); pool
+/// chunks are multiples of it.
 const ROWS_PER_CHUNK: usize = 16;
+/// Pool chunks per thread in a matrix product: each thread streams a few long runs of rows
+/// (hardware prefetchers follow a run; short interleaved runs expose memory latency at every
+/// start), with enough chunks left for the faster threads to even out the finish.
+const CHUNKS_PER_THREAD: usize = 4;
 
 /// A weight matrix where it lies in the file: `rows` rows of `cols` elements of type `ty`.
 #[derive(Clone, Copy)]
@@ -414,16 +419,29 @@ unsafe fn attention_kernel(args: *const u8, start: usize, end: usize) {
         unsafe {
             let q = core::slice::from_raw_parts(a.q.add(t * a.q_dim + h * a.head_dim), a.head_dim);
             let scores = core::slice::from_raw_parts_mut(a.scores.add(item * a.score_stride), pos + 1);
-            for (s, score) in scores.iter_mut().enumerate() {
-                let k = core::slice::from_raw_parts(a.k_cache.add(s * a.kv_dim + kvh * a.head_dim), a.head_dim);
-                *score = ops::dot(q, k) * a.scale;
+            let key = |s: usize| core::slice::from_raw_parts(a.k_cache.add(s * a.kv_dim + kvh * a.head_dim), a.head_dim);
+            let value = |s: usize| core::slice::from_raw_parts(a.v_cache.add(s * a.kv_dim + kvh * a.head_dim), a.head_dim);
+            // Four positions at a time; each score is the same `dot` either way.
+            let body = scores.len() / 4 * 4;
+            for s in (0..body).step_by(4) {
+                let d = ops::dot4(q, [key(s), key(s + 1), key(s + 2), key(s + 3)]);
+                for j in 0..4 {
+                    scores[s + j] = d[j] * a.scale;
+                }
+            }
+            for s in body..scores.len() {
+                scores[s] = ops::dot(q, key(s)) * a.scale;
             }
             math::softmax_in_place(scores);
             let out = core::slice::from_raw_parts_mut(a.out.add(t * a.q_dim + h * a.head_dim), a.head_dim);
             out.fill(0.0);
-            for (s, &p) in scores.iter().enumerate() {
-                let v = core::slice::from_raw_parts(a.v_cache.add(s * a.kv_dim + kvh * a.head_dim), a.head_dim);
-                ops::axpy(out, p, v);
+            // out += p_s v_s in position order (axpy4 adds its four in order).
+            for s in (0..body).step_by(4) {
+                let p = [scores[s], scores[s + 1], scores[s + 2], scores[s + 3]];
+                ops::axpy4(out, p, [value(s), value(s + 1), value(s + 2), value(s + 3)]);
+            }
+            for s in body..scores.len() {
+                ops::axpy(out, scores[s], value(s));
             }
         }
     }
@@ -469,7 +487,10 @@ fn matmul_group(
     }
     let args = GroupArgs { jobs, count: group.len(), n };
     // SAFETY: each chunk writes only its own rows of the outputs; inputs are read-only.
-    unsafe { pool::par_for(matmul_kernel, &args as *const _ as *const u8, total, ROWS_PER_CHUNK) };
+    // Any chunking gives the same bits: each output row is one dot product wherever it runs.
+    let threads = pool::threads().min(pool::helpers_ready() + 1) as usize;
+    let chunk = total.div_ceil(threads * CHUNKS_PER_THREAD).next_multiple_of(ROWS_PER_CHUNK);
+    unsafe { pool::par_for(matmul_kernel, &args as *const _ as *const u8, total, chunk) };
     Ok(())
 }
 

@@ -92,30 +92,206 @@ pub fn try_vec(n: usize) -> Result<Vec<f32>> {
     Ok(v)
 }
 
-/// Dot product with four independent partial sums (the order is fixed, so results do not depend
-/// on which thread runs it).
-#[inline]
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+/// Dot product with four partial sums: element `i` goes to sum `i % 4`, in order, and the sums
+/// are combined as `(s0 + s1) + (s2 + s3) + tail` — the lane order of the SIMD version, so both
+/// give the same bits (and the result does not depend on which thread runs it).
+pub fn dot_ref(a: &[f32], b: &[f32]) -> f32 {
     debug_assert_eq!(a.len(), b.len());
+    let n = a.len().min(b.len());
     let mut s = [0.0f32; 4];
-    let chunks = a.len() / 4;
-    for c in 0..chunks {
-        for l in 0..4 {
-            s[l] += a[c * 4 + l] * b[c * 4 + l];
-        }
+    for (i, (&x, &y)) in a[..n / 4 * 4].iter().zip(b).enumerate() {
+        s[i % 4] += x * y;
     }
     let mut tail = 0.0;
-    for i in chunks * 4..a.len() {
+    for i in n / 4 * 4..n {
         tail += a[i] * b[i];
     }
     (s[0] + s[1]) + (s[2] + s[3]) + tail
 }
 
-/// `y += a * x`.
-#[inline]
-pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+/// `y += a * x`, element by element (scalar reference).
+pub fn axpy_ref(y: &mut [f32], a: f32, x: &[f32]) {
     debug_assert_eq!(x.len(), y.len());
     for (yi, &xi) in y.iter_mut().zip(x) {
         *yi += a * xi;
+    }
+}
+
+/// `[q·k0, q·k1, q·k2, q·k3]`, each exactly [`dot_ref`] (four keys in one pass for the SIMD
+/// version's sake: independent sums keep the adder busy).
+pub fn dot4_ref(q: &[f32], k: [&[f32]; 4]) -> [f32; 4] {
+    k.map(|k| dot_ref(q, k))
+}
+
+/// `y += p0 v0 + p1 v1 + p2 v2 + p3 v3`, added in that order per element: exactly four
+/// [`axpy_ref`] calls (one pass over `y` in the SIMD version).
+pub fn axpy4_ref(y: &mut [f32], p: [f32; 4], v: [&[f32]; 4]) {
+    for (pj, vj) in p.into_iter().zip(v) {
+        axpy_ref(y, pj, vj);
+    }
+}
+
+/// See [`dot_ref`]; bit-identical.
+#[inline]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    return simd128::dot4(a, [b, b, b, b])[0];
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+    dot_ref(a, b)
+}
+
+/// See [`axpy_ref`]; bit-identical.
+#[inline]
+pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    simd128::axpy(y, a, x);
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+    axpy_ref(y, a, x)
+}
+
+/// See [`dot4_ref`]; bit-identical.
+#[inline]
+pub fn dot4(q: &[f32], k: [&[f32]; 4]) -> [f32; 4] {
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    return simd128::dot4(q, k);
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+    dot4_ref(q, k)
+}
+
+/// See [`axpy4_ref`]; bit-identical.
+#[inline]
+pub fn axpy4(y: &mut [f32], p: [f32; 4], v: [&[f32]; 4]) {
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    simd128::axpy4(y, p, v);
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+    axpy4_ref(y, p, v)
+}
+
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod simd128 {
+    //! f32x4 versions of the `_ref` functions above, lane for lane the same operations (wasm's
+    //! SIMD128 has no fused multiply-add, so `mul` then `add` rounds as the scalar code does).
+    use core::arch::wasm32::*;
+
+    /// Four f32 at `p`.
+    ///
+    /// # Safety
+    /// `p..p + 4` must be readable.
+    #[inline(always)]
+    unsafe fn load4(p: *const f32) -> v128 {
+        // SAFETY: by the caller; v128.load has no alignment requirement.
+        unsafe { v128_load(p.cast()) }
+    }
+
+    #[inline(always)]
+    fn combine(v: v128) -> f32 {
+        (f32x4_extract_lane::<0>(v) + f32x4_extract_lane::<1>(v))
+            + (f32x4_extract_lane::<2>(v) + f32x4_extract_lane::<3>(v))
+    }
+
+    pub fn dot4(q: &[f32], k: [&[f32]; 4]) -> [f32; 4] {
+        let n = k.iter().fold(q.len(), |n, k| n.min(k.len()));
+        let body = n / 4 * 4;
+        let mut acc = [f32x4_splat(0.0); 4];
+        let mut i = 0;
+        while i < body {
+            // SAFETY: i + 4 <= body <= the length of q and of every k.
+            unsafe {
+                let x = load4(q.as_ptr().add(i));
+                for j in 0..4 {
+                    acc[j] = f32x4_add(acc[j], f32x4_mul(x, load4(k[j].as_ptr().add(i))));
+                }
+            }
+            i += 4;
+        }
+        core::array::from_fn(|j| {
+            let mut tail = 0.0;
+            for t in body..n {
+                tail += q[t] * k[j][t];
+            }
+            combine(acc[j]) + tail
+        })
+    }
+
+    pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+        let n = y.len().min(x.len());
+        let body = n / 4 * 4;
+        let av = f32x4_splat(a);
+        let mut i = 0;
+        while i < body {
+            // SAFETY: i + 4 <= body <= the length of y and x.
+            unsafe {
+                let yp = y.as_mut_ptr().add(i);
+                v128_store(yp.cast(), f32x4_add(load4(yp), f32x4_mul(av, load4(x.as_ptr().add(i)))));
+            }
+            i += 4;
+        }
+        for t in body..n {
+            y[t] += a * x[t];
+        }
+    }
+
+    pub fn axpy4(y: &mut [f32], p: [f32; 4], v: [&[f32]; 4]) {
+        let n = v.iter().fold(y.len(), |n, v| n.min(v.len()));
+        let body = n / 4 * 4;
+        let pv = p.map(|x| f32x4_splat(x));
+        let mut i = 0;
+        while i < body {
+            // SAFETY: i + 4 <= body <= the length of y and of every v.
+            unsafe {
+                let yp = y.as_mut_ptr().add(i);
+                let mut acc = load4(yp);
+                for j in 0..4 {
+                    acc = f32x4_add(acc, f32x4_mul(pv[j], load4(v[j].as_ptr().add(i))));
+                }
+                v128_store(yp.cast(), acc);
+            }
+            i += 4;
+        }
+        for t in body..n {
+            for j in 0..4 {
+                y[t] += p[j] * v[j][t];
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec::Vec;
+
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        let mut x = seed | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                (x as i32 as f32) / 2.0e9
+            })
+            .collect()
+    }
+
+    /// The dispatching versions (SIMD128 under wasm32, the references natively) equal the
+    /// scalar references bit for bit, at every length around the 4-lane body.
+    #[test]
+    fn simd_kernels_equal_their_references() {
+        for n in 0..70 {
+            let q = values(n, 1);
+            let k: Vec<Vec<f32>> = (0..4).map(|j| values(n, 10 + j)).collect();
+            let ks = [&k[0][..], &k[1][..], &k[2][..], &k[3][..]];
+            assert_eq!(dot(&q, ks[1]).to_bits(), dot_ref(&q, ks[1]).to_bits(), "dot n={n}");
+            let got = dot4(&q, ks).map(f32::to_bits);
+            assert_eq!(got, dot4_ref(&q, ks).map(f32::to_bits), "dot4 n={n}");
+            let p = [0.25, -1.5, 3.0e-3, 7.0];
+            let (mut a, mut b) = (q.clone(), q.clone());
+            axpy4(&mut a, p, ks);
+            axpy4_ref(&mut b, p, ks);
+            assert_eq!(a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), b.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), "axpy4 n={n}");
+            axpy(&mut a, -0.75, ks[2]);
+            axpy_ref(&mut b, -0.75, ks[2]);
+            assert_eq!(a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), b.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), "axpy n={n}");
+        }
     }
 }
