@@ -35,8 +35,7 @@ pub const MAX_BATCH: usize = 32;
 /// Spare floats after each attention score row: the SIMD softmax may touch up to 3 past the
 /// last score, and rows of different heads belong to different threads (seed 000's bug).
 const SCORE_ROW_PAD: usize = 8;
-/// Rows per sub-chunk of a batched product (its `(n, rows)` block sits on the stack); pool
-/// chunks are multiples of it.
+/// Pool chunks of a matrix product are multiples of this many rows.
 const ROWS_PER_CHUNK: usize = 16;
 /// Pool chunks per thread in a matrix product: each thread streams a few long runs of rows
 /// (hardware prefetchers follow a run; short interleaved runs expose memory latency at every
@@ -544,18 +543,9 @@ unsafe fn matmul_kernel(args: *const u8, start: usize, end: usize) {
                 let y = core::slice::from_raw_parts_mut(j.y.add(rows.start), rows.len());
                 quant::matvec(j.ty, w, j.cols, x, rows, y);
             } else {
-                // (n, ROWS_PER_CHUNK) on the stack, then scattered into y's (n, j.rows) layout.
-                // (Inline jobs hand the kernel the whole range, so go in sub-chunks.)
-                let mut tmp = [0.0f32; MAX_BATCH * ROWS_PER_CHUNK];
-                for sub in rows.clone().step_by(ROWS_PER_CHUNK) {
-                    let sub = sub..(sub + ROWS_PER_CHUNK).min(rows.end);
-                    let len = sub.len();
-                    quant::matmul(j.ty, w, j.cols, x, sub.clone(), &mut tmp[..a.n * len]);
-                    for t in 0..a.n {
-                        let y = core::slice::from_raw_parts_mut(j.y.add(t * j.rows + sub.start), len);
-                        y.copy_from_slice(&tmp[t * len..(t + 1) * len]);
-                    }
-                }
+                // Straight into y's (n, j.rows) layout: this chunk owns columns `rows` of
+                // every token's row.
+                quant::matmul_strided(j.ty, w, j.cols, x, rows.clone(), j.y.add(rows.start), j.rows);
             }
         }
     }

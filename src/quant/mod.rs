@@ -397,10 +397,8 @@ const MATMUL_CHUNK_BYTES: usize = 32 << 10;
 
 /// `Y = W[rows] · Xᵀ` for a batch: `xs` holds `n_vecs` vectors quantized for `ty` with
 /// [`quantize_activations`]; `y` is `[n_vecs][rows.len()]` (`y[v * rows.len() + r - rows.start]`).
-/// Each weight row is decoded once per tile of 4 vectors; rows are taken in chunks of about 32 KiB
-/// so that both the chunk and the tile's activations stay in cache.
 ///
-/// Panics like [`matvec`] if types or shapes disagree.
+/// Panics like [`matvec`] if types or shapes disagree, or if `y` is too short.
 pub fn matmul(
     ty: GgmlType,
     w: &[u8],
@@ -409,15 +407,37 @@ pub fn matmul(
     rows: Range<usize>,
     y: &mut [f32],
 ) {
+    assert!(y.len() >= xs.n_vecs() * rows.len(), "matmul: output too short");
+    let stride = rows.len();
+    // SAFETY: y holds n_vecs rows of `stride` values, checked above.
+    unsafe { matmul_strided(ty, w, n_cols, xs, rows, y.as_mut_ptr(), stride) }
+}
+
+/// [`matmul`] writing product `(v, r)` to `y[v * y_stride + r - rows.start]`, so that threads
+/// can fill disjoint column ranges of one `(n_vecs, y_stride)` output without a copy.
+/// Each weight row is decoded once per tile of 4 vectors; rows are taken in chunks of about
+/// 32 KiB so that both the chunk and the tile's activations stay in cache.
+///
+/// # Safety
+/// Those `n_vecs * rows.len()` elements must be writable and not accessed by anyone else during
+/// the call.
+pub unsafe fn matmul_strided(
+    ty: GgmlType,
+    w: &[u8],
+    n_cols: usize,
+    xs: &ActivationBuf,
+    rows: Range<usize>,
+    y: *mut f32,
+    y_stride: usize,
+) {
     let rb = row_bytes(ty, n_cols);
     assert!(
-        xs.kind() == vec_dot_kind(ty) && xs.n_cols() == n_cols,
+        xs.kind() == vec_dot_kind(ty) && xs.n_cols() == n_cols && rows.len() <= y_stride,
         "matmul: activations do not match"
     );
     let n_rows = rows.len();
     let n_vecs = xs.n_vecs();
     let w = &w[rows.start * rb..rows.end * rb];
-    let y = &mut y[..n_vecs * n_rows];
     let chunk_rows = (MATMUL_CHUNK_BYTES / rb).max(1);
     with_kernels!(ty, K => {
         for chunk_start in (0..n_rows).step_by(chunk_rows) {
@@ -425,13 +445,25 @@ pub fn matmul(
             let mut v = 0;
             while v < n_vecs {
                 let tile = (n_vecs - v).min(MATMUL_TILE).min(K::MAX_TILE);
-                for r in chunk.clone() {
-                    let row = &w[r * rb..(r + 1) * rb];
-                    match tile {
-                        4 => store(y, n_rows, v, r, K::dot::<4>(row, &[xs.row(v), xs.row(v + 1), xs.row(v + 2), xs.row(v + 3)])),
-                        3 => store(y, n_rows, v, r, K::dot::<3>(row, &[xs.row(v), xs.row(v + 1), xs.row(v + 2)])),
-                        2 => store(y, n_rows, v, r, K::dot::<2>(row, &[xs.row(v), xs.row(v + 1)])),
-                        _ => store(y, n_rows, v, r, K::dot::<1>(row, &[xs.row(v)])),
+                let rows = chunk.clone().map(|r| (r, &w[r * rb..(r + 1) * rb]));
+                // The tile's activation rows are looked up once, not once per weight row.
+                // SAFETY (stores): (v + t, r) with v + t < n_vecs and r < n_rows, by the caller.
+                match tile {
+                    4 => {
+                        let x = [xs.row(v), xs.row(v + 1), xs.row(v + 2), xs.row(v + 3)];
+                        rows.for_each(|(r, row)| unsafe { store(y, y_stride, v, r, K::dot::<4>(row, &x)) });
+                    }
+                    3 => {
+                        let x = [xs.row(v), xs.row(v + 1), xs.row(v + 2)];
+                        rows.for_each(|(r, row)| unsafe { store(y, y_stride, v, r, K::dot::<3>(row, &x)) });
+                    }
+                    2 => {
+                        let x = [xs.row(v), xs.row(v + 1)];
+                        rows.for_each(|(r, row)| unsafe { store(y, y_stride, v, r, K::dot::<2>(row, &x)) });
+                    }
+                    _ => {
+                        let x = [xs.row(v)];
+                        rows.for_each(|(r, row)| unsafe { store(y, y_stride, v, r, K::dot::<1>(row, &x)) });
                     }
                 }
                 v += tile;
@@ -440,11 +472,15 @@ pub fn matmul(
     }, _ => unreachable!());
 }
 
-/// Writes the products of row `r` with vectors `v..v + T` into `y` (`[n_vecs][n_rows]`).
+/// Writes the products of row `r` with vectors `v..v + T` to `y[(v + t) * stride + r]`.
+///
+/// # Safety
+/// Those elements must be writable.
 #[inline(always)]
-fn store<const T: usize>(y: &mut [f32], n_rows: usize, v: usize, r: usize, out: [f32; T]) {
+unsafe fn store<const T: usize>(y: *mut f32, stride: usize, v: usize, r: usize, out: [f32; T]) {
     for (t, value) in out.into_iter().enumerate() {
-        y[(v + t) * n_rows + r] = value;
+        // SAFETY: by the caller.
+        unsafe { *y.add((v + t) * stride + r) = value };
     }
 }
 

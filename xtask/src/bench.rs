@@ -257,7 +257,13 @@ pub fn run(args: &[String]) -> Result<(), String> {
                     common(&mut c, &wllama_reps);
                     collect("wllama in Chromium", &mut c, &mut results);
                     let mut c = node("native.mjs");
-                    c.arg("llm").args(["--threads", "1,2,4,8"]);
+                    // Not past the cores: llama.cpp's spinning thread pool collapses when
+                    // oversubscribed (measured here: 4 threads on 2 cores, one rep of 148 + 32
+                    // tokens took 2 min 14 s), and 8 threads did not finish in 15 minutes.
+                    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                    let native_threads: Vec<String> =
+                        [1, 2, 4, 8].iter().filter(|&&t| t <= cores.max(1)).map(|t| t.to_string()).collect();
+                    c.arg("llm").args(["--threads", &native_threads.join(",")]);
                     common(&mut c, &o.reps);
                     collect("native llama.cpp", &mut c, &mut results);
                 }
