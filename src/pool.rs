@@ -25,8 +25,10 @@
 //!   helpers see the new word, find their id too high, and go back to waiting.
 //! - `shutdown`: `pool_shutdown` sets it and bumps `job_word`; every helper returns.
 //!
-//! Determinism: chunks are fixed ranges of items and each output element is computed inside one
-//! chunk by one thread, so results do not depend on the thread count or on who took what.
+//! Determinism: each output element is computed inside one chunk by one thread, and kernels
+//! compute an element the same way whatever range it arrives in, so results do not depend on
+//! the thread count or on who took what. (Chunk ranges themselves are guided: large first,
+//! down to the job's chunk size at the end.)
 //!
 //! In the single-threaded build (and natively on the host) there are no helpers and every job
 //! runs inline on the caller.
@@ -139,7 +141,8 @@ pub fn helpers_ready() -> u32 {
     pool().registered.0.load(Ordering::Acquire)
 }
 
-/// Runs `kernel` over items `0..items` in chunks of `chunk`, on the driver and the helpers.
+/// Runs `kernel` over items `0..items` in chunks of at least `chunk` (guided: a claim takes half
+/// an even share of what is left, rounded up to whole chunks), on the driver and the helpers.
 ///
 /// # Safety
 /// `kernel(args, start, end)` must be safe to call for disjoint ranges at the same time from
@@ -196,7 +199,12 @@ unsafe fn run_chunks(p: &PoolState, word: u32) -> usize {
         if start >= items {
             return ran;
         }
-        let end = (start + chunk).min(items);
+        // Guided sizes: a claim takes half an even share of what is left, in whole chunks (at
+        // least one): long runs first (prefetchers follow them), short ones last, so the threads
+        // finish together. The ranges depend only on (items, chunk, threads), not on timing.
+        let threads = (word & 0xFF) as usize + 1;
+        let size = (items - start).div_ceil(2 * threads).next_multiple_of(chunk);
+        let end = (start + size).min(items);
         if p.claim.0.compare_exchange(c, c + (end - start) as u64, Ordering::SeqCst, Ordering::Relaxed).is_err() {
             continue;
         }

@@ -37,10 +37,6 @@ pub const MAX_BATCH: usize = 32;
 const SCORE_ROW_PAD: usize = 8;
 /// Pool chunks of a matrix product are multiples of this many rows.
 const ROWS_PER_CHUNK: usize = 16;
-/// Pool chunks per thread in a matrix product: each thread streams a few long runs of rows
-/// (hardware prefetchers follow a run; short interleaved runs expose memory latency at every
-/// start), with enough chunks left for the faster threads to even out the finish.
-const CHUNKS_PER_THREAD: usize = 4;
 
 /// A weight matrix where it lies in the file: `rows` rows of `cols` elements of type `ty`.
 #[derive(Clone, Copy)]
@@ -486,10 +482,9 @@ fn matmul_group(
     }
     let args = GroupArgs { jobs, count: group.len(), n };
     // SAFETY: each chunk writes only its own rows of the outputs; inputs are read-only.
+    // The pool hands out long runs of rows first (prefetchers follow them), then shorter ones.
     // Any chunking gives the same bits: each output row is one dot product wherever it runs.
-    let threads = pool::threads().min(pool::helpers_ready() + 1) as usize;
-    let chunk = total.div_ceil(threads * CHUNKS_PER_THREAD).next_multiple_of(ROWS_PER_CHUNK);
-    unsafe { pool::par_for(matmul_kernel, &args as *const _ as *const u8, total, chunk) };
+    unsafe { pool::par_for(matmul_kernel, &args as *const _ as *const u8, total, ROWS_PER_CHUNK) };
     Ok(())
 }
 
