@@ -1,9 +1,13 @@
 // A small static server for the demo: serves the repository root (so /glue/ and /dist/) with
 // the two headers that make a page cross-origin isolated (COOP same-origin, COEP require-corp).
-// `?isolated=0` on a request leaves them out, to see the single-threaded fallback.
-//   node glue/demo/serve.js [port]   then open http://localhost:8080/glue/demo/
+// `?isolated=0` on a request leaves them out, to see the single-threaded fallback. `files` maps
+// extra URL paths to files outside the root (the CLI maps the default model there when it is only
+// in ../shared/models).
+//   node glue/demo/serve.js [port]   then open http://localhost:8080/glue/demo/ (pool self-test)
+//                                    or http://localhost:8080/glue/demo/chat.html (a chat)
 import { createServer } from 'node:http';
 import { readFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { extname, join, normalize, sep } from 'node:path';
 
@@ -11,7 +15,9 @@ const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const TYPES = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript', '.mjs': 'text/javascript',
   '.wasm': 'application/wasm', '.json': 'application/json', '.css': 'text/css', '.txt': 'text/plain' };
 
-export function serve({ port = 8080, host = '127.0.0.1', root = ROOT } = {}) {
+export const DEFAULT_MODEL = '/models/SmolLM2-135M-Instruct.Q4_1.gguf';
+
+export function serve({ port = 8080, host = '127.0.0.1', root = ROOT, files = {} } = {}) {
   const server = createServer(async (req, res) => {
     const url = new URL(req.url, 'http://x');
     const headers = { 'Cache-Control': 'no-store', 'Cross-Origin-Resource-Policy': 'same-origin' };
@@ -19,9 +25,11 @@ export function serve({ port = 8080, host = '127.0.0.1', root = ROOT } = {}) {
       headers['Cross-Origin-Opener-Policy'] = 'same-origin';
       headers['Cross-Origin-Embedder-Policy'] = 'require-corp';
     }
-    let path;
-    try { path = normalize(join(root, decodeURIComponent(url.pathname))); } catch { path = null; }
-    if (!path || !(path + sep).startsWith(root)) { res.writeHead(400, headers).end('bad path'); return; }
+    let path = files[url.pathname];
+    if (!path) {
+      try { path = normalize(join(root, decodeURIComponent(url.pathname))); } catch { path = null; }
+      if (!path || !(path + sep).startsWith(root)) { res.writeHead(400, headers).end('bad path'); return; }
+    }
     if (url.pathname.endsWith('/')) path = join(path, 'index.html');
     try {
       const body = await readFile(path);
@@ -34,6 +42,9 @@ export function serve({ port = 8080, host = '127.0.0.1', root = ROOT } = {}) {
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  const server = await serve({ port: Number(process.argv[2] ?? 8080) });
-  console.log(`http://localhost:${server.address().port}/glue/demo/`);
+  const shared = fileURLToPath(new URL(`../../../shared${DEFAULT_MODEL}`, import.meta.url));
+  const files = !existsSync(join(ROOT, DEFAULT_MODEL)) && existsSync(shared) ? { [DEFAULT_MODEL]: shared } : {};
+  const server = await serve({ port: Number(process.argv[2] ?? 8080), files });
+  console.log(`http://localhost:${server.address().port}/glue/demo/ (pool self-test)`);
+  console.log(`http://localhost:${server.address().port}/glue/demo/chat.html (chat; ?model=URL, ?threads=N)`);
 }

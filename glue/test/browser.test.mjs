@@ -60,3 +60,57 @@ test('demo page in Chromium: isolated, threaded pool, same checksum; fallback wi
     server.close();
   }
 });
+
+// The chat page: the model from ../shared/models served at the page's default URL, greedy,
+// threaded in an isolated page (and stoppable), single-threaded without COOP/COEP.
+test('chat page in Chromium: greedy answer, Stop ends a reply, single-threaded fallback', { skip, timeout: 300000 }, async (t) => {
+  const { chromium } = await import('playwright-core');
+  const { fileURLToPath } = await import('node:url');
+  const { DEFAULT_MODEL } = await import('../demo/serve.js');
+  const model = fileURLToPath(new URL(`../../../shared${DEFAULT_MODEL}`, import.meta.url));
+  const server = await serve({ port: 0, files: { [DEFAULT_MODEL]: model } });
+  const browser = await chromium.launch({ executablePath: CHROMIUM, args: FLAGS });
+  try {
+    const page = await browser.newPage();
+    const errors = [];
+    page.on('pageerror', (e) => errors.push(e.message));
+    const ask = async (text, { stopAfter } = {}) => {
+      const n = await page.evaluate(() => window.wasmindChat.replies.length);
+      await page.fill('#text', text);
+      await page.press('#text', 'Enter');
+      if (stopAfter) {
+        await page.waitForFunction((k) => document.querySelector('#log').lastChild.textContent.length >= k, stopAfter, { timeout: 120000 });
+        await page.click('#stop');
+      }
+      await page.waitForFunction((k) => window.wasmindChat.replies.length > k || window.wasmindChat.error, n, { timeout: 120000 });
+      return page.evaluate((k) => ({ ...window.wasmindChat.replies[k], error: window.wasmindChat.error }), n);
+    };
+    const open = async (query) => {
+      await page.goto(`http://127.0.0.1:${server.address().port}/glue/demo/chat.html?${query}`);
+      await page.waitForFunction(() => window.wasmindChat?.ready || window.wasmindChat?.error, null, { timeout: 120000 });
+      return page.evaluate(() => window.wasmindChat);
+    };
+
+    const mt = await open('threads=2&temp=0');
+    assert.equal(mt.error, undefined);
+    assert.equal(mt.threaded, true);
+    assert.equal(mt.threads, 2);
+    const paris = await ask('What is the capital of France?');
+    t.diagnostic(`threaded: ${JSON.stringify(paris)}`);
+    assert.match(paris.text, /^The capital of France is Paris/);
+    const story = await ask('Write a very long story about a dragon.', { stopAfter: 20 });
+    t.diagnostic(`stopped: ${JSON.stringify(story.stats)}`);
+    assert.equal(story.stats.state, 'stopped');
+
+    const st = await open('isolated=0&temp=0');
+    assert.equal(st.error, undefined);
+    assert.equal(st.threaded, false);
+    const again = await ask('What is the capital of France?');
+    t.diagnostic(`single-threaded: ${JSON.stringify(again.stats)}`);
+    assert.equal(again.text, paris.text, 'same greedy reply from both modules');
+    assert.deepEqual(errors, []);
+  } finally {
+    await browser.close();
+    server.close();
+  }
+});
