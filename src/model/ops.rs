@@ -135,7 +135,7 @@ pub fn axpy4_ref(y: &mut [f32], p: [f32; 4], v: [&[f32]; 4]) {
 #[inline]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    return simd128::dot4(a, [b, b, b, b])[0];
+    return simd128::dot_n(a, [b])[0];
     #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
     dot_ref(a, b)
 }
@@ -144,7 +144,7 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 #[inline]
 pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    simd128::axpy(y, a, x);
+    simd128::axpy_n(y, [a], [x]);
     #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
     axpy_ref(y, a, x)
 }
@@ -153,7 +153,7 @@ pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
 #[inline]
 pub fn dot4(q: &[f32], k: [&[f32]; 4]) -> [f32; 4] {
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    return simd128::dot4(q, k);
+    return simd128::dot_n(q, k);
     #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
     dot4_ref(q, k)
 }
@@ -162,7 +162,7 @@ pub fn dot4(q: &[f32], k: [&[f32]; 4]) -> [f32; 4] {
 #[inline]
 pub fn axpy4(y: &mut [f32], p: [f32; 4], v: [&[f32]; 4]) {
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    simd128::axpy4(y, p, v);
+    simd128::axpy_n(y, p, v);
     #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
     axpy4_ref(y, p, v)
 }
@@ -189,16 +189,19 @@ mod simd128 {
             + (f32x4_extract_lane::<2>(v) + f32x4_extract_lane::<3>(v))
     }
 
-    pub fn dot4(q: &[f32], k: [&[f32]; 4]) -> [f32; 4] {
+    /// `q · k[j]` for each of `K` vectors in one pass over `q` (independent sums keep the adder
+    /// busy); each is exactly `dot_ref(q, k[j])`.
+    #[inline(always)]
+    pub fn dot_n<const K: usize>(q: &[f32], k: [&[f32]; K]) -> [f32; K] {
         let n = k.iter().fold(q.len(), |n, k| n.min(k.len()));
         let body = n / 4 * 4;
-        let mut acc = [f32x4_splat(0.0); 4];
+        let mut acc = [f32x4_splat(0.0); K];
         let mut i = 0;
         while i < body {
             // SAFETY: i + 4 <= body <= the length of q and of every k.
             unsafe {
                 let x = load4(q.as_ptr().add(i));
-                for j in 0..4 {
+                for j in 0..K {
                     acc[j] = f32x4_add(acc[j], f32x4_mul(x, load4(k[j].as_ptr().add(i))));
                 }
             }
@@ -213,25 +216,10 @@ mod simd128 {
         })
     }
 
-    pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
-        let n = y.len().min(x.len());
-        let body = n / 4 * 4;
-        let av = f32x4_splat(a);
-        let mut i = 0;
-        while i < body {
-            // SAFETY: i + 4 <= body <= the length of y and x.
-            unsafe {
-                let yp = y.as_mut_ptr().add(i);
-                v128_store(yp.cast(), f32x4_add(load4(yp), f32x4_mul(av, load4(x.as_ptr().add(i)))));
-            }
-            i += 4;
-        }
-        for t in body..n {
-            y[t] += a * x[t];
-        }
-    }
-
-    pub fn axpy4(y: &mut [f32], p: [f32; 4], v: [&[f32]; 4]) {
+    /// `y += p[0] v[0] + .. + p[K-1] v[K-1]`, added in that order per element (exactly `K`
+    /// `axpy_ref` calls) in one pass over `y`.
+    #[inline(always)]
+    pub fn axpy_n<const K: usize>(y: &mut [f32], p: [f32; K], v: [&[f32]; K]) {
         let n = v.iter().fold(y.len(), |n, v| n.min(v.len()));
         let body = n / 4 * 4;
         let pv = p.map(|x| f32x4_splat(x));
@@ -241,7 +229,7 @@ mod simd128 {
             unsafe {
                 let yp = y.as_mut_ptr().add(i);
                 let mut acc = load4(yp);
-                for j in 0..4 {
+                for j in 0..K {
                     acc = f32x4_add(acc, f32x4_mul(pv[j], load4(v[j].as_ptr().add(i))));
                 }
                 v128_store(yp.cast(), acc);
@@ -249,7 +237,7 @@ mod simd128 {
             i += 4;
         }
         for t in body..n {
-            for j in 0..4 {
+            for j in 0..K {
                 y[t] += p[j] * v[j][t];
             }
         }
