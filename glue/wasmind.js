@@ -156,11 +156,15 @@ export class Wasmind {
   bytes(ptr, len) { return new Uint8Array(this.memory.buffer, ptr, len).slice(); }
   /** Copies `data` (bytes or a typed array) into a new `alloc` block; free with free(ptr, byteLength). */
   put(data) {
-    const src = new Uint8Array(data.buffer ?? data, data.byteOffset ?? 0, data.byteLength);
-    const ptr = this.exports.alloc(src.length);
-    if (ptr === 0) throw new WasmindError(2, `alloc(${src.length}) failed`);
-    new Uint8Array(this.memory.buffer, ptr, src.length).set(src);
+    const ptr = this.exports.alloc(data.byteLength);
+    if (ptr === 0) throw new WasmindError(2, `alloc(${data.byteLength}) failed`);
+    this.copyIn(ptr, data);
     return ptr;
+  }
+  /** Copies `data` (bytes or a typed array) to `ptr` (a fresh view: memory may have grown). */
+  copyIn(ptr, data) {
+    const src = new Uint8Array(data.buffer ?? data, data.byteOffset ?? 0, data.byteLength);
+    new Uint8Array(this.memory.buffer, ptr, src.length).set(src);
   }
   free(ptr, len) { this.exports.free(ptr, len); }
   /** Text of the last failure (copied first: TextDecoder refuses views of shared memory). */
@@ -168,10 +172,15 @@ export class Wasmind {
   /** Returns `rc` if ≥ 0, else throws a WasmindError with the module's message. */
   check(rc) { if (rc < 0) throw new WasmindError(-rc, this.lastError()); return rc; }
 
-  /** `fn(ptr)` with `bytes` copied into the module (a 1-byte block when empty), freed after. */
+  /** `fn(ptr)` with a block of `size` bytes (at least 1) from the module, freed after. */
+  withBlock(size, fn) {
+    const ptr = this.exports.alloc(Math.max(1, size));
+    if (ptr === 0) throw new WasmindError(2, `alloc(${size}) failed`);
+    try { return fn(ptr); } finally { this.free(ptr, Math.max(1, size)); }
+  }
+  /** `fn(ptr)` with `bytes` copied into the module, freed after. */
   withBytes(bytes, fn) {
-    const ptr = this.put(bytes.byteLength ? bytes : new Uint8Array(1));
-    try { return fn(ptr); } finally { this.free(ptr, Math.max(1, bytes.byteLength)); }
+    return this.withBlock(bytes.byteLength, (ptr) => { this.copyIn(ptr, bytes); return fn(ptr); });
   }
   /** The result buffer's `len` bytes (after model_info, chat_stats, …) as text; throws if len < 0. */
   resultText(len) { return new TextDecoder().decode(this.bytes(this.exports.result_ptr(), this.check(len))); }
@@ -215,7 +224,7 @@ export class Wasmind {
   /** The ids in the KV cache: the conversation as read so far (the last end token is not run). */
   chatTokens() {
     const n = this.check(this.exports.chat_tokens(0, 0));
-    return this.withBytes(new Uint8Array(4 * n), (p) => {
+    return this.withBlock(4 * n, (p) => {
       this.check(this.exports.chat_tokens(p, n));
       return [...new Uint32Array(this.bytes(p, 4 * n).buffer)];
     });
@@ -246,7 +255,7 @@ export class Wasmind {
     if (!dim) throw new WasmindError(5, 'no embedder is loaded (loadEmbedder)');
     return this.withBytes(joined, (t) => this.withBytes(offsets, (o) => {
       const outBytes = parts.length * dim * 4;
-      return this.withBytes(new Uint8Array(outBytes), (out) => {
+      return this.withBlock(outBytes, (out) => {
         this.check(this.exports.embed_batch(t, o, parts.length, out));
         const all = new Float32Array(this.bytes(out, outBytes).buffer);
         return parts.map((_, i) => all.slice(i * dim, (i + 1) * dim));
