@@ -11,12 +11,11 @@
 // is served with COOP/COEP (cross-origin isolated) so wllama can use its multi-thread runtime with
 // `n_threads`; `--threads 0` serves it without them: wllama's single-thread runtime.
 // Needs `npm ci` in glue/bench and Debian's `chromium`.
-import { createServer } from 'node:http';
-import { readFile, stat } from 'node:fs/promises';
-import { createReadStream, existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
-import { join, normalize, sep, extname } from 'node:path';
+import { serve } from '../demo/serve.js';
 
 const args = process.argv.slice(2);
 const opt = (name, dflt) => { const i = args.indexOf(name); return i >= 0 ? args[i + 1] : dflt; };
@@ -32,7 +31,6 @@ const ROOTS = {
 };
 const VERSIONS = opt('--versions', '2,3').split(',').map(Number);
 if (!Object.values(ROOTS).every(existsSync)) { console.error('wllama.mjs: run `npm ci` in glue/bench first'); process.exit(1); }
-const TYPES = { '.js': 'text/javascript', '.wasm': 'application/wasm', '.html': 'text/html' };
 
 const PAGE = `<!doctype html><meta charset="utf-8"><script type="module">
 import { Wllama as Wllama3 } from '/wllama3/index.js';
@@ -91,40 +89,9 @@ window.runBench = async (a) => {
 window.ready = true;
 </script>`;
 
-function serve() {
-  const server = createServer(async (req, res) => {
-    const url = new URL(req.url, 'http://x');
-    const headers = { 'Cache-Control': 'no-store', 'Cross-Origin-Resource-Policy': 'same-origin' };
-    if (url.searchParams.get('isolated') !== '0') {
-      headers['Cross-Origin-Opener-Policy'] = 'same-origin';
-      headers['Cross-Origin-Embedder-Policy'] = 'require-corp';
-    }
-    if (url.pathname === '/') { res.writeHead(200, { ...headers, 'Content-Type': 'text/html' }).end(PAGE); return; }
-    if (url.pathname === '/model.gguf') {
-      const { size } = await stat(MODEL);
-      res.writeHead(200, { ...headers, 'Content-Type': 'application/octet-stream', 'Content-Length': size });
-      createReadStream(MODEL).pipe(res);
-      return;
-    }
-    for (const [prefix, root] of Object.entries(ROOTS)) {
-      if (!url.pathname.startsWith(prefix)) continue;
-      const path = normalize(join(root, url.pathname.slice(prefix.length)));
-      if (path.startsWith(root)) {
-        try {
-          const body = await readFile(path);
-          res.writeHead(200, { ...headers, 'Content-Type': TYPES[extname(path)] ?? 'application/octet-stream' }).end(body);
-          return;
-        } catch { /* fall through */ }
-      }
-    }
-    res.writeHead(404, headers).end('not found');
-  });
-  return new Promise((ok) => server.listen(0, '127.0.0.1', () => ok(server)));
-}
-
 const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
 const { chromium } = await import('playwright-core');
-const server = await serve();
+const server = await serve({ port: 0, mounts: ROOTS, files: { '/model.gguf': MODEL }, pages: { '/': PAGE } });
 const browser = await chromium.launch({ executablePath: CHROMIUM, args: FLAGS });
 try {
   for (const version of VERSIONS) for (const threads of THREADS) {

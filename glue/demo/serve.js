@@ -17,7 +17,9 @@ const TYPES = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript', '
 
 export const DEFAULT_MODEL = '/models/SmolLM2-135M-Instruct.Q4_1.gguf';
 
-export function serve({ port = 8080, host = '127.0.0.1', root = ROOT, files = {} } = {}) {
+/** `files`: URL path -> file; `mounts`: URL prefix (ending in '/') -> folder (ending in the
+ *  separator); `pages`: URL path -> HTML text. Everything else comes from `root`. */
+export function serve({ port = 8080, host = '127.0.0.1', root = ROOT, files = {}, mounts = {}, pages = {} } = {}) {
   const server = createServer(async (req, res) => {
     const url = new URL(req.url, 'http://x');
     const headers = { 'Cache-Control': 'no-store', 'Cross-Origin-Resource-Policy': 'same-origin' };
@@ -25,10 +27,16 @@ export function serve({ port = 8080, host = '127.0.0.1', root = ROOT, files = {}
       headers['Cross-Origin-Opener-Policy'] = 'same-origin';
       headers['Cross-Origin-Embedder-Policy'] = 'require-corp';
     }
+    if (Object.hasOwn(pages, url.pathname)) {
+      res.writeHead(200, { ...headers, 'Content-Type': TYPES['.html'] }).end(pages[url.pathname]);
+      return;
+    }
     let path = files[url.pathname];
     if (!path) {
-      try { path = normalize(join(root, decodeURIComponent(url.pathname))); } catch { path = null; }
-      if (!path || !(path + sep).startsWith(root)) { res.writeHead(400, headers).end('bad path'); return; }
+      const prefix = Object.keys(mounts).find((p) => url.pathname.startsWith(p));
+      const base = prefix ? mounts[prefix] : root;
+      try { path = normalize(join(base, decodeURIComponent(url.pathname.slice(prefix?.length ?? 0)))); } catch { path = null; }
+      if (!path || !(path + sep).startsWith(base)) { res.writeHead(400, headers).end('bad path'); return; }
     }
     if (url.pathname.endsWith('/')) path = join(path, 'index.html');
     try {
