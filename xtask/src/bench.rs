@@ -221,6 +221,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
         c
     };
 
+    // wasmind's two hosts take the same arguments: the wasmtime bench binary and glue/bench/bench.mjs.
+    let wasmind_hosts = || {
+        [("wasmind in wasmtime", Command::new(&bench_bin)), ("wasmind in Node", node("bench.mjs"))]
+    };
+
     for group in &o.groups {
         let mut results = Vec::new();
         match group.as_str() {
@@ -237,20 +242,14 @@ pub fn run(args: &[String]) -> Result<(), String> {
                         .arg(&prompt);
                     c.args(["--gen", &o.gen_tokens, "--reps", reps]);
                 };
-                let mut c = Command::new(&bench_bin);
-                c.arg("llm")
-                    .args(["--threads", &o.threads])
-                    .arg("--dist")
-                    .arg(&dist);
-                common(&mut c, &o.reps);
-                collect("wasmind in wasmtime", &mut c, &mut results);
-                let mut c = node("bench.mjs");
-                c.arg("llm")
-                    .args(["--threads", &o.threads])
-                    .arg("--dist")
-                    .arg(&dist);
-                common(&mut c, &o.reps);
-                collect("wasmind in Node", &mut c, &mut results);
+                for (label, mut c) in wasmind_hosts() {
+                    c.arg("llm")
+                        .args(["--threads", &o.threads])
+                        .arg("--dist")
+                        .arg(&dist);
+                    common(&mut c, &o.reps);
+                    collect(label, &mut c, &mut results);
+                }
                 if o.peers {
                     let mut c = node("wllama.mjs");
                     c.args(["--threads", "0,1,2"]);
@@ -269,24 +268,16 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 }
             }
             "tokenize" => {
-                let mut c = Command::new(&bench_bin);
-                c.arg("tokenize")
-                    .arg("--model")
-                    .arg(&model)
-                    .arg("--texts")
-                    .arg(&corpus)
-                    .arg("--dist")
-                    .arg(&dist);
-                collect("wasmind in wasmtime", &mut c, &mut results);
-                let mut c = node("bench.mjs");
-                c.arg("tokenize")
-                    .arg("--model")
-                    .arg(&model)
-                    .arg("--texts")
-                    .arg(&corpus)
-                    .arg("--dist")
-                    .arg(&dist);
-                collect("wasmind in Node", &mut c, &mut results);
+                for (label, mut c) in wasmind_hosts() {
+                    c.arg("tokenize")
+                        .arg("--model")
+                        .arg(&model)
+                        .arg("--texts")
+                        .arg(&corpus)
+                        .arg("--dist")
+                        .arg(&dist);
+                    collect(label, &mut c, &mut results);
+                }
                 if o.peers {
                     let mut c = node("native.mjs");
                     c.arg("tokenize")
@@ -299,24 +290,17 @@ pub fn run(args: &[String]) -> Result<(), String> {
             }
             "embed" => {
                 for (set, texts) in [("corpus", &corpus), ("short", &short)] {
-                    let mut c = Command::new(&bench_bin);
-                    c.arg("embed")
-                        .arg("--model")
-                        .arg(&m2v)
-                        .arg("--texts")
-                        .arg(texts)
-                        .args(["--set", set, "--threads", "0,1,2"]);
-                    c.arg("--dist").arg(&dist);
-                    collect("wasmind in wasmtime", &mut c, &mut results);
-                    let mut c = node("bench.mjs");
-                    c.arg("embed")
-                        .arg("--model")
-                        .arg(&m2v)
-                        .arg("--texts")
-                        .arg(texts)
-                        .args(["--set", set, "--threads", "0,1,2"]);
-                    c.arg("--dist").arg(&dist);
-                    collect("wasmind in Node", &mut c, &mut results);
+                    for (label, mut c) in wasmind_hosts() {
+                        c.arg("embed")
+                            .arg("--model")
+                            .arg(&m2v)
+                            .arg("--texts")
+                            .arg(texts)
+                            .args(["--set", set, "--threads", "0,1,2"])
+                            .arg("--dist")
+                            .arg(&dist);
+                        collect(label, &mut c, &mut results);
+                    }
                     if o.peers {
                         let mut c = Command::new(&m2v_peer);
                         c.env("RAYON_NUM_THREADS", "1")
