@@ -6,7 +6,13 @@ use std::path::PathBuf;
 
 fn main() {
     let root = xtask::workspace_root();
-    for p in ["src", "build.rs", "Cargo.toml", "Cargo.lock", ".cargo/config.toml"] {
+    for p in [
+        "src",
+        "build.rs",
+        "Cargo.toml",
+        "Cargo.lock",
+        ".cargo/config.toml",
+    ] {
         println!("cargo:rerun-if-changed={}", root.join(p).display());
     }
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));

@@ -37,7 +37,12 @@ unsafe fn bytes<'a>(ptr: *const u8, len: usize) -> Result<&'a [u8]> {
         return Ok(&[]);
     }
     if ptr.is_null() || (ptr as usize).checked_add(len).is_none() {
-        return Err(err!(Status::InvalidArgument, "bad buffer: ptr {:p} len {}", ptr, len));
+        return Err(err!(
+            Status::InvalidArgument,
+            "bad buffer: ptr {:p} len {}",
+            ptr,
+            len
+        ));
     }
     // SAFETY: the caller's contract.
     Ok(unsafe { core::slice::from_raw_parts(ptr, len) })
@@ -54,7 +59,12 @@ unsafe fn bytes_mut<'a, T>(ptr: *mut T, count: usize) -> Result<&'a mut [T]> {
         || (ptr as usize) % core::mem::align_of::<T>() != 0
         || size.and_then(|s| (ptr as usize).checked_add(s)).is_none()
     {
-        return Err(err!(Status::InvalidArgument, "bad buffer: ptr {:p} count {}", ptr, count));
+        return Err(err!(
+            Status::InvalidArgument,
+            "bad buffer: ptr {:p} count {}",
+            ptr,
+            count
+        ));
     }
     // SAFETY: the caller's contract.
     Ok(unsafe { core::slice::from_raw_parts_mut(ptr, count) })
@@ -126,7 +136,10 @@ pub extern "C" fn shared_state() -> *const u8 {
 /// `shared_state() + 64`). Callable from any thread or instance.
 #[unsafe(no_mangle)]
 pub extern "C" fn request_stop() {
-    SHARED.stop.0.store(1, core::sync::atomic::Ordering::Relaxed);
+    SHARED
+        .stop
+        .0
+        .store(1, core::sync::atomic::Ordering::Relaxed);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -137,10 +150,18 @@ pub extern "C" fn request_stop() {
 #[unsafe(no_mangle)]
 pub extern "C" fn helper_loop(id: u32) -> i32 {
     if !cfg!(target_feature = "atomics") {
-        return fail(err!(Status::WrongThread, "helper_loop needs the threaded build"));
+        return fail(err!(
+            Status::WrongThread,
+            "helper_loop needs the threaded build"
+        ));
     }
     if id >= pool::MAX_HELPERS {
-        return fail(err!(Status::InvalidArgument, "helper id {} >= {}", id, pool::MAX_HELPERS));
+        return fail(err!(
+            Status::InvalidArgument,
+            "helper id {} >= {}",
+            id,
+            pool::MAX_HELPERS
+        ));
     }
     pool::helper_loop(id);
     0
@@ -190,7 +211,12 @@ pub extern "C" fn math_apply(which: u32, input: *const u8, output: *mut u8, n: u
     status(unsafe { math_apply_checked(which, input, output, n) })
 }
 
-unsafe fn math_apply_checked(which: u32, input: *const u8, output: *mut u8, n: usize) -> Result<i32> {
+unsafe fn math_apply_checked(
+    which: u32,
+    input: *const u8,
+    output: *mut u8,
+    n: usize,
+) -> Result<i32> {
     use crate::math;
     if which == 4 {
         // SAFETY: the caller's contract.
@@ -210,7 +236,13 @@ unsafe fn math_apply_checked(which: u32, input: *const u8, output: *mut u8, n: u
         1 => math::log,
         2 => math::sin,
         3 => math::cos,
-        _ => return Err(err!(Status::InvalidArgument, "math_apply: unknown function {}", which)),
+        _ => {
+            return Err(err!(
+                Status::InvalidArgument,
+                "math_apply: unknown function {}",
+                which
+            ));
+        }
     };
     // Check both buffers, then go through raw pointers: they may be the same buffer.
     // SAFETY: the caller's contract.
@@ -225,7 +257,6 @@ unsafe fn math_apply_checked(which: u32, input: *const u8, output: *mut u8, n: u
     Ok(n as i32)
 }
 
-
 // ---------------------------------------------------------------------------------------------
 // The engine (driver only)
 
@@ -239,7 +270,9 @@ fn engine() -> &'static mut Engine {
         if ENGINE.get().is_none() {
             ENGINE.set(Some(Engine::default()));
         }
-        ENGINE.get().unwrap_or_else(|| core::arch::wasm32::unreachable())
+        ENGINE
+            .get()
+            .unwrap_or_else(|| core::arch::wasm32::unreachable())
     }
 }
 
@@ -258,7 +291,10 @@ fn release(bytes: Option<&'static [u8]>) {
 /// As [`bytes`].
 unsafe fn owned_block(ptr: *mut u8, len: usize) -> Result<&'static [u8]> {
     if ptr.is_null() {
-        return Err(err!(Status::InvalidArgument, "the file block is a null pointer"));
+        return Err(err!(
+            Status::InvalidArgument,
+            "the file block is a null pointer"
+        ));
     }
     // SAFETY: the caller's contract; non-null, so the slice keeps `ptr`.
     unsafe { bytes(ptr, len) }
@@ -350,9 +386,14 @@ pub extern "C" fn prefill_logits(ids: *const u32, n: usize, out: *mut f32) -> i3
     status(unsafe { ids_slice(ids, n) }.and_then(|ids| {
         let m = engine().model()?;
         let vocab = m.cfg.vocab;
-        let total = n.checked_mul(vocab).ok_or_else(|| err!(Status::InvalidArgument, "n too large"))?;
+        let total = n
+            .checked_mul(vocab)
+            .ok_or_else(|| err!(Status::InvalidArgument, "n too large"))?;
         let out = unsafe { bytes_mut(out, total)? };
-        m.forward(ids, Some(&mut |i, l: &[f32]| out[i * vocab..(i + 1) * vocab].copy_from_slice(l)))?;
+        m.forward(
+            ids,
+            Some(&mut |i, l: &[f32]| out[i * vocab..(i + 1) * vocab].copy_from_slice(l)),
+        )?;
         Ok(n as i32)
     }))
 }
@@ -360,7 +401,10 @@ pub extern "C" fn prefill_logits(ids: *const u32, n: usize, out: *mut f32) -> i3
 /// Address of the logits after the last token run (`vocab` f32), 0 without a model.
 #[unsafe(no_mangle)]
 pub extern "C" fn logits() -> *const f32 {
-    engine().model.as_ref().map_or(core::ptr::null(), |m| m.logits.as_ptr())
+    engine()
+        .model
+        .as_ref()
+        .map_or(core::ptr::null(), |m| m.logits.as_ptr())
 }
 
 /// Forgets every cached token.
@@ -375,7 +419,11 @@ pub extern "C" fn reset() -> i32 {
 /// Keeps the first `n` cached tokens (to rewind a conversation). Returns `n`.
 #[unsafe(no_mangle)]
 pub extern "C" fn kv_truncate(n: u32) -> i32 {
-    status(engine().model().and_then(|m| m.truncate(n as usize).map(|()| n as i32)))
+    status(
+        engine()
+            .model()
+            .and_then(|m| m.truncate(n as usize).map(|()| n as i32)),
+    )
 }
 
 /// Tokens in the KV cache.
@@ -388,7 +436,13 @@ pub extern "C" fn kv_len() -> i32 {
 /// says, 2 parse special tokens written in the text. Writes up to `cap` ids to `out` and returns
 /// the total count (call again with a larger buffer if it exceeds `cap`).
 #[unsafe(no_mangle)]
-pub extern "C" fn tokenize(text: *const u8, len: usize, flags: u32, out: *mut u32, cap: usize) -> i32 {
+pub extern "C" fn tokenize(
+    text: *const u8,
+    len: usize,
+    flags: u32,
+    out: *mut u32,
+    cap: usize,
+) -> i32 {
     // SAFETY: the host passes its text and room for cap ids.
     status(unsafe { bytes(text, len) }.and_then(|text| {
         let ids = engine().tokenize(text, flags)?;
@@ -448,8 +502,10 @@ pub extern "C" fn embed(text: *const u8, len: usize, out: *mut f32) -> i32 {
         return fail(err!(Status::NoModel, "no embedder is loaded"));
     };
     // SAFETY: the host passes its text and room for dim floats.
-    status(unsafe { bytes(text, len).and_then(|t| Ok((t, bytes_mut(out, dim)?))) }
-        .and_then(|(t, out)| e.embed(t, out).map(|d| d as i32)))
+    status(
+        unsafe { bytes(text, len).and_then(|t| Ok((t, bytes_mut(out, dim)?))) }
+            .and_then(|(t, out)| e.embed(t, out).map(|d| d as i32)),
+    )
 }
 
 /// Embeds `n` texts in one call (split across the thread pool in the threaded build): the
@@ -458,23 +514,36 @@ pub extern "C" fn embed(text: *const u8, len: usize, out: *mut f32) -> i32 {
 /// vector equals `embed`'s for that text, for any thread count. Returns `n`; if some texts fail
 /// (invalid UTF-8) they get zero vectors and the error names the lowest such index.
 #[unsafe(no_mangle)]
-pub extern "C" fn embed_batch(texts: *const u8, offsets: *const u32, n: usize, out: *mut f32) -> i32 {
+pub extern "C" fn embed_batch(
+    texts: *const u8,
+    offsets: *const u32,
+    n: usize,
+    out: *mut f32,
+) -> i32 {
     let e = engine();
     let Some(dim) = e.embedder.as_ref().map(|m| m.dim()) else {
         return fail(err!(Status::NoModel, "no embedder is loaded"));
     };
     // SAFETY: the host passes n + 1 offsets, the text bytes up to offsets[n], and room for
     // n * dim floats.
-    status(unsafe {
-        let count = n.checked_add(1).ok_or_else(|| err!(Status::InvalidArgument, "n too large"));
-        count.and_then(|c| ids_slice(offsets, c)).and_then(|offs| {
-            let len = offs.last().copied().unwrap_or(0) as usize;
-            let floats = n.checked_mul(dim).ok_or_else(|| err!(Status::InvalidArgument, "n too large"))?;
-            Ok((bytes(texts, len)?, offs, bytes_mut(out, floats)?))
-        })
-    }
-    .and_then(|(texts, offs, out)| e.embed_batch(texts, offs, out))
-    .and_then(|n| i32::try_from(n).map_err(|_| err!(Status::InvalidArgument, "too many texts"))))
+    status(
+        unsafe {
+            let count = n
+                .checked_add(1)
+                .ok_or_else(|| err!(Status::InvalidArgument, "n too large"));
+            count.and_then(|c| ids_slice(offsets, c)).and_then(|offs| {
+                let len = offs.last().copied().unwrap_or(0) as usize;
+                let floats = n
+                    .checked_mul(dim)
+                    .ok_or_else(|| err!(Status::InvalidArgument, "n too large"))?;
+                Ok((bytes(texts, len)?, offs, bytes_mut(out, floats)?))
+            })
+        }
+        .and_then(|(texts, offs, out)| e.embed_batch(texts, offs, out))
+        .and_then(|n| {
+            i32::try_from(n).map_err(|_| err!(Status::InvalidArgument, "too many texts"))
+        }),
+    )
 }
 
 /// The token ids `embed` pools for the text (after dropping [UNK], truncated), up to `cap`
@@ -549,11 +618,13 @@ pub extern "C" fn chat_last_token() -> i32 {
 pub extern "C" fn chat_tokens(out: *mut u32, cap: usize) -> i32 {
     let ids = engine().chat.ids();
     // SAFETY: the host passes room for cap ids.
-    status(unsafe { bytes_mut(out, cap.min(ids.len())) }.and_then(|out| {
-        let n = out.len();
-        out.copy_from_slice(&ids[..n]);
-        i32::try_from(ids.len()).map_err(|_| err!(Status::InvalidArgument, "too many ids"))
-    }))
+    status(
+        unsafe { bytes_mut(out, cap.min(ids.len())) }.and_then(|out| {
+            let n = out.len();
+            out.copy_from_slice(&ids[..n]);
+            i32::try_from(ids.len()).map_err(|_| err!(Status::InvalidArgument, "too many ids"))
+        }),
+    )
 }
 
 /// JSON in the result buffer: state, template, prompt and reply tokens, prefill/decode ms and
@@ -589,7 +660,15 @@ pub extern "C" fn sampler_set(
     repeat_window: u32,
     seed: u32,
 ) -> i32 {
-    let s = crate::sampler::Settings { temperature, top_k, top_p, min_p, repeat_penalty, repeat_window, seed: seed as u64 };
+    let s = crate::sampler::Settings {
+        temperature,
+        top_k,
+        top_p,
+        min_p,
+        repeat_penalty,
+        repeat_window,
+        seed: seed as u64,
+    };
     status(engine().sampler_set(s).map(|()| 0))
 }
 

@@ -55,7 +55,9 @@ impl Engine {
         self.chat = crate::chat::Chat::default();
         self.file = Some(file);
         let g = Gguf::parse(file)?;
-        let has_vocab = g.get("tokenizer.ggml.model").is_some_and(|m| m.as_str() != Some("none"));
+        let has_vocab = g
+            .get("tokenizer.ggml.model")
+            .is_some_and(|m| m.as_str() != Some("none"));
         if has_vocab {
             self.tokenizer = Some(Tokenizer::from_gguf(&g)?);
         }
@@ -63,12 +65,20 @@ impl Engine {
             let model = Model::load(&g, self.context_request)?;
             if let Some(t) = &self.tokenizer {
                 if t.n_vocab() > model.cfg.vocab {
-                    bail!(Status::BadFormat, "vocabulary of {} tokens, but the output has {} rows", t.n_vocab(), model.cfg.vocab);
+                    bail!(
+                        Status::BadFormat,
+                        "vocabulary of {} tokens, but the output has {} rows",
+                        t.n_vocab(),
+                        model.cfg.vocab
+                    );
                 }
             }
             self.model = Some(model);
         } else if !has_vocab {
-            bail!(Status::BadFormat, "the file has neither tensors nor a vocabulary");
+            bail!(
+                Status::BadFormat,
+                "the file has neither tensors nor a vocabulary"
+            );
         }
         self.chat = crate::chat::Chat::for_model(chat_template_source(&g), self.tokenizer.as_ref());
         self.gguf = Some(g);
@@ -77,11 +87,15 @@ impl Engine {
     }
 
     pub fn model(&mut self) -> Result<&mut Model<'static>> {
-        self.model.as_mut().ok_or_else(|| err!(Status::NoModel, "no model with weights is loaded"))
+        self.model
+            .as_mut()
+            .ok_or_else(|| err!(Status::NoModel, "no model with weights is loaded"))
     }
 
     pub fn tokenizer(&self) -> Result<&Tokenizer> {
-        self.tokenizer.as_ref().ok_or_else(|| err!(Status::NoModel, "no model with a vocabulary is loaded"))
+        self.tokenizer
+            .as_ref()
+            .ok_or_else(|| err!(Status::NoModel, "no model with a vocabulary is loaded"))
     }
 
     /// `text` -> ids in `self.ids` (returned as a slice).
@@ -89,7 +103,10 @@ impl Engine {
         let Ok(text) = core::str::from_utf8(text) else {
             bail!(Status::InvalidUtf8, "text is not valid UTF-8");
         };
-        let tok = self.tokenizer.as_ref().ok_or_else(|| err!(Status::NoModel, "no model with a vocabulary is loaded"))?;
+        let tok = self
+            .tokenizer
+            .as_ref()
+            .ok_or_else(|| err!(Status::NoModel, "no model with a vocabulary is loaded"))?;
         self.ids.clear();
         tok.encode_with(
             &mut self.work,
@@ -103,7 +120,10 @@ impl Engine {
 
     /// ids -> bytes in `self.result`.
     pub fn detokenize(&mut self, ids: &[u32], flags: u32) -> Result<usize> {
-        let tok = self.tokenizer.as_ref().ok_or_else(|| err!(Status::NoModel, "no model with a vocabulary is loaded"))?;
+        let tok = self
+            .tokenizer
+            .as_ref()
+            .ok_or_else(|| err!(Status::NoModel, "no model with a vocabulary is loaded"))?;
         self.result.clear();
         tok.decode(ids, flags & DETOKENIZE_SPECIAL != 0, &mut self.result)?;
         Ok(self.result.len())
@@ -112,33 +132,59 @@ impl Engine {
     /// Streaming detokenization: the complete UTF-8 text `id` brings, in `self.result`.
     /// `id < 0` flushes what is held back and restarts the stream.
     pub fn stream_piece(&mut self, id: i64, flags: u32) -> Result<usize> {
-        let tok = self.tokenizer.as_ref().ok_or_else(|| err!(Status::NoModel, "no model with a vocabulary is loaded"))?;
+        let tok = self
+            .tokenizer
+            .as_ref()
+            .ok_or_else(|| err!(Status::NoModel, "no model with a vocabulary is loaded"))?;
         self.result.clear();
         if id < 0 {
             self.stream.finish(&mut self.result);
             self.stream = StreamDecoder::new();
         } else {
-            self.stream.push(tok, id as u32, flags & DETOKENIZE_SPECIAL != 0, &mut self.result)?;
+            self.stream.push(
+                tok,
+                id as u32,
+                flags & DETOKENIZE_SPECIAL != 0,
+                &mut self.result,
+            )?;
         }
         Ok(self.result.len())
     }
 
     /// A JSON description of the loaded model into `self.result`.
     pub fn model_info(&mut self) -> Result<usize> {
-        let g = self.gguf.as_ref().ok_or_else(|| err!(Status::NoModel, "no model is loaded"))?;
+        let g = self
+            .gguf
+            .as_ref()
+            .ok_or_else(|| err!(Status::NoModel, "no model is loaded"))?;
         let mut s = alloc::string::String::new();
         s.push('{');
         let name = g.get_str_opt("general.name").ok().flatten().unwrap_or("");
         let _ = write!(s, "\"name\":");
         json_string(&mut s, name);
-        let _ = write!(s, ",\"gguf_version\":{},\"file_bytes\":{}", g.version(), g.bytes().len());
+        let _ = write!(
+            s,
+            ",\"gguf_version\":{},\"file_bytes\":{}",
+            g.version(),
+            g.bytes().len()
+        );
         if let Some(m) = &self.model {
             let c = &m.cfg;
             let _ = write!(
                 s,
                 ",\"arch\":\"{}\",\"dim\":{},\"layers\":{},\"heads\":{},\"kv_heads\":{},\"head_dim\":{},\"ffn\":{},\"vocab\":{},\"context\":{},\"train_context\":{},\"rope_base\":{},\"rms_eps\":{}",
-                c.arch.name(), c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn_dim, c.vocab,
-                m.context, c.train_context, c.rope_base, c.rms_eps
+                c.arch.name(),
+                c.dim,
+                c.n_layers,
+                c.n_heads,
+                c.n_kv_heads,
+                c.head_dim,
+                c.ffn_dim,
+                c.vocab,
+                m.context,
+                c.train_context,
+                c.rope_base,
+                c.rms_eps
             );
             let _ = write!(s, ",\"kv_cache_bytes\":{}", m.kv_cache_bytes());
         }
@@ -162,7 +208,13 @@ impl Engine {
             };
             let _ = write!(s, ",\"tokenizer\":\"{}\",\"n_vocab\":{}", kind, t.n_vocab());
             let id = |v: Option<u32>| v.map_or(-1, |v| v as i64);
-            let _ = write!(s, ",\"bos\":{},\"eos\":{},\"add_bos\":{}", id(t.bos()), id(t.eos()), t.add_bos());
+            let _ = write!(
+                s,
+                ",\"bos\":{},\"eos\":{},\"add_bos\":{}",
+                id(t.bos()),
+                id(t.eos()),
+                t.add_bos()
+            );
             let _ = write!(s, ",\"chat_template\":\"{}\"", self.chat.template.name());
             if let Some(w) = self.chat.warning {
                 s.push_str(",\"chat_template_warning\":");
@@ -176,7 +228,12 @@ impl Engine {
     }
 
     /// Loads a Model2Vec model from its three files; returns the vector width.
-    pub fn load_embedder(&mut self, safetensors: &'static [u8], tokenizer_json: &[u8], config_json: &[u8]) -> Result<usize> {
+    pub fn load_embedder(
+        &mut self,
+        safetensors: &'static [u8],
+        tokenizer_json: &[u8],
+        config_json: &[u8],
+    ) -> Result<usize> {
         self.embedder = None;
         self.embed_file = Some(safetensors);
         let e = Embedder::load(safetensors, tokenizer_json, config_json)?;
@@ -187,7 +244,10 @@ impl Engine {
     }
 
     pub fn embed(&mut self, text: &[u8], out: &mut [f32]) -> Result<usize> {
-        let e = self.embedder.as_ref().ok_or_else(|| err!(Status::NoModel, "no embedder is loaded"))?;
+        let e = self
+            .embedder
+            .as_ref()
+            .ok_or_else(|| err!(Status::NoModel, "no embedder is loaded"))?;
         let scratch = self.embed_scratch.get_or_insert_with(EmbedScratch::new);
         e.embed_bytes(text, scratch, out)?;
         Ok(e.dim())
@@ -200,15 +260,32 @@ impl Engine {
     /// fails (invalid UTF-8) gets a zero vector, the others are still embedded, and the error of
     /// the lowest such index is returned. Returns `n`.
     pub fn embed_batch(&mut self, texts: &[u8], offsets: &[u32], out: &mut [f32]) -> Result<usize> {
-        let e = self.embedder.as_ref().ok_or_else(|| err!(Status::NoModel, "no embedder is loaded"))?;
+        let e = self
+            .embedder
+            .as_ref()
+            .ok_or_else(|| err!(Status::NoModel, "no embedder is loaded"))?;
         let dim = e.dim();
         let n = offsets.len().saturating_sub(1);
         if out.len() != n * dim {
-            bail!(Status::InvalidArgument, "embed_batch: output has {} floats, {} texts need {}", out.len(), n, n * dim);
+            bail!(
+                Status::InvalidArgument,
+                "embed_batch: output has {} floats, {} texts need {}",
+                out.len(),
+                n,
+                n * dim
+            );
         }
         for (i, w) in offsets.windows(2).enumerate() {
             if w[0] > w[1] || w[1] as usize > texts.len() {
-                bail!(Status::InvalidArgument, "embed_batch: offsets[{}..={}] = {}..{} is not inside the {} text bytes", i, i + 1, w[0], w[1], texts.len());
+                bail!(
+                    Status::InvalidArgument,
+                    "embed_batch: offsets[{}..={}] = {}..{} is not inside the {} text bytes",
+                    i,
+                    i + 1,
+                    w[0],
+                    w[1],
+                    texts.len()
+                );
             }
         }
         if n == 0 {
@@ -238,7 +315,11 @@ impl Engine {
         // SAFETY: each item (text) writes only its own row of `out`; a running chunk holds one
         // slot exclusively (claimed with an atomic swap); everything outlives the call.
         unsafe { pool::par_for(embed_batch_kernel, &args as *const _ as *const u8, n, chunk) };
-        let first = self.batch_slots.iter_mut().filter_map(|s| s.first_error.get_mut().take()).min_by_key(|(i, _)| *i);
+        let first = self
+            .batch_slots
+            .iter_mut()
+            .filter_map(|s| s.first_error.get_mut().take())
+            .min_by_key(|(i, _)| *i);
         match first {
             None => Ok(n),
             Some((i, e)) => Err(err!(e.status, "text {}: {}", i, e.message.as_str())),
@@ -247,7 +328,10 @@ impl Engine {
 
     /// The ids `embed` pools for `text` (after dropping [UNK] and truncating).
     pub fn embed_ids(&mut self, text: &[u8]) -> Result<&[u32]> {
-        let e = self.embedder.as_ref().ok_or_else(|| err!(Status::NoModel, "no embedder is loaded"))?;
+        let e = self
+            .embedder
+            .as_ref()
+            .ok_or_else(|| err!(Status::NoModel, "no embedder is loaded"))?;
         let Ok(text) = core::str::from_utf8(text) else {
             bail!(Status::InvalidUtf8, "text is not valid UTF-8");
         };
@@ -314,13 +398,17 @@ unsafe fn embed_batch_kernel(args: *const u8, start: usize, end: usize) {
     let a = unsafe { &*(args as *const BatchArgs<'_>) };
     let slot = claim(a.slots);
     // SAFETY: the slot is ours until `busy` is released below.
-    let (scratch, first_error) = unsafe { (&mut *slot.scratch.get(), &mut *slot.first_error.get()) };
+    let (scratch, first_error) =
+        unsafe { (&mut *slot.scratch.get(), &mut *slot.first_error.get()) };
     for i in start..end {
         // SAFETY: offsets were checked to lie inside the text bytes and to be ordered; row `i`
         // of `out` belongs to this item only.
         let (text, out) = unsafe {
             let (lo, hi) = (*a.offsets.add(i) as usize, *a.offsets.add(i + 1) as usize);
-            (core::slice::from_raw_parts(a.texts.add(lo), hi - lo), core::slice::from_raw_parts_mut(a.out.add(i * a.dim), a.dim))
+            (
+                core::slice::from_raw_parts(a.texts.add(lo), hi - lo),
+                core::slice::from_raw_parts_mut(a.out.add(i * a.dim), a.dim),
+            )
         };
         if let Err(e) = a.embedder.embed_bytes(text, scratch, out) {
             out.fill(0.0);
@@ -366,21 +454,38 @@ impl Engine {
 
     /// Runs the new messages and the generation prompt; returns the prompt tokens run.
     pub fn chat_start(&mut self, max_tokens: u32, now_ms: f64) -> Result<usize> {
-        let tok = self.tokenizer.as_ref().ok_or_else(|| err!(Status::NoModel, "no model with a vocabulary is loaded"))?;
-        let m = self.model.as_mut().ok_or_else(|| err!(Status::NoModel, "no model with weights is loaded"))?;
+        let tok = self
+            .tokenizer
+            .as_ref()
+            .ok_or_else(|| err!(Status::NoModel, "no model with a vocabulary is loaded"))?;
+        let m = self
+            .model
+            .as_mut()
+            .ok_or_else(|| err!(Status::NoModel, "no model with weights is loaded"))?;
         self.chat.start(m, tok, &mut self.work, max_tokens, now_ms)
     }
 
     /// The next piece of the reply in `self.result`; its length, or the end status.
     pub fn chat_next(&mut self, now_ms: f64) -> Result<usize> {
-        let tok = self.tokenizer.as_ref().ok_or_else(|| err!(Status::NoModel, "no model with a vocabulary is loaded"))?;
-        let m = self.model.as_mut().ok_or_else(|| err!(Status::NoModel, "no model with weights is loaded"))?;
-        self.chat.next(m, tok, &mut self.sampler, now_ms, &mut self.result)
+        let tok = self
+            .tokenizer
+            .as_ref()
+            .ok_or_else(|| err!(Status::NoModel, "no model with a vocabulary is loaded"))?;
+        let m = self
+            .model
+            .as_mut()
+            .ok_or_else(|| err!(Status::NoModel, "no model with weights is loaded"))?;
+        self.chat
+            .next(m, tok, &mut self.sampler, now_ms, &mut self.result)
     }
 
     pub fn chat_set_options(&mut self, flags: u32) -> Result<()> {
         if flags & !OPTION_DROP_OLDEST != 0 {
-            bail!(Status::InvalidArgument, "chat_set_options: unknown flags {:#x}", flags & !OPTION_DROP_OLDEST);
+            bail!(
+                Status::InvalidArgument,
+                "chat_set_options: unknown flags {:#x}",
+                flags & !OPTION_DROP_OLDEST
+            );
         }
         self.chat.drop_oldest = flags & OPTION_DROP_OLDEST != 0;
         Ok(())
@@ -396,8 +501,17 @@ impl Engine {
         let c = &self.chat;
         let t = &c.timings;
         let mut s = alloc::string::String::new();
-        let _ = write!(s, "{{\"state\":\"{}\",\"template\":\"{}\"", c.state.name(), c.template.name());
-        let _ = write!(s, ",\"prompt_tokens\":{},\"tokens\":{}", t.prompt_tokens, t.tokens);
+        let _ = write!(
+            s,
+            "{{\"state\":\"{}\",\"template\":\"{}\"",
+            c.state.name(),
+            c.template.name()
+        );
+        let _ = write!(
+            s,
+            ",\"prompt_tokens\":{},\"tokens\":{}",
+            t.prompt_tokens, t.tokens
+        );
         for (k, v) in [
             ("prefill_ms", t.prefill_ms()),
             ("prefill_tps", t.prefill_tps()),
@@ -430,8 +544,14 @@ impl Engine {
     /// Samples a token from the logits of the last token run, with `history` for the
     /// repetition penalty (for hosts that drive `step` themselves).
     pub fn sample(&mut self, history: &[u32]) -> Result<u32> {
-        let m = self.model.as_ref().ok_or_else(|| err!(Status::NoModel, "no model with weights is loaded"))?;
-        let n = self.tokenizer.as_ref().map_or(m.logits.len(), |t| t.n_vocab().min(m.logits.len()));
+        let m = self
+            .model
+            .as_ref()
+            .ok_or_else(|| err!(Status::NoModel, "no model with weights is loaded"))?;
+        let n = self
+            .tokenizer
+            .as_ref()
+            .map_or(m.logits.len(), |t| t.n_vocab().min(m.logits.len()));
         self.sampler.sample(&m.logits[..n], history)
     }
 }

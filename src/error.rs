@@ -107,7 +107,10 @@ impl Message {
     pub const CAPACITY: usize = 480;
 
     pub const fn new() -> Message {
-        Message { len: 0, bytes: [0; Message::CAPACITY] }
+        Message {
+            len: 0,
+            bytes: [0; Message::CAPACITY],
+        }
     }
 
     pub fn as_str(&self) -> &str {
@@ -157,7 +160,12 @@ mod tests {
     #[test]
     fn codes_are_negative() {
         assert_eq!(Status::OutOfMemory.code(), -2);
-        let e = err!(Status::Unsupported, "tensor {} has type {}", "blk.0.attn_q.weight", 99);
+        let e = err!(
+            Status::Unsupported,
+            "tensor {} has type {}",
+            "blk.0.attn_q.weight",
+            99
+        );
         assert_eq!(e.message.as_str(), "tensor blk.0.attn_q.weight has type 99");
     }
 }

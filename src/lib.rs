@@ -30,20 +30,20 @@ extern crate alloc;
 extern crate std;
 
 pub mod error;
-pub mod state;
 pub mod math;
 pub mod pool;
+pub mod state;
 
-pub mod gguf;
-pub mod unicode;
-pub mod tokenizer;
-pub mod quant;
-pub mod model;
-pub mod json;
-pub mod embed;
-pub mod sampler;
 pub mod chat;
+pub mod embed;
 pub mod engine;
+pub mod gguf;
+pub mod json;
+pub mod model;
+pub mod quant;
+pub mod sampler;
+pub mod tokenizer;
+pub mod unicode;
 
 #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
 mod abi;

@@ -129,7 +129,9 @@ fn pool() -> &'static PoolState {
 /// Sets how many threads (driver included) later jobs use; clamped to `1..=MAX_HELPERS + 1`.
 /// Call only between jobs, from the driver.
 pub fn set_threads(n: u32) {
-    pool().threads.store(n.clamp(1, MAX_HELPERS + 1), Ordering::Relaxed);
+    pool()
+        .threads
+        .store(n.clamp(1, MAX_HELPERS + 1), Ordering::Relaxed);
 }
 
 pub fn threads() -> u32 {
@@ -165,7 +167,9 @@ pub unsafe fn par_for(kernel: Kernel, args: *const u8, items: usize, chunk: usiz
     let word = (((old >> 8).wrapping_add(1)) << 8) | helpers;
     // Close claims before the descriptor changes: a helper still on the previous job fails its
     // compare-and-swap from here on (the previous job's items are all claimed and finished).
-    p.claim.0.store((word as u64) << 32 | CLOSED, Ordering::SeqCst);
+    p.claim
+        .0
+        .store((word as u64) << 32 | CLOSED, Ordering::SeqCst);
     p.job.0.kernel.store(kernel as usize, Ordering::Release);
     p.job.0.args.store(args as usize, Ordering::Release);
     p.job.0.items.store(items, Ordering::Release);
@@ -203,9 +207,20 @@ unsafe fn run_chunks(p: &PoolState, word: u32) -> usize {
         // least one): long runs first (prefetchers follow them), short ones last, so the threads
         // finish together. The ranges depend only on (items, chunk, threads), not on timing.
         let threads = (word & 0xFF) as usize + 1;
-        let size = (items - start).div_ceil(2 * threads).next_multiple_of(chunk);
+        let size = (items - start)
+            .div_ceil(2 * threads)
+            .next_multiple_of(chunk);
         let end = (start + size).min(items);
-        if p.claim.0.compare_exchange(c, c + (end - start) as u64, Ordering::SeqCst, Ordering::Relaxed).is_err() {
+        if p.claim
+            .0
+            .compare_exchange(
+                c,
+                c + (end - start) as u64,
+                Ordering::SeqCst,
+                Ordering::Relaxed,
+            )
+            .is_err()
+        {
             continue;
         }
         // SAFETY: the driver stored a valid `Kernel` before opening the job, and a function
@@ -216,7 +231,8 @@ unsafe fn run_chunks(p: &PoolState, word: u32) -> usize {
             kernel(args, start, end);
         }
         ran += 1;
-        let finished = p.done.0.fetch_add((end - start) as u32, Ordering::AcqRel) + (end - start) as u32;
+        let finished =
+            p.done.0.fetch_add((end - start) as u32, Ordering::AcqRel) + (end - start) as u32;
         if finished as usize == items {
             wake(&p.done.0, 1);
             return ran;
@@ -282,7 +298,9 @@ pub fn shutdown() {
     p.threads.store(1, Ordering::Relaxed);
     p.registered.0.store(0, Ordering::Release);
     let word = p.job_word.0.load(Ordering::Relaxed);
-    p.job_word.0.store(word.wrapping_add(1 << 8) & !0xFF, Ordering::Release);
+    p.job_word
+        .0
+        .store(word.wrapping_add(1 << 8) & !0xFF, Ordering::Release);
     wake(&p.job_word.0, u32::MAX);
     wake(&p.registered.0, u32::MAX);
 }
@@ -355,9 +373,20 @@ pub fn selftest(jobs: u32, seed: u32, max_threads: u32) -> crate::error::Result<
         let items = 1 + next() as usize % MAX_ITEMS;
         let chunk = 1 + next() as usize % 97;
         set_threads(1 + next() % max_threads.max(1));
-        let args = SelftestArgs { out: out.as_mut_ptr(), len: items, salt: job ^ seed };
+        let args = SelftestArgs {
+            out: out.as_mut_ptr(),
+            len: items,
+            salt: job ^ seed,
+        };
         // SAFETY: `selftest_kernel` writes only `out[start..end]` for in-range items.
-        unsafe { par_for(selftest_kernel, &args as *const _ as *const u8, items, chunk) };
+        unsafe {
+            par_for(
+                selftest_kernel,
+                &args as *const _ as *const u8,
+                items,
+                chunk,
+            )
+        };
         for &v in &out[..items] {
             checksum = checksum.rotate_left(5) ^ v;
         }
@@ -386,7 +415,9 @@ unsafe fn selftest_kernel(args: *const u8, start: usize, end: usize) {
         }
         // Keep the array on the stack and in use across the fold.
         let scratch = core::hint::black_box(scratch);
-        let v = scratch.iter().fold(0u32, |acc, &s| acc.wrapping_mul(31).wrapping_add(s));
+        let v = scratch
+            .iter()
+            .fold(0u32, |acc, &s| acc.wrapping_mul(31).wrapping_add(s));
         // SAFETY: item < len, and each item belongs to exactly one chunk.
         unsafe { a.out.add(item).write(v) };
     }

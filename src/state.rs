@@ -49,7 +49,9 @@ unsafe impl Sync for LastError {}
 
 impl LastError {
     const fn new() -> LastError {
-        LastError { inner: UnsafeCell::new((0, Message::new())) }
+        LastError {
+            inner: UnsafeCell::new((0, Message::new())),
+        }
     }
 
     /// Records `e` as the last error and returns its (negative) status code.
@@ -96,7 +98,9 @@ unsafe impl<T> Sync for DriverCell<T> {}
 
 impl<T> DriverCell<T> {
     pub const fn new() -> DriverCell<T> {
-        DriverCell { value: UnsafeCell::new(None) }
+        DriverCell {
+            value: UnsafeCell::new(None),
+        }
     }
 
     /// # Safety

@@ -56,5 +56,7 @@ unsafe impl GlobalAlloc for LockedDlmalloc {
 }
 
 #[global_allocator]
-pub static ALLOCATOR: LockedDlmalloc =
-    LockedDlmalloc { lock: AtomicU32::new(0), heap: UnsafeCell::new(Dlmalloc::new()) };
+pub static ALLOCATOR: LockedDlmalloc = LockedDlmalloc {
+    lock: AtomicU32::new(0),
+    heap: UnsafeCell::new(Dlmalloc::new()),
+};

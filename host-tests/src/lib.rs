@@ -6,8 +6,8 @@
 use std::thread::JoinHandle;
 
 use wasmtime::{
-    Config, Engine, Instance, Memory, Module, SharedMemory, Store, TypedFunc, Val,
-    WasmParams, WasmResults,
+    Config, Engine, Instance, Memory, Module, SharedMemory, Store, TypedFunc, Val, WasmParams,
+    WasmResults,
 };
 
 pub use wasmtime::Result;
@@ -24,7 +24,10 @@ pub const MAX_PAGES: u32 = 65_536;
 
 pub fn engine() -> Result<Engine> {
     let mut config = Config::new();
-    config.wasm_threads(true).shared_memory(true).wasm_simd(true);
+    config
+        .wasm_threads(true)
+        .shared_memory(true)
+        .wasm_simd(true);
     // `WASMIND_PERFMAP=1`: write /tmp/perf-PID.map so `perf report` names the module's functions.
     if std::env::var_os("WASMIND_PERFMAP").is_some_and(|v| v == "1") {
         config.profiler(wasmtime::ProfilingStrategy::PerfMap);
@@ -64,7 +67,14 @@ impl Wasmind {
         let memory = instance
             .get_memory(&mut store, "memory")
             .ok_or_else(|| wasmtime::format_err!("module exports no memory"))?;
-        Ok(Wasmind { engine, module, store, instance, mem: Mem::Own(memory), helpers: Vec::new() })
+        Ok(Wasmind {
+            engine,
+            module,
+            store,
+            instance,
+            mem: Mem::Own(memory),
+            helpers: Vec::new(),
+        })
     }
 
     /// The threaded module on a new shared memory, with `threads - 1` helpers on OS threads.
@@ -124,7 +134,8 @@ impl Wasmind {
         for id in 0..n {
             let (mut store, instance) = self.instance_on_shared_memory(HELPER_STACK_BYTES)?;
             let run = instance.get_typed_func::<u32, i32>(&mut store, "helper_loop")?;
-            self.helpers.push(std::thread::spawn(move || run.call(&mut store, id)));
+            self.helpers
+                .push(std::thread::spawn(move || run.call(&mut store, id)));
         }
         // Wait until every helper is listening, so the first job uses them all.
         let start = std::time::Instant::now();
@@ -187,9 +198,14 @@ impl Wasmind {
     /// Copies `bytes` into linear memory at `ptr`. Panics if out of range (a host bug).
     pub fn write(&mut self, ptr: u32, bytes: &[u8]) {
         let (base, size) = self.raw();
-        assert!(ptr as usize + bytes.len() <= size, "write past the end of linear memory");
+        assert!(
+            ptr as usize + bytes.len() <= size,
+            "write past the end of linear memory"
+        );
         // SAFETY: in range, and no wasm code runs during the copy (see `read`).
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(ptr as usize), bytes.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(ptr as usize), bytes.len())
+        };
     }
 
     /// Allocates `bytes.len()` bytes in the module and copies `bytes` there.
@@ -235,9 +251,18 @@ pub fn describe(bytes: &[u8]) -> Result<(Vec<(String, String, String)>, Vec<(Str
     let module = Module::new(&engine, bytes)?;
     let imports = module
         .imports()
-        .map(|i| (i.module().to_string(), i.name().to_string(), format!("{:?}", i.ty())))
+        .map(|i| {
+            (
+                i.module().to_string(),
+                i.name().to_string(),
+                format!("{:?}", i.ty()),
+            )
+        })
         .collect();
-    let exports = module.exports().map(|e| (e.name().to_string(), format!("{:?}", e.ty()))).collect();
+    let exports = module
+        .exports()
+        .map(|e| (e.name().to_string(), format!("{:?}", e.ty())))
+        .collect();
     Ok((imports, exports))
 }
 
@@ -250,7 +275,11 @@ impl Wasmind {
     /// Either the threaded module with `threads - 1` helpers, or (threads == 0) the
     /// single-threaded module.
     pub fn with_threads(threads: u32) -> Result<Wasmind> {
-        if threads == 0 { Wasmind::single_threaded() } else { Wasmind::threaded(threads) }
+        if threads == 0 {
+            Wasmind::single_threaded()
+        } else {
+            Wasmind::threaded(threads)
+        }
     }
 
     /// Copies a GGUF file into the module and loads it (`context` 0: the model's own, capped).
@@ -263,7 +292,8 @@ impl Wasmind {
     }
 
     pub fn load_model_file(&mut self, path: &std::path::Path, context: u32) -> Result<()> {
-        let bytes = std::fs::read(path).map_err(|e| wasmtime::format_err!("{}: {e}", path.display()))?;
+        let bytes =
+            std::fs::read(path).map_err(|e| wasmtime::format_err!("{}: {e}", path.display()))?;
         self.load_model_bytes(&bytes, context)
     }
 
@@ -280,7 +310,11 @@ impl Wasmind {
     }
 
     /// Allocates, runs `f(ptr)`, frees.
-    fn with_buffer<T>(&mut self, bytes: &[u8], f: impl FnOnce(&mut Self, u32) -> Result<T>) -> Result<T> {
+    fn with_buffer<T>(
+        &mut self,
+        bytes: &[u8],
+        f: impl FnOnce(&mut Self, u32) -> Result<T>,
+    ) -> Result<T> {
         let ptr = self.put(bytes)?;
         let r = f(self, ptr);
         self.call::<(u32, u32), ()>("free", (ptr, bytes.len().max(1) as u32))?;
@@ -292,11 +326,17 @@ impl Wasmind {
     }
 
     fn read_u32s(&mut self, ptr: u32, n: usize) -> Vec<u32> {
-        self.read(ptr, n * 4).chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect()
+        self.read(ptr, n * 4)
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+            .collect()
     }
 
     fn read_f32s(&mut self, ptr: u32, n: usize) -> Vec<f32> {
-        self.read(ptr, n * 4).chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+        self.read(ptr, n * 4)
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect()
     }
 
     /// Text (any bytes: invalid UTF-8 is the module's to reject) -> ids.
@@ -304,7 +344,10 @@ impl Wasmind {
         let cap = text.len() + 8;
         let out = self.put(&vec![0u8; cap * 4])?;
         let r = self.with_buffer(text, |w, t| {
-            let n = w.call::<(u32, u32, u32, u32, u32), i32>("tokenize", (t, text.len() as u32, flags, out, cap as u32))?;
+            let n = w.call::<(u32, u32, u32, u32, u32), i32>(
+                "tokenize",
+                (t, text.len() as u32, flags, out, cap as u32),
+            )?;
             let n = w.check("tokenize", n)? as usize;
             assert!(n <= cap, "more ids than bytes");
             Ok(w.read_u32s(out, n))
@@ -324,7 +367,8 @@ impl Wasmind {
 
     /// One more token's complete text (streaming); `None` flushes.
     pub fn detokenize_stream(&mut self, id: Option<u32>, flags: u32) -> Result<Vec<u8>> {
-        let n = self.call::<(i32, u32), i32>("detokenize_stream", (id.map_or(-1, |i| i as i32), flags))?;
+        let n = self
+            .call::<(i32, u32), i32>("detokenize_stream", (id.map_or(-1, |i| i as i32), flags))?;
         let n = self.check("detokenize_stream", n)?;
         self.result(n)
     }
@@ -332,7 +376,10 @@ impl Wasmind {
     pub fn vocab(&mut self) -> Result<usize> {
         let info = self.model_info()?;
         let v: serde_json::Value = serde_json::from_str(&info)?;
-        v["vocab"].as_u64().map(|n| n as usize).ok_or_else(|| wasmtime::format_err!("model has no weights"))
+        v["vocab"]
+            .as_u64()
+            .map(|n| n as usize)
+            .ok_or_else(|| wasmtime::format_err!("model has no weights"))
     }
 
     /// Runs `ids` and returns the logits after each of them (`(n, vocab)`), in chunks of 32.
@@ -344,7 +391,8 @@ impl Wasmind {
         for chunk in ids.chunks(CHUNK) {
             let bytes = Self::ids_bytes(chunk);
             let flat = self.with_buffer(&bytes, |w, p| {
-                let r = w.call::<(u32, u32, u32), i32>("prefill_logits", (p, chunk.len() as u32, out))?;
+                let r =
+                    w.call::<(u32, u32, u32), i32>("prefill_logits", (p, chunk.len() as u32, out))?;
                 w.check("prefill_logits", r)?;
                 Ok(w.read_f32s(out, chunk.len() * vocab))
             })?;
@@ -384,8 +432,15 @@ impl Wasmind {
 
     /// Loads a Model2Vec directory (model.safetensors, tokenizer.json, config.json).
     pub fn load_embedder_dir(&mut self, dir: &std::path::Path) -> Result<usize> {
-        let read = |f: &str| std::fs::read(dir.join(f)).map_err(|e| wasmtime::format_err!("{}/{f}: {e}", dir.display()));
-        let (st, tok, cfg) = (read("model.safetensors")?, read("tokenizer.json")?, read("config.json")?);
+        let read = |f: &str| {
+            std::fs::read(dir.join(f))
+                .map_err(|e| wasmtime::format_err!("{}/{f}: {e}", dir.display()))
+        };
+        let (st, tok, cfg) = (
+            read("model.safetensors")?,
+            read("tokenizer.json")?,
+            read("config.json")?,
+        );
         self.load_embedder_bytes(&st, &tok, &cfg)
     }
 
@@ -395,7 +450,14 @@ impl Wasmind {
         let cfg_ptr = self.put(cfg)?;
         let r = self.call::<(u32, u32, u32, u32, u32, u32), i32>(
             "load_embedder",
-            (st_ptr, st.len() as u32, tok_ptr, tok.len() as u32, cfg_ptr, cfg.len() as u32),
+            (
+                st_ptr,
+                st.len() as u32,
+                tok_ptr,
+                tok.len() as u32,
+                cfg_ptr,
+                cfg.len() as u32,
+            ),
         )?;
         self.call::<(u32, u32), ()>("free", (tok_ptr, tok.len().max(1) as u32))?;
         self.call::<(u32, u32), ()>("free", (cfg_ptr, cfg.len().max(1) as u32))?;
@@ -420,9 +482,15 @@ impl Wasmind {
         let out = self.put(&vec![0u8; out_bytes.max(1)])?;
         let offs = self.put(&Self::ids_bytes(&offsets))?;
         let r = self.with_buffer(&joined, |w, t| {
-            let n = w.call::<(u32, u32, u32, u32), i32>("embed_batch", (t, offs, texts.len() as u32, out))?;
+            let n = w.call::<(u32, u32, u32, u32), i32>(
+                "embed_batch",
+                (t, offs, texts.len() as u32, out),
+            )?;
             w.check("embed_batch", n)?;
-            Ok(w.read_f32s(out, texts.len() * dim).chunks_exact(dim.max(1)).map(|r| r.to_vec()).collect())
+            Ok(w.read_f32s(out, texts.len() * dim)
+                .chunks_exact(dim.max(1))
+                .map(|r| r.to_vec())
+                .collect())
         });
         self.call::<(u32, u32), ()>("free", (offs, (offsets.len() * 4) as u32))?;
         self.call::<(u32, u32), ()>("free", (out, out_bytes.max(1) as u32))?;
@@ -433,7 +501,10 @@ impl Wasmind {
         let cap = text.len() + 8;
         let out = self.put(&vec![0u8; cap * 4])?;
         let r = self.with_buffer(text, |w, t| {
-            let n = w.call::<(u32, u32, u32, u32), i32>("embed_ids", (t, text.len() as u32, out, cap as u32))?;
+            let n = w.call::<(u32, u32, u32, u32), i32>(
+                "embed_ids",
+                (t, text.len() as u32, out, cap as u32),
+            )?;
             let n = w.check("embed_ids", n)? as usize;
             Ok(w.read_u32s(out, n.min(cap)))
         });
@@ -472,7 +543,11 @@ pub const E_END: i32 = 11;
 /// Milliseconds on a monotonic clock: the timestamps the chat exports take.
 pub fn now_ms() -> f64 {
     static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    START.get_or_init(std::time::Instant::now).elapsed().as_secs_f64() * 1000.0
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_secs_f64()
+        * 1000.0
 }
 
 /// `sampler_set`'s arguments. `Default` is the module's default.
@@ -489,14 +564,30 @@ pub struct Sampling {
 
 impl Default for Sampling {
     fn default() -> Sampling {
-        Sampling { temperature: 0.2, top_k: 40, top_p: 0.95, min_p: 0.05, repeat_penalty: 1.1, repeat_window: 64, seed: 0 }
+        Sampling {
+            temperature: 0.2,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            repeat_penalty: 1.1,
+            repeat_window: 64,
+            seed: 0,
+        }
     }
 }
 
 impl Sampling {
     /// Argmax, no penalty: what llama.cpp's reference runs did.
     pub fn greedy() -> Sampling {
-        Sampling { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, repeat_penalty: 1.0, repeat_window: 0, seed: 0 }
+        Sampling {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repeat_penalty: 1.0,
+            repeat_window: 0,
+            seed: 0,
+        }
     }
 }
 
@@ -541,13 +632,24 @@ impl Wasmind {
         if value >= 0 {
             return Ok(Ok(value));
         }
-        Ok(Err(ModuleError { code: -value, message: self.last_error()? }))
+        Ok(Err(ModuleError {
+            code: -value,
+            message: self.last_error()?,
+        }))
     }
 
     pub fn sampler_set(&mut self, s: &Sampling) -> Result<()> {
         let r = self.call::<(f32, u32, f32, f32, f32, u32, u32), i32>(
             "sampler_set",
-            (s.temperature, s.top_k, s.top_p, s.min_p, s.repeat_penalty, s.repeat_window, s.seed),
+            (
+                s.temperature,
+                s.top_k,
+                s.top_p,
+                s.min_p,
+                s.repeat_penalty,
+                s.repeat_window,
+                s.seed,
+            ),
         )?;
         self.check("sampler_set", r)?;
         Ok(())
@@ -570,7 +672,10 @@ impl Wasmind {
 
     /// Runs the new messages; `Ok(Ok(prompt tokens run))`, or the module's refusal
     /// (E_CONTEXT_FULL, E_STOPPED, ...).
-    pub fn chat_start(&mut self, max_tokens: u32) -> Result<std::result::Result<usize, ModuleError>> {
+    pub fn chat_start(
+        &mut self,
+        max_tokens: u32,
+    ) -> Result<std::result::Result<usize, ModuleError>> {
         let r = self.call::<(u32, f64), i32>("chat_start", (max_tokens, now_ms()))?;
         Ok(self.module_result(r)?.map(|n| n as usize))
     }
@@ -628,7 +733,11 @@ impl Wasmind {
         max_tokens: u32,
         on_piece: impl FnMut(&[u8]),
     ) -> Result<std::result::Result<Reply, ModuleError>> {
-        self.chat_reply_stoppable(max_tokens, &std::sync::atomic::AtomicBool::new(false), on_piece)
+        self.chat_reply_stoppable(
+            max_tokens,
+            &std::sync::atomic::AtomicBool::new(false),
+            on_piece,
+        )
     }
 
     /// As [`Wasmind::chat_reply`]; when another thread (a Ctrl-C handler) sets `stop`, the
@@ -657,10 +766,20 @@ impl Wasmind {
             }
         };
         let stats = self.chat_stats()?;
-        let mut ids = self.chat_tokens()?.get(prompt_ids.len()..).unwrap_or_default().to_vec();
+        let mut ids = self
+            .chat_tokens()?
+            .get(prompt_ids.len()..)
+            .unwrap_or_default()
+            .to_vec();
         if stats["state"] == "eog" {
             ids.extend(self.chat_last_token()?);
         }
-        Ok(Ok(Reply { prompt_ids, ids, text, end, stats }))
+        Ok(Ok(Reply {
+            prompt_ids,
+            ids,
+            text,
+            end,
+            stats,
+        }))
     }
 }

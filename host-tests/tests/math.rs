@@ -51,11 +51,16 @@ fn ulp_diff32(a: f32, b: f32) -> u64 {
 fn apply64(w: &mut Wasmind, which: u32, xs: &[f64]) -> Vec<f64> {
     let bytes: Vec<u8> = xs.iter().flat_map(|x| x.to_le_bytes()).collect();
     let ptr = w.put(&bytes).unwrap();
-    let n = w.call::<(u32, u32, u32, u32), i32>("math_apply", (which, ptr, ptr, xs.len() as u32)).unwrap();
+    let n = w
+        .call::<(u32, u32, u32, u32), i32>("math_apply", (which, ptr, ptr, xs.len() as u32))
+        .unwrap();
     assert_eq!(n as usize, xs.len());
     let out = w.read(ptr, bytes.len());
-    w.call::<(u32, u32), ()>("free", (ptr, bytes.len() as u32)).unwrap();
-    out.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect()
+    w.call::<(u32, u32), ()>("free", (ptr, bytes.len() as u32))
+        .unwrap();
+    out.chunks_exact(8)
+        .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+        .collect()
 }
 
 fn check64(w: &mut Wasmind, which: u32, name: &str, xs: &[f64], reference: fn(f64) -> f64) {
@@ -67,8 +72,18 @@ fn check64(w: &mut Wasmind, which: u32, name: &str, xs: &[f64], reference: fn(f6
             worst = (d, x);
         }
     }
-    println!("{name}: {} arguments, max {} ulp (at {:e})", xs.len(), worst.0, worst.1);
-    assert!(worst.0 <= MAX_ULP, "{name}({:e}) is {} ulp from libm", worst.1, worst.0);
+    println!(
+        "{name}: {} arguments, max {} ulp (at {:e})",
+        xs.len(),
+        worst.0,
+        worst.1
+    );
+    assert!(
+        worst.0 <= MAX_ULP,
+        "{name}({:e}) is {} ulp from libm",
+        worst.1,
+        worst.0
+    );
 }
 
 fn modules() -> Vec<(&'static str, Wasmind)> {
@@ -84,14 +99,24 @@ fn exp_log_sin_cos_match_libm_inside_the_module() {
     let exp_args: Vec<f64> = (0..SAMPLES).map(|_| rng.uniform(-708.0, 709.0)).collect();
     // log over (0, 1e308]: log-uniform exponents, subnormals included.
     let log_args: Vec<f64> = (0..SAMPLES)
-        .map(|i| if i % 50 == 0 { f64::from_bits(1 + rng.next() % ((1u64 << 52) - 1)) } else { 10f64.powf(rng.uniform(-307.0, 308.0)) })
+        .map(|i| {
+            if i % 50 == 0 {
+                f64::from_bits(1 + rng.next() % ((1u64 << 52) - 1))
+            } else {
+                10f64.powf(rng.uniform(-307.0, 308.0))
+            }
+        })
         .collect();
     let trig_args: Vec<f64> = (0..SAMPLES)
         .map(|i| match i % 4 {
             0 => rng.uniform(-1e5, 1e5),
             1 => rng.uniform(-10.0, 10.0),
             // near multiples of pi/2
-            2 => (rng.next() % 127_324) as f64 * core::f64::consts::FRAC_PI_2 * if i % 8 == 2 { 1.0 } else { -1.0 },
+            2 => {
+                (rng.next() % 127_324) as f64
+                    * core::f64::consts::FRAC_PI_2
+                    * if i % 8 == 2 { 1.0 } else { -1.0 }
+            }
             _ => (rng.next() % 100_000) as f64, // integers (RoPE positions)
         })
         .collect();
@@ -107,29 +132,66 @@ fn exp_log_sin_cos_match_libm_inside_the_module() {
 #[test]
 fn special_values_inside_the_module() {
     for (_, mut w) in modules() {
-        let xs = [0.0, -0.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 5e-324, 1e-310, 710.0, -746.0, -1.0];
+        let xs = [
+            0.0,
+            -0.0,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            5e-324,
+            1e-310,
+            710.0,
+            -746.0,
+            -1.0,
+        ];
         let exp = apply64(&mut w, 0, &xs);
         let log = apply64(&mut w, 1, &xs);
         let sin = apply64(&mut w, 2, &xs);
         let cos = apply64(&mut w, 3, &xs);
         for i in 0..xs.len() {
-            assert!(ulp_diff64(exp[i], libm::exp(xs[i])) <= MAX_ULP, "exp({:e}) = {:e}", xs[i], exp[i]);
-            assert!(ulp_diff64(log[i], libm::log(xs[i])) <= MAX_ULP, "log({:e}) = {:e}", xs[i], log[i]);
-            assert!(ulp_diff64(sin[i], libm::sin(xs[i])) <= MAX_ULP, "sin({:e}) = {:e}", xs[i], sin[i]);
-            assert!(ulp_diff64(cos[i], libm::cos(xs[i])) <= MAX_ULP, "cos({:e}) = {:e}", xs[i], cos[i]);
+            assert!(
+                ulp_diff64(exp[i], libm::exp(xs[i])) <= MAX_ULP,
+                "exp({:e}) = {:e}",
+                xs[i],
+                exp[i]
+            );
+            assert!(
+                ulp_diff64(log[i], libm::log(xs[i])) <= MAX_ULP,
+                "log({:e}) = {:e}",
+                xs[i],
+                log[i]
+            );
+            assert!(
+                ulp_diff64(sin[i], libm::sin(xs[i])) <= MAX_ULP,
+                "sin({:e}) = {:e}",
+                xs[i],
+                sin[i]
+            );
+            assert!(
+                ulp_diff64(cos[i], libm::cos(xs[i])) <= MAX_ULP,
+                "cos({:e}) = {:e}",
+                xs[i],
+                cos[i]
+            );
         }
-        assert!(sin[1].is_sign_negative() && sin[1] == 0.0, "sin(-0) must be -0");
+        assert!(
+            sin[1].is_sign_negative() && sin[1] == 0.0,
+            "sin(-0) must be -0"
+        );
     }
 }
 
 #[test]
 fn simd_expf_matches_libm_inside_the_module() {
     let mut rng = Rng(0xfeed_beef_cafe_f00d);
-    let xs: Vec<f32> = (0..SAMPLES).map(|_| rng.uniform(-87.0, 88.0) as f32).collect();
+    let xs: Vec<f32> = (0..SAMPLES)
+        .map(|_| rng.uniform(-87.0, 88.0) as f32)
+        .collect();
     let bytes: Vec<u8> = xs.iter().flat_map(|x| x.to_le_bytes()).collect();
     for (name, mut w) in modules() {
         let ptr = w.put(&bytes).unwrap();
-        w.call::<(u32, u32, u32, u32), i32>("math_apply", (4, ptr, ptr, xs.len() as u32)).unwrap();
+        w.call::<(u32, u32, u32, u32), i32>("math_apply", (4, ptr, ptr, xs.len() as u32))
+            .unwrap();
         let out = w.read(ptr, bytes.len());
         let mut worst = (0u64, 0.0f32);
         for (c, &x) in out.chunks_exact(4).zip(&xs) {
@@ -140,6 +202,11 @@ fn simd_expf_matches_libm_inside_the_module() {
             }
         }
         println!("{name} expf x4: max {} ulp (at {:e})", worst.0, worst.1);
-        assert!(worst.0 <= MAX_ULP, "expf({:e}) is {} ulp from libm", worst.1, worst.0);
+        assert!(
+            worst.0 <= MAX_ULP,
+            "expf({:e}) is {} ulp from libm",
+            worst.1,
+            worst.0
+        );
     }
 }

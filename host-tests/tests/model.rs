@@ -19,7 +19,8 @@ fn tiny_models_match_llama_cpp_inside_the_module() {
     for threads in [0u32, 2] {
         for (file, m) in r["models"].as_object().unwrap() {
             let mut w = Wasmind::with_threads(threads).unwrap();
-            w.load_model_file(&shared(&format!("models/tiny/{file}")), 64).unwrap();
+            w.load_model_file(&shared(&format!("models/tiny/{file}")), 64)
+                .unwrap();
             let logits = w.prefill_logits(&ids).unwrap();
             let (mut decisive, mut agree) = (0, 0);
             for (p, row) in logits.iter().enumerate() {
@@ -37,8 +38,14 @@ fn tiny_models_match_llama_cpp_inside_the_module() {
                 }
             }
             let float = ["F32", "F16", "BF16"].iter().any(|t| file.contains(t));
-            let tol = if float { FLOAT_TOLERANCE } else { QUANT_TOLERANCE };
-            println!("threads {threads} {file:24} decisive argmax {agree}/{decisive}, last-4 max |dlogit| {max_diff:.4}");
+            let tol = if float {
+                FLOAT_TOLERANCE
+            } else {
+                QUANT_TOLERANCE
+            };
+            println!(
+                "threads {threads} {file:24} decisive argmax {agree}/{decisive}, last-4 max |dlogit| {max_diff:.4}"
+            );
             if agree != decisive || max_diff > tol {
                 failures.push(format!("{file} (threads {threads})"));
             }
@@ -61,12 +68,16 @@ fn smollm2_perplexity_and_argmax_match_llama_cpp() {
     for forced in r["forced"].as_array().unwrap() {
         let text = forced["text"].as_str().unwrap();
         // The text tokenized as the model's metadata says, the same ids llama.cpp fed.
-        let mut ids = w.tokenize(text.as_bytes(), host_tests::TOKENIZE_ADD_SPECIAL).unwrap();
+        let mut ids = w
+            .tokenize(text.as_bytes(), host_tests::TOKENIZE_ADD_SPECIAL)
+            .unwrap();
         ids.truncate(512);
         assert_eq!(ids, u32s(&forced["ids"]), "tokenization differs");
         w.reset().unwrap();
         let rows = w.prefill_logits(&ids).unwrap();
-        let nll: f64 = (0..ids.len() - 1).map(|i| -log_softmax_at(&rows[i], ids[i + 1] as usize)).sum::<f64>()
+        let nll: f64 = (0..ids.len() - 1)
+            .map(|i| -log_softmax_at(&rows[i], ids[i + 1] as usize))
+            .sum::<f64>()
             / (ids.len() - 1) as f64;
         let ppl = nll.exp();
         let want = forced["perplexity"].as_f64().unwrap();
@@ -78,8 +89,11 @@ fn smollm2_perplexity_and_argmax_match_llama_cpp() {
                 agree += (argmax(&rows[p]) as u64 == t["ids"][0].as_u64().unwrap()) as usize;
             }
         }
-        println!("{} tokens: perplexity {ppl:.4} (llama.cpp {want:.4}, {:+.2}%), decisive argmax {agree}/{decisive}",
-            ids.len(), (ppl / want - 1.0) * 100.0);
+        println!(
+            "{} tokens: perplexity {ppl:.4} (llama.cpp {want:.4}, {:+.2}%), decisive argmax {agree}/{decisive}",
+            ids.len(),
+            (ppl / want - 1.0) * 100.0
+        );
         assert!((ppl / want - 1.0).abs() <= PERPLEXITY_TOLERANCE);
         assert_eq!(agree, decisive);
     }
@@ -87,7 +101,9 @@ fn smollm2_perplexity_and_argmax_match_llama_cpp() {
 
 #[test]
 fn logits_are_bit_identical_across_thread_counts() {
-    let ids: Vec<u32> = vec![1, 504, 3158, 314, 260, 2767, 28, 7045, 24, 9266, 30, 378, 1780, 42, 351, 17, 25, 198];
+    let ids: Vec<u32> = vec![
+        1, 504, 3158, 314, 260, 2767, 28, 7045, 24, 9266, 30, 378, 1780, 42, 351, 17, 25, 198,
+    ];
     let run = |threads: u32| {
         let mut w = Wasmind::with_threads(threads).unwrap();
         w.load_model_file(&shared(SMOLLM2), 256).unwrap();
@@ -108,7 +124,9 @@ fn logits_are_bit_identical_across_thread_counts() {
 /// `Err` from the call itself, which `unwrap` turns into a failure).
 fn load_is_refused(w: &mut Wasmind, bytes: &[u8], what: &str) {
     let ptr = w.put(bytes).unwrap();
-    let r = w.call::<(u32, u32), i32>("load_model", (ptr, bytes.len() as u32)).unwrap_or_else(|e| panic!("{what}: trapped: {e}"));
+    let r = w
+        .call::<(u32, u32), i32>("load_model", (ptr, bytes.len() as u32))
+        .unwrap_or_else(|e| panic!("{what}: trapped: {e}"));
     assert!(r < 0, "{what}: accepted");
     // The module owns the block; the next load frees it.
 }
@@ -120,7 +138,10 @@ fn hostile_files_are_errors_not_traps() {
     // Metadata and tensor table: everything before the data section (a few KiB here).
     let header_end = 4096.min(file.len());
     // Truncated at every KiB of the whole file (so of the header too) and at a few odd places.
-    for cut in (0..file.len()).step_by(1024).chain([file.len() - 1, 1, 3, 4, 8, 23]) {
+    for cut in (0..file.len())
+        .step_by(1024)
+        .chain([file.len() - 1, 1, 3, 4, 8, 23])
+    {
         load_is_refused(&mut w, &file[..cut], &format!("truncated at {cut}"));
     }
     // Random bytes, and random bytes after a valid magic.
@@ -157,7 +178,8 @@ fn hostile_files_are_errors_not_traps() {
             bad[at] = next() as u8;
         }
         let ptr = w.put(&bad).unwrap();
-        w.call::<(u32, u32), i32>("load_model", (ptr, bad.len() as u32)).expect("corrupted header: trapped");
+        w.call::<(u32, u32), i32>("load_model", (ptr, bad.len() as u32))
+            .expect("corrupted header: trapped");
     }
     // And the module still works afterwards.
     w.load_model_bytes(&file, 64).unwrap();
@@ -170,25 +192,39 @@ fn unsupported_tensor_types_name_the_tensor_and_type() {
     // Rewrite the type id of the first tensor of a tiny file to IQ2_XXS (16).
     let mut file = std::fs::read(shared("models/tiny/tiny-llama-Q8_0.gguf")).unwrap();
     let name = b"token_embd.weight";
-    let at = file.windows(name.len()).position(|w| w == name).expect("tensor name");
+    let at = file
+        .windows(name.len())
+        .position(|w| w == name)
+        .expect("tensor name");
     // name, n_dims u32, dims u64 * n_dims, type u32
-    let n_dims = u32::from_le_bytes(file[at + name.len()..at + name.len() + 4].try_into().unwrap()) as usize;
+    let n_dims = u32::from_le_bytes(
+        file[at + name.len()..at + name.len() + 4]
+            .try_into()
+            .unwrap(),
+    ) as usize;
     let ty_at = at + name.len() + 4 + 8 * n_dims;
     file[ty_at..ty_at + 4].copy_from_slice(&16u32.to_le_bytes());
     let mut w = Wasmind::single_threaded().unwrap();
     let e = w.load_model_bytes(&file, 64).unwrap_err().to_string();
-    assert!(e.contains("token_embd.weight") && e.contains("IQ2_XXS"), "{e}");
+    assert!(
+        e.contains("token_embd.weight") && e.contains("IQ2_XXS"),
+        "{e}"
+    );
     assert!(e.contains("(-4)"), "not UNSUPPORTED: {e}");
 }
 
 #[test]
 fn full_context_is_a_clear_status() {
     let mut w = Wasmind::single_threaded().unwrap();
-    w.load_model_file(&shared("models/tiny/tiny-llama-Q4_0.gguf"), 16).unwrap();
+    w.load_model_file(&shared("models/tiny/tiny-llama-Q4_0.gguf"), 16)
+        .unwrap();
     let vocab = w.vocab().unwrap();
     w.prefill(&(1..=16).collect::<Vec<u32>>()).unwrap();
     let e = w.step(5, vocab).unwrap_err().to_string();
-    assert!(e.contains("(-6)") && e.contains("do not fit"), "not CONTEXT_FULL: {e}");
+    assert!(
+        e.contains("(-6)") && e.contains("do not fit"),
+        "not CONTEXT_FULL: {e}"
+    );
     // Out-of-vocabulary ids and empty files too.
     w.reset().unwrap();
     let e = w.step(vocab as u32, vocab).unwrap_err().to_string();
@@ -215,9 +251,14 @@ fn peak_memory_is_within_file_plus_kv_cache_plus_32_mib() {
         let budget = file.len() + kv + (32 << 20);
         println!(
             "ctx {ctx}: linear memory {:.1} MiB = file {:.1} MiB + KV {:.1} MiB + {:.1} MiB (budget +32 MiB)",
-            peak as f64 / 1048576.0, file.len() as f64 / 1048576.0, kv as f64 / 1048576.0,
+            peak as f64 / 1048576.0,
+            file.len() as f64 / 1048576.0,
+            kv as f64 / 1048576.0,
             (peak as f64 - file.len() as f64 - kv as f64) / 1048576.0
         );
-        assert!(peak <= budget, "memory {peak} exceeds file + KV + 32 MiB = {budget}");
+        assert!(
+            peak <= budget,
+            "memory {peak} exceeds file + KV + 32 MiB = {budget}"
+        );
     }
 }

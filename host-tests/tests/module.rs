@@ -48,7 +48,10 @@ fn parse(bytes: &[u8]) -> Parsed {
                 for rg in r {
                     for t in rg.expect("type").into_types() {
                         if let wasmparser::CompositeInnerType::Func(f) = &t.composite_type.inner {
-                            types.push(Sig { params: f.params().to_vec(), results: f.results().to_vec() });
+                            types.push(Sig {
+                                params: f.params().to_vec(),
+                                results: f.results().to_vec(),
+                            });
                         }
                     }
                 }
@@ -62,7 +65,8 @@ fn parse(bytes: &[u8]) -> Parsed {
                     if let TypeRef::Func(t) = imp.ty {
                         func_types.push(t);
                     }
-                    p.imports.push((imp.module.to_string(), imp.name.to_string(), imp.ty));
+                    p.imports
+                        .push((imp.module.to_string(), imp.name.to_string(), imp.ty));
                 }
             }
             Payload::FunctionSection(r) => {
@@ -81,13 +85,21 @@ fn parse(bytes: &[u8]) -> Parsed {
                 while !ops.eof() {
                     let op = ops.read().expect("op");
                     let name = format!("{op:?}");
-                    if name.starts_with("V128") || name.contains("x4") || name.contains("x8") || name.contains("x16") || name.contains("x2") {
+                    if name.starts_with("V128")
+                        || name.contains("x4")
+                        || name.contains("x8")
+                        || name.contains("x16")
+                        || name.contains("x2")
+                    {
                         p.simd_ops += 1;
                     }
                     if name.contains("Atomic") {
                         p.atomic_ops += 1;
                     }
-                    if matches!(op, Operator::MemoryAtomicWait32 { .. } | Operator::MemoryAtomicNotify { .. }) {
+                    if matches!(
+                        op,
+                        Operator::MemoryAtomicWait32 { .. } | Operator::MemoryAtomicNotify { .. }
+                    ) {
                         p.wait_notify_ops += 1;
                     }
                 }
@@ -115,7 +127,12 @@ fn header_exports() -> Vec<(String, Sig)> {
         .expect("abi/wasmind.h");
     let ty = |c: &str| -> Option<ValType> {
         let c = c.trim();
-        let base = c.rsplit_once(' ').map(|(t, _)| t).unwrap_or(c).trim().trim_start_matches("const ");
+        let base = c
+            .rsplit_once(' ')
+            .map(|(t, _)| t)
+            .unwrap_or(c)
+            .trim()
+            .trim_start_matches("const ");
         match base {
             "void" => None,
             "int32_t" | "uint32_t" | "wasmind_ptr" | "size_t" => Some(ValType::I32),
@@ -127,7 +144,9 @@ fn header_exports() -> Vec<(String, Sig)> {
     };
     let mut out = vec![];
     for line in header.lines() {
-        let Some(rest) = line.strip_prefix("WASMIND_API ") else { continue };
+        let Some(rest) = line.strip_prefix("WASMIND_API ") else {
+            continue;
+        };
         let decl = rest.split(';').next().unwrap();
         let (head, params) = decl.split_once('(').expect("(");
         let params = params.trim_end_matches(')');
@@ -137,25 +156,49 @@ fn header_exports() -> Vec<(String, Sig)> {
         let params: Vec<ValType> = if params.trim() == "void" {
             vec![]
         } else {
-            params.split(',').map(|p| ty(p).expect("void parameter")).collect()
+            params
+                .split(',')
+                .map(|p| ty(p).expect("void parameter"))
+                .collect()
         };
-        out.push((name, Sig { params, results: ret.into_iter().collect() }));
+        out.push((
+            name,
+            Sig {
+                params,
+                results: ret.into_iter().collect(),
+            },
+        ));
     }
-    assert!(out.len() >= 15, "wasmind.h lists only {} exports", out.len());
+    assert!(
+        out.len() >= 15,
+        "wasmind.h lists only {} exports",
+        out.len()
+    );
     out
 }
 
 fn check_exports(which: &str, p: &Parsed) {
     for (name, sig) in header_exports() {
         let found = p.exports.iter().find(|(n, _)| *n == name);
-        let Some((_, actual)) = found else { panic!("{which}: export {name} (in wasmind.h) is missing") };
-        assert_eq!(*actual, sig, "{which}: export {name} has a different signature from wasmind.h");
+        let Some((_, actual)) = found else {
+            panic!("{which}: export {name} (in wasmind.h) is missing")
+        };
+        assert_eq!(
+            *actual, sig,
+            "{which}: export {name} has a different signature from wasmind.h"
+        );
     }
     let documented: Vec<String> = header_exports().into_iter().map(|(n, _)| n).collect();
     for (name, _) in &p.exports {
-        assert!(documented.contains(name), "{which}: export {name} is not in wasmind.h");
+        assert!(
+            documented.contains(name),
+            "{which}: export {name} is not in wasmind.h"
+        );
     }
-    assert!(p.globals_exported.contains(&"__stack_pointer".to_string()), "{which}: __stack_pointer not exported");
+    assert!(
+        p.globals_exported.contains(&"__stack_pointer".to_string()),
+        "{which}: __stack_pointer not exported"
+    );
 }
 
 #[test]
@@ -166,8 +209,17 @@ fn single_threaded_module_has_no_imports_and_exports_its_memory() {
     check_exports("wasmind.wasm", &p);
     assert!(p.simd_ops > 0, "no SIMD instructions in wasmind.wasm");
     assert_eq!(p.wait_notify_ops, 0);
-    println!("wasmind.wasm: {} bytes, {} exports, {} SIMD ops", WASM_ST.len(), p.exports.len(), p.simd_ops);
-    assert!(WASM_ST.len() <= SIZE_BUDGET, "wasmind.wasm is {} bytes", WASM_ST.len());
+    println!(
+        "wasmind.wasm: {} bytes, {} exports, {} SIMD ops",
+        WASM_ST.len(),
+        p.exports.len(),
+        p.simd_ops
+    );
+    assert!(
+        WASM_ST.len() <= SIZE_BUDGET,
+        "wasmind.wasm is {} bytes",
+        WASM_ST.len()
+    );
 }
 
 #[test]
@@ -182,13 +234,28 @@ fn threaded_module_imports_only_a_shared_memory_with_a_maximum() {
     assert!(!m.memory64);
     check_exports("wasmind-mt.wasm", &p);
     assert!(p.simd_ops > 0, "no SIMD instructions in wasmind-mt.wasm");
-    assert!(p.atomic_ops > 0, "no atomic instructions in wasmind-mt.wasm");
-    assert!(p.wait_notify_ops >= 2, "memory.atomic.wait32/notify missing");
+    assert!(
+        p.atomic_ops > 0,
+        "no atomic instructions in wasmind-mt.wasm"
+    );
+    assert!(
+        p.wait_notify_ops >= 2,
+        "memory.atomic.wait32/notify missing"
+    );
     println!(
         "wasmind-mt.wasm: {} bytes, {} exports, {} SIMD ops, {} atomic ops, memory {}..{:?} pages",
-        WASM_MT.len(), p.exports.len(), p.simd_ops, p.atomic_ops, m.initial, m.maximum
+        WASM_MT.len(),
+        p.exports.len(),
+        p.simd_ops,
+        p.atomic_ops,
+        m.initial,
+        m.maximum
     );
-    assert!(WASM_MT.len() <= SIZE_BUDGET, "wasmind-mt.wasm is {} bytes", WASM_MT.len());
+    assert!(
+        WASM_MT.len() <= SIZE_BUDGET,
+        "wasmind-mt.wasm is {} bytes",
+        WASM_MT.len()
+    );
 }
 
 #[test]
@@ -197,21 +264,29 @@ fn two_instances_share_state_through_one_memory() {
     let (mut store, other) = w.instance_on_shared_memory(256 * 1024).unwrap();
     // The pool's thread count, written through the driver, read through the other instance.
     w.call::<u32, i32>("pool_set_threads", 7).unwrap();
-    let threads = other.get_typed_func::<(), u32>(&mut store, "pool_threads").unwrap();
+    let threads = other
+        .get_typed_func::<(), u32>(&mut store, "pool_threads")
+        .unwrap();
     assert_eq!(threads.call(&mut store, ()).unwrap(), 7);
     // And back the other way.
-    let set = other.get_typed_func::<u32, i32>(&mut store, "pool_set_threads").unwrap();
+    let set = other
+        .get_typed_func::<u32, i32>(&mut store, "pool_set_threads")
+        .unwrap();
     set.call(&mut store, 3).unwrap();
     assert_eq!(w.call::<(), u32>("pool_threads", ()).unwrap(), 3);
     // One allocator for both: blocks from either instance never overlap.
     let a = w.call::<u32, u32>("alloc", 1000).unwrap();
-    let alloc_other = other.get_typed_func::<u32, u32>(&mut store, "alloc").unwrap();
+    let alloc_other = other
+        .get_typed_func::<u32, u32>(&mut store, "alloc")
+        .unwrap();
     let b = alloc_other.call(&mut store, 1000).unwrap();
     assert!(a != 0 && b != 0);
     assert!(a + 1000 <= b || b + 1000 <= a, "blocks overlap: {a} {b}");
     // Same shared state block address in both.
     let s1 = w.call::<(), u32>("shared_state", ()).unwrap();
-    let shared_other = other.get_typed_func::<(), u32>(&mut store, "shared_state").unwrap();
+    let shared_other = other
+        .get_typed_func::<(), u32>(&mut store, "shared_state")
+        .unwrap();
     assert_eq!(s1, shared_other.call(&mut store, ()).unwrap());
     assert_eq!(&w.read(s1, 4), b"wmnd");
 }
@@ -222,12 +297,18 @@ fn helpers_on_their_own_stacks_run_jobs_with_the_driver() {
     // single-threaded one. Each item uses a 1 KiB array on its thread's stack.
     let single = {
         let mut w = Wasmind::single_threaded().unwrap();
-        w.call::<(u32, u32, u32), i32>("pool_selftest", (2000, 42, 1)).unwrap()
+        w.call::<(u32, u32, u32), i32>("pool_selftest", (2000, 42, 1))
+            .unwrap()
     };
     for threads in [2u32, 4] {
         let mut w = Wasmind::threaded(threads).unwrap();
-        assert_eq!(w.call::<(), i32>("pool_helpers_ready", ()).unwrap() as u32, threads - 1);
-        let r = w.call::<(u32, u32, u32), i32>("pool_selftest", (2000, 42, threads)).unwrap();
+        assert_eq!(
+            w.call::<(), i32>("pool_helpers_ready", ()).unwrap() as u32,
+            threads - 1
+        );
+        let r = w
+            .call::<(u32, u32, u32), i32>("pool_selftest", (2000, 42, threads))
+            .unwrap();
         assert_eq!(r, single, "threads {threads}");
         w.shutdown().unwrap();
     }

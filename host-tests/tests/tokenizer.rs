@@ -15,18 +15,31 @@ fn check_file(w: &mut Wasmind, texts: &[&str], refs: &[serde_json::Value], what:
             mismatches.push(i);
         }
     }
-    println!("{what}: {} texts, {} mismatches", texts.len(), mismatches.len());
-    assert!(mismatches.is_empty(), "{what}: texts {mismatches:?} differ from llama.cpp");
+    println!(
+        "{what}: {} texts, {} mismatches",
+        texts.len(),
+        mismatches.len()
+    );
+    assert!(
+        mismatches.is_empty(),
+        "{what}: texts {mismatches:?} differ from llama.cpp"
+    );
 }
 
 #[test]
 fn vocabulary_files_match_llama_cpp() {
     let r = json("reference/vocab-reference.json");
-    let texts: Vec<&str> = r["texts"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    let texts: Vec<&str> = r["texts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
     assert_eq!(texts.len(), 631);
     let mut w = Wasmind::single_threaded().unwrap();
     for (file, refs) in r["files"].as_object().unwrap() {
-        w.load_model_file(&shared(&format!("models/vocab/{file}")), 0).unwrap();
+        w.load_model_file(&shared(&format!("models/vocab/{file}")), 0)
+            .unwrap();
         check_file(&mut w, &texts, refs.as_array().unwrap(), file);
     }
 }
@@ -41,12 +54,19 @@ fn smollm2_matches_llama_cpp_and_round_trips() {
     check_file(&mut w, &texts, refs, "SmolLM2");
     for text in &texts {
         let ids = w.tokenize(text.as_bytes(), 0).unwrap();
-        assert_eq!(w.detokenize(&ids, 0).unwrap(), text.as_bytes(), "round trip of {text:?}");
+        assert_eq!(
+            w.detokenize(&ids, 0).unwrap(),
+            text.as_bytes(),
+            "round trip of {text:?}"
+        );
         // Streaming: pieces concatenate to the text and each is whole UTF-8.
         let mut streamed = Vec::new();
         for &id in &ids {
             let piece = w.detokenize_stream(Some(id), 0).unwrap();
-            assert!(std::str::from_utf8(&piece).is_ok(), "broken UTF-8 piece in {text:?}");
+            assert!(
+                std::str::from_utf8(&piece).is_ok(),
+                "broken UTF-8 piece in {text:?}"
+            );
             streamed.extend(piece);
         }
         streamed.extend(w.detokenize_stream(None, 0).unwrap());
@@ -60,7 +80,8 @@ fn bad_text_is_an_error() {
     // No model yet.
     let e = w.tokenize(b"hello", 0).unwrap_err().to_string();
     assert!(e.contains("(-5)"), "{e}");
-    w.load_model_file(&shared("models/vocab/vocab-bpe-smollm.gguf"), 0).unwrap();
+    w.load_model_file(&shared("models/vocab/vocab-bpe-smollm.gguf"), 0)
+        .unwrap();
     let e = w.tokenize(b"caf\xc3", 0).unwrap_err().to_string();
     assert!(e.contains("(-7)") && e.contains("UTF-8"), "{e}");
     assert_eq!(w.tokenize(b"", 0).unwrap(), Vec::<u32>::new());
@@ -68,6 +89,10 @@ fn bad_text_is_an_error() {
     assert!(e.contains("outside the vocabulary"), "{e}");
     // A vocabulary-only file has no weights.
     let ids = w.put(&[1, 0, 0, 0, 2, 0, 0, 0]).unwrap();
-    assert_eq!(w.call::<(u32, u32), i32>("prefill", (ids, 2)).unwrap(), -5, "prefill without weights");
+    assert_eq!(
+        w.call::<(u32, u32), i32>("prefill", (ids, 2)).unwrap(),
+        -5,
+        "prefill without weights"
+    );
     assert!(w.last_error().unwrap().contains("no model"));
 }

@@ -72,7 +72,11 @@ impl Config {
         let arch = match arch_name {
             "llama" => Arch::Llama,
             "qwen2" => Arch::Qwen2,
-            other => bail!(Status::Unsupported, "architecture {:?} (supported: llama, qwen2)", other),
+            other => bail!(
+                Status::Unsupported,
+                "architecture {:?} (supported: llama, qwen2)",
+                other
+            ),
         };
         let key = |suffix: &str| {
             let mut k = alloc::string::String::new();
@@ -84,7 +88,14 @@ impl Config {
         let bounded = |suffix: &str, max: u32| -> Result<usize> {
             let v = g.get_u32(&key(suffix))?;
             if v == 0 || v > max {
-                bail!(Status::BadFormat, "{}.{} = {} is out of range 1..={}", arch_name, suffix, v, max);
+                bail!(
+                    Status::BadFormat,
+                    "{}.{} = {} is out of range 1..={}",
+                    arch_name,
+                    suffix,
+                    v,
+                    max
+                );
             }
             Ok(v as usize)
         };
@@ -93,41 +104,76 @@ impl Config {
         let n_heads = bounded("attention.head_count", MAX_HEADS)?;
         let n_kv_heads = match g.get_u32_opt(&key("attention.head_count_kv"))? {
             Some(v) if v == 0 || v > n_heads as u32 => {
-                bail!(Status::BadFormat, "{}.attention.head_count_kv = {} is out of range", arch_name, v)
+                bail!(
+                    Status::BadFormat,
+                    "{}.attention.head_count_kv = {} is out of range",
+                    arch_name,
+                    v
+                )
             }
             Some(v) => v as usize,
             None => n_heads,
         };
         if n_heads % n_kv_heads != 0 {
-            bail!(Status::BadFormat, "head_count {} is not a multiple of head_count_kv {}", n_heads, n_kv_heads);
+            bail!(
+                Status::BadFormat,
+                "head_count {} is not a multiple of head_count_kv {}",
+                n_heads,
+                n_kv_heads
+            );
         }
         let head_dim = match g.get_u32_opt(&key("attention.key_length"))? {
             Some(v) => v as usize,
             None => {
                 if dim % n_heads != 0 {
-                    bail!(Status::BadFormat, "embedding_length {} is not a multiple of head_count {}", dim, n_heads);
+                    bail!(
+                        Status::BadFormat,
+                        "embedding_length {} is not a multiple of head_count {}",
+                        dim,
+                        n_heads
+                    );
                 }
                 dim / n_heads
             }
         };
         if head_dim == 0 || head_dim > MAX_HEAD_DIM as usize || head_dim % 2 != 0 {
-            bail!(Status::BadFormat, "head dimension {} is out of range", head_dim);
+            bail!(
+                Status::BadFormat,
+                "head dimension {} is out of range",
+                head_dim
+            );
         }
         if let Some(v) = g.get_u32_opt(&key("attention.value_length"))? {
             if v as usize != head_dim {
-                bail!(Status::Unsupported, "value_length {} differs from key_length {}", v, head_dim);
+                bail!(
+                    Status::Unsupported,
+                    "value_length {} differs from key_length {}",
+                    v,
+                    head_dim
+                );
             }
         }
         let ffn_dim = bounded("feed_forward_length", MAX_DIM * 4)?;
         let train_context = bounded("context_length", MAX_CONTEXT)?;
-        let rms_eps = g.get_f32_opt(&key("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-5);
+        let rms_eps = g
+            .get_f32_opt(&key("attention.layer_norm_rms_epsilon"))?
+            .unwrap_or(1e-5);
         let rope_base = g.get_f32_opt(&key("rope.freq_base"))?.unwrap_or(10_000.0);
         if !(rms_eps.is_finite() && rms_eps >= 0.0 && rope_base.is_finite() && rope_base > 1.0) {
-            bail!(Status::BadFormat, "bad rms epsilon {} or rope base {}", rms_eps, rope_base);
+            bail!(
+                Status::BadFormat,
+                "bad rms epsilon {} or rope base {}",
+                rms_eps,
+                rope_base
+            );
         }
         let rope_dims = match g.get_u32_opt(&key("rope.dimension_count"))? {
             Some(v) if v as usize > head_dim || v % 2 != 0 || v == 0 => {
-                bail!(Status::BadFormat, "rope.dimension_count {} is out of range", v)
+                bail!(
+                    Status::BadFormat,
+                    "rope.dimension_count {} is out of range",
+                    v
+                )
             }
             Some(v) => v as usize,
             None => head_dim,

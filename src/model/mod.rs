@@ -54,14 +54,28 @@ impl<'a> Matrix<'a> {
             bail!(
                 Status::BadFormat,
                 "tensor {} has shape {:?}, expected [{}, {}]",
-                t.name, &t.dims[..t.n_dims], cols, rows
+                t.name,
+                &t.dims[..t.n_dims],
+                cols,
+                rows
             );
         }
         if !quant::is_supported(t.ty) {
-            bail!(Status::Unsupported, "tensor {} has type {}, which this build cannot compute with", t.name, t.ty.name());
+            bail!(
+                Status::Unsupported,
+                "tensor {} has type {}, which this build cannot compute with",
+                t.name,
+                t.ty.name()
+            );
         }
         let row_bytes = t.row_bytes();
-        Ok(Matrix { ty: t.ty, data: t.data, rows, cols, row_bytes })
+        Ok(Matrix {
+            ty: t.ty,
+            data: t.data,
+            rows,
+            cols,
+            row_bytes,
+        })
     }
 
     fn row(&self, r: usize) -> &'a [u8] {
@@ -122,20 +136,37 @@ pub struct Model<'a> {
 
 /// Reads a 1-D f32 (or f16) tensor of `n` values into a Vec.
 fn vector(g: &Gguf<'_>, name: &str, n: usize) -> Result<Vec<f32>> {
-    let t = g.tensor(name).ok_or_else(|| err!(Status::BadFormat, "tensor {} is missing", name))?;
+    let t = g
+        .tensor(name)
+        .ok_or_else(|| err!(Status::BadFormat, "tensor {} is missing", name))?;
     if t.n_elements() != n as u64 {
-        bail!(Status::BadFormat, "tensor {} has {} values, expected {}", name, t.n_elements(), n);
+        bail!(
+            Status::BadFormat,
+            "tensor {} has {} values, expected {}",
+            name,
+            t.n_elements(),
+            n
+        );
     }
     let mut out = try_vec(n)?;
     match t.ty {
-        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => quant::dequantize_row(t.ty, t.data, &mut out)?,
-        other => bail!(Status::Unsupported, "tensor {} has type {}; expected F32", name, other.name()),
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
+            quant::dequantize_row(t.ty, t.data, &mut out)?
+        }
+        other => bail!(
+            Status::Unsupported,
+            "tensor {} has type {}; expected F32",
+            name,
+            other.name()
+        ),
     }
     Ok(out)
 }
 
 fn matrix<'a>(g: &Gguf<'a>, name: &str, rows: usize, cols: usize) -> Result<Matrix<'a>> {
-    let t = g.tensor(name).ok_or_else(|| err!(Status::BadFormat, "tensor {} is missing", name))?;
+    let t = g
+        .tensor(name)
+        .ok_or_else(|| err!(Status::BadFormat, "tensor {} is missing", name))?;
     Matrix::from_tensor(t, rows, cols)
 }
 
@@ -158,7 +189,9 @@ impl<'a> Model<'a> {
             None => token_embd,
         };
         let mut layers = Vec::new();
-        layers.try_reserve_exact(cfg.n_layers).map_err(|_| err!(Status::OutOfMemory, "layers"))?;
+        layers
+            .try_reserve_exact(cfg.n_layers)
+            .map_err(|_| err!(Status::OutOfMemory, "layers"))?;
         for l in 0..cfg.n_layers {
             let nm = |suffix: &str| alloc::format!("blk.{l}.{suffix}");
             let bias = if cfg.arch == Arch::Qwen2 {
@@ -241,7 +274,12 @@ impl<'a> Model<'a> {
     /// Keeps only the first `n` cached tokens.
     pub fn truncate(&mut self, n: usize) -> Result<()> {
         if n > self.pos {
-            bail!(Status::InvalidArgument, "cannot truncate to {} tokens: the cache holds {}", n, self.pos);
+            bail!(
+                Status::InvalidArgument,
+                "cannot truncate to {} tokens: the cache holds {}",
+                n,
+                self.pos
+            );
         }
         self.pos = n;
         Ok(())
@@ -249,7 +287,11 @@ impl<'a> Model<'a> {
 
     /// Runs `ids` at positions `pos..pos + ids.len()`. After it, `logits` holds the last token's
     /// logits; with `all_logits`, `on_logits(i, logits)` is called for every position `i`.
-    pub fn forward(&mut self, ids: &[u32], mut on_logits: Option<&mut dyn FnMut(usize, &[f32])>) -> Result<()> {
+    pub fn forward(
+        &mut self,
+        ids: &[u32],
+        mut on_logits: Option<&mut dyn FnMut(usize, &[f32])>,
+    ) -> Result<()> {
         if ids.is_empty() {
             return Ok(());
         }
@@ -257,12 +299,19 @@ impl<'a> Model<'a> {
             bail!(
                 Status::ContextFull,
                 "{} tokens do not fit: the cache holds {} of {}",
-                ids.len(), self.pos, self.context
+                ids.len(),
+                self.pos,
+                self.context
             );
         }
         for &id in ids {
             if id as usize >= self.cfg.vocab {
-                bail!(Status::InvalidArgument, "token id {} is outside the vocabulary of {}", id, self.cfg.vocab);
+                bail!(
+                    Status::InvalidArgument,
+                    "token id {} is outside the vocabulary of {}",
+                    id,
+                    self.cfg.vocab
+                );
             }
         }
         let mut done = 0;
@@ -280,23 +329,47 @@ impl<'a> Model<'a> {
         Ok(())
     }
 
-    fn forward_batch(&mut self, ids: &[u32], all_logits: bool, on_logits: &mut dyn FnMut(usize, &[f32])) -> Result<()> {
+    fn forward_batch(
+        &mut self,
+        ids: &[u32],
+        all_logits: bool,
+        on_logits: &mut dyn FnMut(usize, &[f32]),
+    ) -> Result<()> {
         let n = ids.len();
         let cfg = self.cfg.clone();
-        let (dim, q_dim, kv_dim, ffn, hd) = (cfg.dim, cfg.q_dim(), cfg.kv_dim(), cfg.ffn_dim, cfg.head_dim);
+        let (dim, q_dim, kv_dim, ffn, hd) = (
+            cfg.dim,
+            cfg.q_dim(),
+            cfg.kv_dim(),
+            cfg.ffn_dim,
+            cfg.head_dim,
+        );
         let pos0 = self.pos;
         for (t, &id) in ids.iter().enumerate() {
             let row = self.token_embd.row(id as usize);
-            quant::dequantize_row(self.token_embd.ty, row, &mut self.scratch.x[t * dim..(t + 1) * dim])?;
+            quant::dequantize_row(
+                self.token_embd.ty,
+                row,
+                &mut self.scratch.x[t * dim..(t + 1) * dim],
+            )?;
         }
         for l in 0..cfg.n_layers {
             let layer = &self.layers[l];
             let s = &mut self.scratch;
             for t in 0..n {
-                rmsnorm(&mut s.xb[t * dim..(t + 1) * dim], &s.x[t * dim..(t + 1) * dim], &layer.attn_norm, cfg.rms_eps);
+                rmsnorm(
+                    &mut s.xb[t * dim..(t + 1) * dim],
+                    &s.x[t * dim..(t + 1) * dim],
+                    &layer.attn_norm,
+                    cfg.rms_eps,
+                );
             }
             matmul_group(
-                &[(&layer.wq, &mut s.q[..n * q_dim]), (&layer.wk, &mut s.k[..n * kv_dim]), (&layer.wv, &mut s.v[..n * kv_dim])],
+                &[
+                    (&layer.wq, &mut s.q[..n * q_dim]),
+                    (&layer.wk, &mut s.k[..n * kv_dim]),
+                    (&layer.wv, &mut s.v[..n * kv_dim]),
+                ],
                 &s.xb[..n * dim],
                 n,
                 &mut s.acts,
@@ -325,13 +398,27 @@ impl<'a> Model<'a> {
             let layer = &self.layers[l];
             let s = &mut self.scratch;
             // x += Wo att_out: compute into xb, then add.
-            matmul_group(&[(&layer.wo, &mut s.xb[..n * dim])], &s.att_out[..n * q_dim], n, &mut s.acts, &mut s.acts2)?;
+            matmul_group(
+                &[(&layer.wo, &mut s.xb[..n * dim])],
+                &s.att_out[..n * q_dim],
+                n,
+                &mut s.acts,
+                &mut s.acts2,
+            )?;
             ops::axpy(&mut s.x[..n * dim], 1.0, &s.xb[..n * dim]);
             for t in 0..n {
-                rmsnorm(&mut s.xb[t * dim..(t + 1) * dim], &s.x[t * dim..(t + 1) * dim], &layer.ffn_norm, cfg.rms_eps);
+                rmsnorm(
+                    &mut s.xb[t * dim..(t + 1) * dim],
+                    &s.x[t * dim..(t + 1) * dim],
+                    &layer.ffn_norm,
+                    cfg.rms_eps,
+                );
             }
             matmul_group(
-                &[(&layer.w_gate, &mut s.gate[..n * ffn]), (&layer.w_up, &mut s.up[..n * ffn])],
+                &[
+                    (&layer.w_gate, &mut s.gate[..n * ffn]),
+                    (&layer.w_up, &mut s.up[..n * ffn]),
+                ],
                 &s.xb[..n * dim],
                 n,
                 &mut s.acts,
@@ -341,7 +428,13 @@ impl<'a> Model<'a> {
             for (g, &u) in s.gate[..n * ffn].iter_mut().zip(&s.up[..n * ffn]) {
                 *g *= u;
             }
-            matmul_group(&[(&layer.w_down, &mut s.xb[..n * dim])], &s.gate[..n * ffn], n, &mut s.acts, &mut s.acts2)?;
+            matmul_group(
+                &[(&layer.w_down, &mut s.xb[..n * dim])],
+                &s.gate[..n * ffn],
+                n,
+                &mut s.acts,
+                &mut s.acts2,
+            )?;
             ops::axpy(&mut s.x[..n * dim], 1.0, &s.xb[..n * dim]);
         }
         self.pos += n;
@@ -349,11 +442,22 @@ impl<'a> Model<'a> {
         let first = if all_logits { 0 } else { n - 1 };
         let s = &mut self.scratch;
         for t in first..n {
-            rmsnorm(&mut s.xb[t * dim..(t + 1) * dim], &s.x[t * dim..(t + 1) * dim], &self.output_norm, cfg.rms_eps);
+            rmsnorm(
+                &mut s.xb[t * dim..(t + 1) * dim],
+                &s.x[t * dim..(t + 1) * dim],
+                &self.output_norm,
+                cfg.rms_eps,
+            );
         }
         let vocab = cfg.vocab;
         for t in first..n {
-            matmul_group(&[(&self.output, &mut self.logits[..vocab])], &s.xb[t * dim..(t + 1) * dim], 1, &mut s.acts, &mut s.acts2)?;
+            matmul_group(
+                &[(&self.output, &mut self.logits[..vocab])],
+                &s.xb[t * dim..(t + 1) * dim],
+                1,
+                &mut s.acts,
+                &mut s.acts2,
+            )?;
             if all_logits {
                 on_logits(t, &self.logits);
             }
@@ -382,7 +486,14 @@ impl<'a> Model<'a> {
         };
         // SAFETY: each item (token, head) reads shared inputs and writes only its own score row
         // and its own head slice of `out`; all pointers outlive the call.
-        unsafe { pool::par_for(attention_kernel, &args as *const _ as *const u8, n * cfg.n_heads, 1) };
+        unsafe {
+            pool::par_for(
+                attention_kernel,
+                &args as *const _ as *const u8,
+                n * cfg.n_heads,
+                1,
+            )
+        };
     }
 }
 
@@ -413,9 +524,20 @@ unsafe fn attention_kernel(args: *const u8, start: usize, end: usize) {
         // row `item`; the caches hold positions 0..=pos for this layer.
         unsafe {
             let q = core::slice::from_raw_parts(a.q.add(t * a.q_dim + h * a.head_dim), a.head_dim);
-            let scores = core::slice::from_raw_parts_mut(a.scores.add(item * a.score_stride), pos + 1);
-            let key = |s: usize| core::slice::from_raw_parts(a.k_cache.add(s * a.kv_dim + kvh * a.head_dim), a.head_dim);
-            let value = |s: usize| core::slice::from_raw_parts(a.v_cache.add(s * a.kv_dim + kvh * a.head_dim), a.head_dim);
+            let scores =
+                core::slice::from_raw_parts_mut(a.scores.add(item * a.score_stride), pos + 1);
+            let key = |s: usize| {
+                core::slice::from_raw_parts(
+                    a.k_cache.add(s * a.kv_dim + kvh * a.head_dim),
+                    a.head_dim,
+                )
+            };
+            let value = |s: usize| {
+                core::slice::from_raw_parts(
+                    a.v_cache.add(s * a.kv_dim + kvh * a.head_dim),
+                    a.head_dim,
+                )
+            };
             // Four positions at a time; each score is the same `dot` either way.
             let body = scores.len() / 4 * 4;
             for s in (0..body).step_by(4) {
@@ -428,7 +550,10 @@ unsafe fn attention_kernel(args: *const u8, start: usize, end: usize) {
                 scores[s] = ops::dot(q, key(s)) * a.scale;
             }
             math::softmax_in_place(scores);
-            let out = core::slice::from_raw_parts_mut(a.out.add(t * a.q_dim + h * a.head_dim), a.head_dim);
+            let out = core::slice::from_raw_parts_mut(
+                a.out.add(t * a.q_dim + h * a.head_dim),
+                a.head_dim,
+            );
             out.fill(0.0);
             // out += p_s v_s in position order (axpy4 adds its four in order).
             for s in (0..body).step_by(4) {
@@ -480,11 +605,22 @@ fn matmul_group(
         };
         total += m.rows;
     }
-    let args = GroupArgs { jobs, count: group.len(), n };
+    let args = GroupArgs {
+        jobs,
+        count: group.len(),
+        n,
+    };
     // SAFETY: each chunk writes only its own rows of the outputs; inputs are read-only.
     // The pool hands out long runs of rows first (prefetchers follow them), then shorter ones.
     // Any chunking gives the same bits: each output row is one dot product wherever it runs.
-    unsafe { pool::par_for(matmul_kernel, &args as *const _ as *const u8, total, ROWS_PER_CHUNK) };
+    unsafe {
+        pool::par_for(
+            matmul_kernel,
+            &args as *const _ as *const u8,
+            total,
+            ROWS_PER_CHUNK,
+        )
+    };
     Ok(())
 }
 
@@ -540,7 +676,15 @@ unsafe fn matmul_kernel(args: *const u8, start: usize, end: usize) {
             } else {
                 // Straight into y's (n, j.rows) layout: this chunk owns columns `rows` of
                 // every token's row.
-                quant::matmul_strided(j.ty, w, j.cols, x, rows.clone(), j.y.add(rows.start), j.rows);
+                quant::matmul_strided(
+                    j.ty,
+                    w,
+                    j.cols,
+                    x,
+                    rows.clone(),
+                    j.y.add(rows.start),
+                    j.rows,
+                );
             }
         }
     }

@@ -42,15 +42,23 @@ impl RopeTable {
         let pairs = cfg.rope_dims / 2;
         if let Some(f) = factors {
             if f.len() != pairs {
-                return Err(err!(Status::BadFormat, "rope_freqs has {} values, expected {}", f.len(), pairs));
+                return Err(err!(
+                    Status::BadFormat,
+                    "rope_freqs has {} values, expected {}",
+                    f.len(),
+                    pairs
+                ));
             }
         }
-        let n = context.checked_mul(pairs).ok_or_else(|| err!(Status::OutOfMemory, "RoPE table"))?;
+        let n = context
+            .checked_mul(pairs)
+            .ok_or_else(|| err!(Status::OutOfMemory, "RoPE table"))?;
         let mut cos = try_vec(n)?;
         let mut sin = try_vec(n)?;
         let ln_base = math::log(cfg.rope_base as f64);
         let mut freq: Vec<f64> = Vec::new();
-        freq.try_reserve_exact(pairs).map_err(|_| err!(Status::OutOfMemory, "RoPE table"))?;
+        freq.try_reserve_exact(pairs)
+            .map_err(|_| err!(Status::OutOfMemory, "RoPE table"))?;
         for i in 0..pairs {
             let f = math::exp(-((2 * i) as f64) / cfg.rope_dims as f64 * ln_base);
             let factor = factors.map_or(1.0, |fs| fs[i] as f64);
@@ -63,7 +71,12 @@ impl RopeTable {
                 sin[p * pairs + i] = s as f32;
             }
         }
-        Ok(RopeTable { pairs, style: cfg.rope_style, cos, sin })
+        Ok(RopeTable {
+            pairs,
+            style: cfg.rope_style,
+            cos,
+            sin,
+        })
     }
 
     /// Rotates each `head_dim`-wide head of `x` (`(n_heads * head_dim,)`) for position `pos`.
@@ -87,7 +100,8 @@ impl RopeTable {
 /// A zeroed `Vec<f32>` of `n`, or `OutOfMemory`.
 pub fn try_vec(n: usize) -> Result<Vec<f32>> {
     let mut v = Vec::new();
-    v.try_reserve_exact(n).map_err(|_| err!(Status::OutOfMemory, "cannot allocate {} floats", n))?;
+    v.try_reserve_exact(n)
+        .map_err(|_| err!(Status::OutOfMemory, "cannot allocate {} floats", n))?;
     v.resize(n, 0.0);
     Ok(v)
 }
@@ -269,17 +283,29 @@ mod tests {
             let q = values(n, 1);
             let k: Vec<Vec<f32>> = (0..4).map(|j| values(n, 10 + j)).collect();
             let ks = [&k[0][..], &k[1][..], &k[2][..], &k[3][..]];
-            assert_eq!(dot(&q, ks[1]).to_bits(), dot_ref(&q, ks[1]).to_bits(), "dot n={n}");
+            assert_eq!(
+                dot(&q, ks[1]).to_bits(),
+                dot_ref(&q, ks[1]).to_bits(),
+                "dot n={n}"
+            );
             let got = dot4(&q, ks).map(f32::to_bits);
             assert_eq!(got, dot4_ref(&q, ks).map(f32::to_bits), "dot4 n={n}");
             let p = [0.25, -1.5, 3.0e-3, 7.0];
             let (mut a, mut b) = (q.clone(), q.clone());
             axpy4(&mut a, p, ks);
             axpy4_ref(&mut b, p, ks);
-            assert_eq!(a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), b.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), "axpy4 n={n}");
+            assert_eq!(
+                a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                b.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                "axpy4 n={n}"
+            );
             axpy(&mut a, -0.75, ks[2]);
             axpy_ref(&mut b, -0.75, ks[2]);
-            assert_eq!(a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), b.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), "axpy n={n}");
+            assert_eq!(
+                a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                b.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                "axpy n={n}"
+            );
         }
     }
 }

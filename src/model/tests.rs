@@ -34,14 +34,21 @@ fn run(file: &str, ids: &[u32], context: usize) -> Vec<Vec<f32>> {
     let g = Gguf::parse(&bytes).unwrap();
     let mut model = Model::load(&g, context).unwrap();
     let mut all = Vec::new();
-    model.forward(ids, Some(&mut |_, l: &[f32]| all.push(l.to_vec()))).unwrap();
+    model
+        .forward(ids, Some(&mut |_, l: &[f32]| all.push(l.to_vec())))
+        .unwrap();
     all
 }
 
 #[test]
 fn tiny_models_match_llama_cpp() {
     let r = reference();
-    let ids: Vec<u32> = r["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+    let ids: Vec<u32> = r["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
     let models = r["models"].as_object().unwrap();
     let mut failures = Vec::new();
     for (file, m) in models {
@@ -70,8 +77,14 @@ fn tiny_models_match_llama_cpp() {
             }
         }
         let float = file.contains("F32") || file.contains("F16") || file.contains("BF16");
-        let tol = if float { FLOAT_TOLERANCE } else { QUANT_TOLERANCE };
-        std::println!("{file:24} decisive argmax {agree}/{decisive}  last-4 max |dlogit| {max_diff:.4} (tolerance {tol})");
+        let tol = if float {
+            FLOAT_TOLERANCE
+        } else {
+            QUANT_TOLERANCE
+        };
+        std::println!(
+            "{file:24} decisive argmax {agree}/{decisive}  last-4 max |dlogit| {max_diff:.4} (tolerance {tol})"
+        );
         if agree != decisive || max_diff > tol {
             failures.push(file.clone());
         }
@@ -82,14 +95,24 @@ fn tiny_models_match_llama_cpp() {
 #[test]
 fn one_token_at_a_time_equals_the_batch() {
     let r = reference();
-    let ids: Vec<u32> = r["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+    let ids: Vec<u32> = r["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
     let bytes = std::fs::read(std::format!("{SHARED}/models/tiny/tiny-llama-Q8_0.gguf")).unwrap();
     let g = Gguf::parse(&bytes).unwrap();
     let batched = run("tiny-llama-Q8_0.gguf", &ids, 64);
     let mut model = Model::load(&g, 64).unwrap();
     for (p, &id) in ids.iter().enumerate() {
         model.forward(&[id], None).unwrap();
-        let d = model.logits.iter().zip(&batched[p]).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+        let d = model
+            .logits
+            .iter()
+            .zip(&batched[p])
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
         assert!(d < 1e-4, "position {p}: step and batch differ by {d}");
     }
 }
@@ -104,7 +127,10 @@ fn a_full_context_is_an_error_not_a_write_past_the_end() {
     assert_eq!(e.status, crate::error::Status::ContextFull);
     model.forward(&[1], None).unwrap();
     assert_eq!(model.pos, 8);
-    assert_eq!(model.forward(&[1], None).unwrap_err().status, crate::error::Status::ContextFull);
+    assert_eq!(
+        model.forward(&[1], None).unwrap_err().status,
+        crate::error::Status::ContextFull
+    );
     let e = model.forward(&[100_000], None);
     assert!(e.is_err());
 }

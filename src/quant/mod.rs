@@ -407,7 +407,10 @@ pub fn matmul(
     rows: Range<usize>,
     y: &mut [f32],
 ) {
-    assert!(y.len() >= xs.n_vecs() * rows.len(), "matmul: output too short");
+    assert!(
+        y.len() >= xs.n_vecs() * rows.len(),
+        "matmul: output too short"
+    );
     let stride = rows.len();
     // SAFETY: y holds n_vecs rows of `stride` values, checked above.
     unsafe { matmul_strided(ty, w, n_cols, xs, rows, y.as_mut_ptr(), stride) }

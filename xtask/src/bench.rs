@@ -223,7 +223,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
 
     // wasmind's two hosts take the same arguments: the wasmtime bench binary and glue/bench/bench.mjs.
     let wasmind_hosts = || {
-        [("wasmind in wasmtime", Command::new(&bench_bin)), ("wasmind in Node", node("bench.mjs"))]
+        [
+            ("wasmind in wasmtime", Command::new(&bench_bin)),
+            ("wasmind in Node", node("bench.mjs")),
+        ]
     };
 
     for group in &o.groups {
@@ -260,8 +263,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
                     // oversubscribed (measured here: 4 threads on 2 cores, one rep of 148 + 32
                     // tokens took 2 min 14 s), and 8 threads did not finish in 15 minutes.
                     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-                    let native_threads: Vec<String> =
-                        [1, 2, 4, 8].iter().filter(|&&t| t <= cores.max(1)).map(|t| t.to_string()).collect();
+                    let native_threads: Vec<String> = [1, 2, 4, 8]
+                        .iter()
+                        .filter(|&&t| t <= cores.max(1))
+                        .map(|t| t.to_string())
+                        .collect();
                     c.arg("llm").args(["--threads", &native_threads.join(",")]);
                     common(&mut c, &o.reps);
                     collect("native llama.cpp", &mut c, &mut results);

@@ -48,7 +48,10 @@ pub fn workspace_root() -> PathBuf {
     let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
-    manifest_dir.parent().expect("xtask and host-tests live one level below the root").to_path_buf()
+    manifest_dir
+        .parent()
+        .expect("xtask and host-tests live one level below the root")
+        .to_path_buf()
 }
 
 /// Builds `m` in release mode and returns the path of the `.wasm` cargo produced.
@@ -60,7 +63,15 @@ pub fn build_module(m: &Module) -> Result<PathBuf, String> {
     cmd.current_dir(&root)
         // Only the cdylib: with the rlib beside it cargo would not run LTO, and LTO is what
         // recompiles `core` with the threaded build's target features.
-        .args(["rustc", "--release", "--lib", "--package", "wasmind", "--crate-type", "cdylib"])
+        .args([
+            "rustc",
+            "--release",
+            "--lib",
+            "--package",
+            "wasmind",
+            "--crate-type",
+            "cdylib",
+        ])
         .args(["--target", "wasm32-unknown-unknown"])
         .arg("--target-dir")
         .arg(&target_dir);
@@ -68,8 +79,15 @@ pub fn build_module(m: &Module) -> Result<PathBuf, String> {
     for (key, _) in std::env::vars_os() {
         let key = key.to_string_lossy().into_owned();
         let outer = key.starts_with("CARGO_") && key != "CARGO_HOME" && key != "CARGO_MAKEFLAGS";
-        if outer || key.starts_with("RUSTC") || key == "RUSTFLAGS" || key == "TARGET" || key == "HOST"
-            || key == "OUT_DIR" || key == "OPT_LEVEL" || key == "PROFILE" || key == "DEBUG"
+        if outer
+            || key.starts_with("RUSTC")
+            || key == "RUSTFLAGS"
+            || key == "TARGET"
+            || key == "HOST"
+            || key == "OUT_DIR"
+            || key == "OPT_LEVEL"
+            || key == "PROFILE"
+            || key == "DEBUG"
         {
             cmd.env_remove(&key);
         }
@@ -77,6 +95,7 @@ pub fn build_module(m: &Module) -> Result<PathBuf, String> {
     cmd.env("CARGO_ENCODED_RUSTFLAGS", m.rustflags.replace(' ', "\x1f"));
     cmd.env("CARGO_PROFILE_RELEASE_LTO", "fat");
     cmd.env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "1");
+    cmd.env("CARGO_PROFILE_RELEASE_PANIC", "abort");
     if m.needs_unstable_intrinsics {
         cmd.env("RUSTC_BOOTSTRAP", "1");
     }

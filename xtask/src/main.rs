@@ -20,7 +20,9 @@ fn main() -> ExitCode {
         Some("test") => test(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask dist | test | bench [--only llm,tokenize,embed] [--no-peers]");
+            eprintln!(
+                "usage: cargo xtask dist | test | bench [--only llm,tokenize,embed] [--no-peers]"
+            );
             return ExitCode::from(2);
         }
     };
@@ -37,15 +39,26 @@ fn dist() -> Result<(), String> {
     let dir = workspace_root().join("dist");
     for path in build_all_into(&dir)? {
         let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-        println!("{}  {} bytes ({:.1} KiB)", path.display(), size, size as f64 / 1024.0);
+        println!(
+            "{}  {} bytes ({:.1} KiB)",
+            path.display(),
+            size,
+            size as f64 / 1024.0
+        );
     }
     Ok(())
 }
 
 fn run(step: &str, cmd: &mut Command) -> Result<(), String> {
     println!("\n==> {step}");
-    let status = cmd.status().map_err(|e| format!("{step}: cannot start: {e}"))?;
-    if status.success() { Ok(()) } else { Err(format!("{step}: failed ({status})")) }
+    let status = cmd
+        .status()
+        .map_err(|e| format!("{step}: cannot start: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{step}: failed ({status})"))
+    }
 }
 
 fn cargo(root: &Path) -> Command {
@@ -60,7 +73,9 @@ fn test(extra: &[String]) -> Result<(), String> {
     dist()?;
     run(
         "unit tests, native",
-        cargo(&root).args(["test", "--release", "--package", "wasmind", "--lib"]).args(extra),
+        cargo(&root)
+            .args(["test", "--release", "--package", "wasmind", "--lib"])
+            .args(extra),
     )?;
     run(
         "unit tests, inside wasm (wasm32-wasip1 + simd128, Node WASI)",
@@ -71,7 +86,9 @@ fn test(extra: &[String]) -> Result<(), String> {
     )?;
     run(
         "host tests (wasmtime)",
-        cargo(&root).args(["test", "--release", "--package", "host-tests"]).args(extra),
+        cargo(&root)
+            .args(["test", "--release", "--package", "host-tests"])
+            .args(extra),
     )?;
     let node_tests = root.join("glue/test");
     if node_tests.is_dir() {
@@ -80,7 +97,12 @@ fn test(extra: &[String]) -> Result<(), String> {
         if !root.join("node_modules/playwright-core").is_dir() {
             run("npm ci", Command::new("npm").current_dir(&root).arg("ci"))?;
         }
-        run("glue tests (Node)", Command::new("node").current_dir(&root).args(["--test", "glue/test/"]))?;
+        run(
+            "glue tests (Node)",
+            Command::new("node")
+                .current_dir(&root)
+                .args(["--test", "glue/test/"]),
+        )?;
     }
     println!("\nall tests passed");
     Ok(())

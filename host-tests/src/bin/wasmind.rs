@@ -9,7 +9,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use host_tests::{TOKENIZE_ADD_SPECIAL, TOKENIZE_PARSE_SPECIAL, WASM_MT, WASM_ST, Wasmind, describe};
+use host_tests::{
+    TOKENIZE_ADD_SPECIAL, TOKENIZE_PARSE_SPECIAL, WASM_MT, WASM_ST, Wasmind, describe,
+};
 use serde_json::json;
 
 const USAGE: &str = "\
@@ -52,15 +54,22 @@ impl Args {
         self.rest.iter().any(|a| a == name)
     }
     fn value(&self, name: &str) -> Option<&str> {
-        self.rest.iter().position(|a| a == name).and_then(|i| self.rest.get(i + 1)).map(String::as_str)
+        self.rest
+            .iter()
+            .position(|a| a == name)
+            .and_then(|i| self.rest.get(i + 1))
+            .map(String::as_str)
     }
     fn required(&self, name: &str) -> Result<&str, String> {
-        self.value(name).ok_or_else(|| format!("{} needs {name}", self.command))
+        self.value(name)
+            .ok_or_else(|| format!("{} needs {name}", self.command))
     }
     fn number(&self, name: &str, default: u32) -> Result<u32, String> {
         match self.value(name) {
             None => Ok(default),
-            Some(v) => v.parse().map_err(|_| format!("{name} {v:?} is not a number")),
+            Some(v) => v
+                .parse()
+                .map_err(|_| format!("{name} {v:?} is not a number")),
         }
     }
 }
@@ -72,7 +81,10 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let command = argv.remove(0);
-    let args = Args { command, rest: argv };
+    let args = Args {
+        command,
+        rest: argv,
+    };
     let result = match args.command.as_str() {
         "modules" => modules(),
         "info" => info(&args),
@@ -103,14 +115,19 @@ fn open(args: &Args) -> Result<Wasmind, String> {
     let threads = args.number("--threads", 1)?;
     let mut w = Wasmind::with_threads(threads).map_err(s)?;
     let model = PathBuf::from(args.required("--model")?);
-    w.load_model_file(&model, args.number("--ctx", 0)?).map_err(s)?;
+    w.load_model_file(&model, args.number("--ctx", 0)?)
+        .map_err(s)?;
     Ok(w)
 }
 
 fn modules() -> Result<(), String> {
     for (name, bytes) in [("wasmind.wasm", WASM_ST), ("wasmind-mt.wasm", WASM_MT)] {
         let (imports, exports) = describe(bytes).map_err(s)?;
-        println!("{name}: {} bytes ({:.1} KiB)", bytes.len(), bytes.len() as f64 / 1024.0);
+        println!(
+            "{name}: {} bytes ({:.1} KiB)",
+            bytes.len(),
+            bytes.len() as f64 / 1024.0
+        );
         if imports.is_empty() {
             println!("  imports: none");
         }
@@ -152,7 +169,8 @@ fn tokenize(args: &Args) -> Result<(), String> {
             if line.trim().is_empty() {
                 continue;
             }
-            let text: String = serde_json::from_str(&line).map_err(|e| format!("not a JSON string: {e}"))?;
+            let text: String =
+                serde_json::from_str(&line).map_err(|e| format!("not a JSON string: {e}"))?;
             let ids = w.tokenize(text.as_bytes(), flags).map_err(s)?;
             writeln!(out, "{}", json!(ids)).map_err(s)?;
         }
@@ -169,8 +187,11 @@ fn detokenize(args: &Args) -> Result<(), String> {
     let mut w = open(args)?;
     let mut input = String::new();
     std::io::stdin().read_to_string(&mut input).map_err(s)?;
-    let ids: Vec<u32> = serde_json::from_str(&input).map_err(|e| format!("not an id array: {e}"))?;
-    let text = w.detokenize(&ids, args.flag("--special") as u32).map_err(s)?;
+    let ids: Vec<u32> =
+        serde_json::from_str(&input).map_err(|e| format!("not an id array: {e}"))?;
+    let text = w
+        .detokenize(&ids, args.flag("--special") as u32)
+        .map_err(s)?;
     std::io::stdout().write_all(&text).map_err(s)?;
     Ok(())
 }
@@ -225,17 +246,24 @@ fn perplexity(args: &Args) -> Result<(), String> {
         return Err("perplexity needs at least 2 tokens".into());
     }
     let rows = w.prefill_logits(&ids).map_err(s)?;
-    let nll: Vec<f64> = (0..ids.len() - 1).map(|i| -log_softmax_at(&rows[i], ids[i + 1] as usize)).collect();
+    let nll: Vec<f64> = (0..ids.len() - 1)
+        .map(|i| -log_softmax_at(&rows[i], ids[i + 1] as usize))
+        .collect();
     let mean = nll.iter().sum::<f64>() / nll.len() as f64;
     let top1: Vec<usize> = rows.iter().map(|r| top_k(r, 1)[0]).collect();
-    println!("{}", json!({ "tokens": ids.len(), "mean_nll": mean, "perplexity": mean.exp(), "top1": top1 }));
+    println!(
+        "{}",
+        json!({ "tokens": ids.len(), "mean_nll": mean, "perplexity": mean.exp(), "top1": top1 })
+    );
     Ok(())
 }
 
 fn embed(args: &Args) -> Result<(), String> {
     let threads = args.number("--threads", 1)?;
     let mut w = Wasmind::with_threads(threads).map_err(s)?;
-    let dim = w.load_embedder_dir(&PathBuf::from(args.required("--model")?)).map_err(s)?;
+    let dim = w
+        .load_embedder_dir(&PathBuf::from(args.required("--model")?))
+        .map_err(s)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     for line in std::io::stdin().lock().lines() {
@@ -243,7 +271,8 @@ fn embed(args: &Args) -> Result<(), String> {
         if line.trim().is_empty() {
             continue;
         }
-        let text: String = serde_json::from_str(&line).map_err(|e| format!("not a JSON string: {e}"))?;
+        let text: String =
+            serde_json::from_str(&line).map_err(|e| format!("not a JSON string: {e}"))?;
         let ids = w.embed_ids(text.as_bytes()).map_err(s)?;
         let v = w.embed(text.as_bytes(), dim).map_err(s)?;
         writeln!(out, "{}", json!({ "ids": ids, "embedding": v })).map_err(s)?;
@@ -262,7 +291,11 @@ const DEFAULT_MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 /// The repository this binary was built from (models/ lives there), else the current folder.
 fn repo_root() -> PathBuf {
     let built = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
-    if built.join("models").is_dir() { built } else { PathBuf::from(".") }
+    if built.join("models").is_dir() {
+        built
+    } else {
+        PathBuf::from(".")
+    }
 }
 
 /// `--model`, else `$WASMIND_MODEL`, else the default model from models/ or ../shared/models/,
@@ -282,10 +315,17 @@ fn model_path(args: &Args) -> Result<PathBuf, String> {
         }
     }
     let script = root.join("models/fetch.py");
-    eprintln!("wasmind: {} is not there yet; fetching it (once)", local.display());
+    eprintln!(
+        "wasmind: {} is not there yet; fetching it (once)",
+        local.display()
+    );
     let mut ran = None;
     for python in ["python3", "python"] {
-        match std::process::Command::new(python).arg(&script).arg(&local).status() {
+        match std::process::Command::new(python)
+            .arg(&script)
+            .arg(&local)
+            .status()
+        {
             Ok(st) => {
                 ran = Some(st);
                 break;
@@ -303,14 +343,18 @@ fn model_path(args: &Args) -> Result<PathBuf, String> {
         Some(st) if st.code() == Some(2) => Err("cannot download the default model (offline?); \
              pass --model PATH.gguf to use a model file you have"
             .into()),
-        Some(st) => Err(format!("fetching the default model failed ({st}); see the messages above")),
+        Some(st) => Err(format!(
+            "fetching the default model failed ({st}); see the messages above"
+        )),
     }
 }
 
 fn float(args: &Args, name: &str, default: f32) -> Result<f32, String> {
     match args.value(name) {
         None => Ok(default),
-        Some(v) => v.parse().map_err(|_| format!("{name} {v:?} is not a number")),
+        Some(v) => v
+            .parse()
+            .map_err(|_| format!("{name} {v:?} is not a number")),
     }
 }
 
@@ -328,7 +372,15 @@ fn sampling(args: &Args) -> Result<Sampling, String> {
         top_p: float(args, "--top-p", d.top_p)?,
         min_p: float(args, "--min-p", d.min_p)?,
         // `--temp 0` asks for plain greedy decoding: no penalty unless asked for.
-        repeat_penalty: float(args, "--repeat-penalty", if temperature <= 0.0 { 1.0 } else { d.repeat_penalty })?,
+        repeat_penalty: float(
+            args,
+            "--repeat-penalty",
+            if temperature <= 0.0 {
+                1.0
+            } else {
+                d.repeat_penalty
+            },
+        )?,
         repeat_window: args.number("--repeat-window", d.repeat_window)?,
         seed: args.number("--seed", clock_seed)?,
     })
@@ -343,7 +395,8 @@ fn open_chat(args: &Args, default_ctx: u32) -> Result<(Wasmind, PathBuf, Samplin
     let model = model_path(args)?;
     let threads = args.number("--threads", default_threads())?;
     let mut w = Wasmind::with_threads(threads).map_err(s)?;
-    w.load_model_file(&model, args.number("--ctx", default_ctx)?).map_err(s)?;
+    w.load_model_file(&model, args.number("--ctx", default_ctx)?)
+        .map_err(s)?;
     let sampling = sampling(args)?;
     w.sampler_set(&sampling).map_err(s)?;
     if args.flag("--drop-oldest") {
@@ -363,7 +416,9 @@ fn chat(args: &Args) -> Result<(), String> {
     if interactive {
         eprintln!(
             "wasmind: {} ({}, {} template, context {}, seed {}). /reset starts over, /exit leaves.",
-            model.file_name().map_or(model.display().to_string(), |f| f.to_string_lossy().into_owned()),
+            model.file_name().map_or(model.display().to_string(), |f| f
+                .to_string_lossy()
+                .into_owned()),
             info["name"].as_str().unwrap_or("?"),
             info["chat_template"].as_str().unwrap_or("?"),
             info["context"],
@@ -416,7 +471,9 @@ fn chat(args: &Args) -> Result<(), String> {
             _ => {}
         }
         w.chat_add(ROLE_USER, line).map_err(s)?;
-        let dropped_before = w.chat_stats().map_err(s)?["dropped_messages"].as_u64().unwrap_or(0);
+        let dropped_before = w.chat_stats().map_err(s)?["dropped_messages"]
+            .as_u64()
+            .unwrap_or(0);
         let stdout = std::io::stdout();
         STOP.store(false, Ordering::SeqCst);
         GENERATING.store(true, Ordering::SeqCst);
@@ -428,14 +485,20 @@ fn chat(args: &Args) -> Result<(), String> {
         GENERATING.store(false, Ordering::SeqCst);
         match reply.map_err(s)? {
             Err(e) if e.code == E_CONTEXT_FULL => {
-                eprintln!("[context full: {}. Type /reset to start over, or run with --drop-oldest]", e.message);
+                eprintln!(
+                    "[context full: {}. Type /reset to start over, or run with --drop-oldest]",
+                    e.message
+                );
             }
             Err(e) => return Err(e.to_string()),
             Ok(r) => {
                 println!();
                 let dropped = r.stats["dropped_messages"].as_u64().unwrap_or(0);
                 if dropped > dropped_before {
-                    eprintln!("[context full: dropped the {} oldest messages to make room]", dropped - dropped_before);
+                    eprintln!(
+                        "[context full: dropped the {} oldest messages to make room]",
+                        dropped - dropped_before
+                    );
                 }
                 if r.stats["state"] == "stopped" {
                     eprintln!("[stopped]");
@@ -445,7 +508,11 @@ fn chat(args: &Args) -> Result<(), String> {
                         "[context full: the reply stopped at {} of {} tokens. /reset to start over{}]",
                         r.stats["kv_tokens"],
                         r.stats["context"],
-                        if args.flag("--drop-oldest") { "; the next message drops the oldest turns" } else { ", or run with --drop-oldest" }
+                        if args.flag("--drop-oldest") {
+                            "; the next message drops the oldest turns"
+                        } else {
+                            ", or run with --drop-oldest"
+                        }
                     );
                 }
                 if show_stats {
