@@ -11,8 +11,9 @@ use crate::embed::{Embedder, Scratch as EmbedScratch};
 use crate::error::{Error, Result, Status};
 use crate::gguf::Gguf;
 use crate::model::Model;
+use crate::pool::{self, Disjoint};
 use crate::tokenizer::{StreamDecoder, Tokenizer, Work};
-use crate::{bail, err, pool};
+use crate::{bail, err};
 
 /// `tokenize` flags.
 pub const TOKENIZE_ADD_SPECIAL: u32 = 1;
@@ -305,16 +306,14 @@ impl Engine {
         }
         let args = BatchArgs {
             embedder: e,
-            texts: texts.as_ptr(),
-            offsets: offsets.as_ptr(),
-            out: out.as_mut_ptr(),
+            texts,
+            offsets,
+            out: Disjoint::new(out),
             dim,
             slots: &self.batch_slots[..slots],
         };
         let chunk = (n / (slots * 8)).clamp(1, 32);
-        // SAFETY: each item (text) writes only its own row of `out`; a running chunk holds one
-        // slot exclusively (claimed with an atomic swap); everything outlives the call.
-        unsafe { pool::par_for(embed_batch_kernel, &args as *const _ as *const u8, n, chunk) };
+        pool::par_for(&args, n, chunk, embed_batch_kernel);
         let first = self
             .batch_slots
             .iter_mut()
@@ -371,14 +370,17 @@ struct BatchSlot {
 
 struct BatchArgs<'a> {
     embedder: &'a Embedder<'static>,
-    texts: *const u8,
+    texts: &'a [u8],
     /// (n + 1,) byte offsets into `texts`, checked by `embed_batch`.
-    offsets: *const u32,
-    /// (n, dim)
-    out: *mut f32,
+    offsets: &'a [u32],
+    /// (n, dim): text `i` owns row `i`.
+    out: Disjoint<'a, f32>,
     dim: usize,
     slots: &'a [BatchSlot],
 }
+
+// SAFETY: a slot's cells are used only by the chunk that holds its `busy` flag (see `claim`).
+unsafe impl Sync for BatchSlot {}
 
 /// Takes a free slot. At most as many chunks run at once as there are slots, so one is free
 /// or about to be.
@@ -393,23 +395,15 @@ fn claim(slots: &[BatchSlot]) -> &BatchSlot {
     }
 }
 
-unsafe fn embed_batch_kernel(args: *const u8, start: usize, end: usize) {
-    // SAFETY: `embed_batch` passes a live BatchArgs.
-    let a = unsafe { &*(args as *const BatchArgs<'_>) };
+fn embed_batch_kernel(a: &BatchArgs<'_>, items: core::ops::Range<usize>) {
     let slot = claim(a.slots);
     // SAFETY: the slot is ours until `busy` is released below.
     let (scratch, first_error) =
         unsafe { (&mut *slot.scratch.get(), &mut *slot.first_error.get()) };
-    for i in start..end {
-        // SAFETY: offsets were checked to lie inside the text bytes and to be ordered; row `i`
-        // of `out` belongs to this item only.
-        let (text, out) = unsafe {
-            let (lo, hi) = (*a.offsets.add(i) as usize, *a.offsets.add(i + 1) as usize);
-            (
-                core::slice::from_raw_parts(a.texts.add(lo), hi - lo),
-                core::slice::from_raw_parts_mut(a.out.add(i * a.dim), a.dim),
-            )
-        };
+    for i in items {
+        let text = &a.texts[a.offsets[i] as usize..a.offsets[i + 1] as usize];
+        // SAFETY: row `i` of `out` belongs to this item only.
+        let out = unsafe { a.out.slice(i * a.dim..(i + 1) * a.dim) };
         if let Err(e) = a.embedder.embed_bytes(text, scratch, out) {
             out.fill(0.0);
             if first_error.as_ref().is_none_or(|(j, _)| i < *j) {

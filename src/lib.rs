@@ -37,11 +37,14 @@ pub mod state;
 pub mod chat;
 pub mod embed;
 pub mod engine;
+
 pub mod gguf;
 pub mod json;
 pub mod model;
 pub mod quant;
 pub mod sampler;
+#[cfg(test)]
+mod testutil;
 pub mod tokenizer;
 pub mod unicode;
 

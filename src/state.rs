@@ -10,10 +10,9 @@
 //! tokenizer and sampler objects; helpers only run kernels handed to them through the pool.
 
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::error::{Error, Message};
-use crate::pool::{Line, PoolState};
 
 /// Layout version of [`Shared`]; bump when an offset documented in `abi/ABI.md` changes.
 pub const SHARED_LAYOUT_VERSION: u32 = 2;
@@ -38,6 +37,84 @@ pub struct Shared {
 const _: () = assert!(core::mem::offset_of!(Shared, stop) == 64);
 const _: () = assert!(core::mem::offset_of!(Shared, pool) == 128);
 const _: () = assert!(core::mem::offset_of!(Shared, error) == 512);
+
+// ---------------------------------------------------------------------------------------------
+// The thread pool's words
+
+/// `next_item` of a claim word whose job is being replaced: no chunk can be claimed.
+pub const CLOSED: u64 = u32::MAX as u64;
+
+/// One 64-byte line, so that the words threads hammer do not share a cache line.
+#[repr(C, align(64))]
+pub struct Line<T>(pub T);
+
+/// What a job is: written by the driver before it publishes `job_word`.
+#[repr(C)]
+pub struct JobDescriptor {
+    pub kernel: AtomicUsize,
+    pub args: AtomicUsize,
+    pub items: AtomicUsize,
+    pub chunk: AtomicUsize,
+}
+
+/// The thread pool's shared words (`src/pool.rs` says how they are used), inside [`Shared`].
+#[repr(C)]
+pub struct PoolState {
+    /// `(sequence << 8) | participants`; helpers wait on it.
+    pub job_word: Line<AtomicU32>,
+    /// Items of the current job finished; the driver waits on it.
+    pub done: Line<AtomicU32>,
+    /// `(job_word << 32) | next_item`: the next item to claim, for the job that `job_word` names.
+    pub claim: Line<AtomicU64>,
+    /// Helpers listening, counted in id order.
+    pub registered: Line<AtomicU32>,
+    /// The current job.
+    pub job: Line<JobDescriptor>,
+    /// Threads the driver wants to use, itself included (1 = no helpers).
+    pub threads: AtomicU32,
+    /// Set by `pool_shutdown`: helpers return from `helper_loop`.
+    pub shutdown: AtomicU32,
+    /// Jobs run so far (diagnostics and tests).
+    pub jobs_run: AtomicU32,
+}
+
+const _: () = assert!(core::mem::size_of::<Line<AtomicU32>>() == 64);
+const _: () = assert!(core::mem::offset_of!(PoolState, done) == 64);
+const _: () = assert!(core::mem::offset_of!(PoolState, claim) == 128);
+const _: () = assert!(core::mem::offset_of!(PoolState, registered) == 192);
+const _: () = assert!(core::mem::offset_of!(PoolState, job) == 256);
+const _: () = assert!(core::mem::offset_of!(PoolState, threads) == 320);
+const _: () = assert!(core::mem::offset_of!(PoolState, shutdown) == 324);
+const _: () = assert!(core::mem::size_of::<PoolState>() == 384);
+
+impl PoolState {
+    pub const fn new() -> PoolState {
+        PoolState {
+            job_word: Line(AtomicU32::new(0)),
+            done: Line(AtomicU32::new(0)),
+            claim: Line(AtomicU64::new(CLOSED)),
+            registered: Line(AtomicU32::new(0)),
+            job: Line(JobDescriptor {
+                kernel: AtomicUsize::new(0),
+                args: AtomicUsize::new(0),
+                items: AtomicUsize::new(0),
+                chunk: AtomicUsize::new(0),
+            }),
+            threads: AtomicU32::new(1),
+            shutdown: AtomicU32::new(0),
+            jobs_run: AtomicU32::new(0),
+        }
+    }
+}
+
+impl Default for PoolState {
+    fn default() -> Self {
+        PoolState::new()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The last error
 
 pub struct LastError {
     inner: UnsafeCell<(i32, Message)>,

@@ -8,12 +8,7 @@ use alloc::string::String;
 use alloc::vec;
 use std::vec::Vec as StdVec;
 
-const SHARED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared");
-
-fn read(path: &str) -> StdVec<u8> {
-    std::fs::read(path)
-        .unwrap_or_else(|e| panic!("cannot read {path}: {e} (shared/ is needed for this test)"))
-}
+use crate::testutil::read_shared as read;
 
 /// The three files of a model directory.
 struct ModelFiles {
@@ -23,7 +18,7 @@ struct ModelFiles {
 }
 
 fn model_files(name: &str) -> ModelFiles {
-    let dir = format!("{SHARED}/models/{name}");
+    let dir = format!("models/{name}");
     ModelFiles {
         safetensors: read(&format!("{dir}/model.safetensors")),
         tokenizer: read(&format!("{dir}/tokenizer.json")),
@@ -44,7 +39,7 @@ struct Reference {
 
 /// Reads `reference/m2v-NAME.json` (written by `reference/gen/m2v_ref.py`).
 fn reference(name: &str) -> Reference {
-    let bytes = read(&format!("{SHARED}/reference/{name}.json"));
+    let bytes = read(&format!("reference/{name}.json"));
     let mut r = Reader::new(&bytes).unwrap();
     let mut out = Reference {
         median: 0,

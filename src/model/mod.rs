@@ -25,8 +25,9 @@ use core::ops::Range;
 
 use crate::error::{Result, Status};
 use crate::gguf::{Gguf, TensorInfo};
+use crate::pool::{self, Disjoint};
 use crate::quant::{self, ActivationBuf, GgmlType};
-use crate::{bail, err, math, pool};
+use crate::{bail, err, math};
 pub use config::{Arch, Config};
 use ops::{RopeTable, rmsnorm, try_vec};
 
@@ -365,7 +366,7 @@ impl<'a> Model<'a> {
                 );
             }
             matmul_group(
-                &[
+                &mut [
                     (&layer.wq, &mut s.q[..n * q_dim]),
                     (&layer.wk, &mut s.k[..n * kv_dim]),
                     (&layer.wv, &mut s.v[..n * kv_dim]),
@@ -399,7 +400,7 @@ impl<'a> Model<'a> {
             let s = &mut self.scratch;
             // x += Wo att_out: compute into xb, then add.
             matmul_group(
-                &[(&layer.wo, &mut s.xb[..n * dim])],
+                &mut [(&layer.wo, &mut s.xb[..n * dim])],
                 &s.att_out[..n * q_dim],
                 n,
                 &mut s.acts,
@@ -415,7 +416,7 @@ impl<'a> Model<'a> {
                 );
             }
             matmul_group(
-                &[
+                &mut [
                     (&layer.w_gate, &mut s.gate[..n * ffn]),
                     (&layer.w_up, &mut s.up[..n * ffn]),
                 ],
@@ -429,7 +430,7 @@ impl<'a> Model<'a> {
                 *g *= u;
             }
             matmul_group(
-                &[(&layer.w_down, &mut s.xb[..n * dim])],
+                &mut [(&layer.w_down, &mut s.xb[..n * dim])],
                 &s.gate[..n * ffn],
                 n,
                 &mut s.acts,
@@ -452,7 +453,7 @@ impl<'a> Model<'a> {
         let vocab = cfg.vocab;
         for t in first..n {
             matmul_group(
-                &[(&self.output, &mut self.logits[..vocab])],
+                &mut [(&self.output, &mut self.logits[..vocab])],
                 &s.xb[t * dim..(t + 1) * dim],
                 1,
                 &mut s.acts,
@@ -469,40 +470,38 @@ impl<'a> Model<'a> {
     /// (token, head).
     fn attention(&mut self, l: usize, n: usize, pos0: usize) {
         let cfg = &self.cfg;
+        let layer = l * self.context * cfg.kv_dim()..(l + 1) * self.context * cfg.kv_dim();
+        let score_stride = self.context + SCORE_ROW_PAD;
+        let s = &mut self.scratch;
         let args = AttentionArgs {
-            q: self.scratch.q.as_ptr(),
-            out: self.scratch.att_out.as_mut_ptr(),
-            scores: self.scratch.scores.as_mut_ptr(),
-            k_cache: self.k_cache[l * self.context * cfg.kv_dim()..].as_ptr(),
-            v_cache: self.v_cache[l * self.context * cfg.kv_dim()..].as_ptr(),
+            q: &s.q[..n * cfg.q_dim()],
+            out: Disjoint::new(&mut s.att_out[..n * cfg.q_dim()]),
+            scores: Disjoint::new(&mut s.scores[..n * cfg.n_heads * score_stride]),
+            k_cache: &self.k_cache[layer.clone()],
+            v_cache: &self.v_cache[layer],
             n_heads: cfg.n_heads,
             group: cfg.n_heads / cfg.n_kv_heads,
             head_dim: cfg.head_dim,
             q_dim: cfg.q_dim(),
             kv_dim: cfg.kv_dim(),
-            score_stride: self.context + SCORE_ROW_PAD,
+            score_stride,
             pos0,
             scale: 1.0 / ops::sqrtf(cfg.head_dim as f32),
         };
-        // SAFETY: each item (token, head) reads shared inputs and writes only its own score row
-        // and its own head slice of `out`; all pointers outlive the call.
-        unsafe {
-            pool::par_for(
-                attention_kernel,
-                &args as *const _ as *const u8,
-                n * cfg.n_heads,
-                1,
-            )
-        };
+        pool::par_for(&args, n * cfg.n_heads, 1, attention_kernel);
     }
 }
 
-struct AttentionArgs {
-    q: *const f32,
-    out: *mut f32,
-    scores: *mut f32,
-    k_cache: *const f32,
-    v_cache: *const f32,
+struct AttentionArgs<'a> {
+    /// (n, q_dim)
+    q: &'a [f32],
+    /// (n, q_dim): item (t, h) owns `out[t][h * head_dim..(h + 1) * head_dim]`.
+    out: Disjoint<'a, f32>,
+    /// (n * n_heads, score_stride): item `i` owns row `i`.
+    scores: Disjoint<'a, f32>,
+    /// This layer's cache, (context, kv_dim); positions `0..=pos` are filled.
+    k_cache: &'a [f32],
+    v_cache: &'a [f32],
     n_heads: usize,
     group: usize,
     head_dim: usize,
@@ -513,56 +512,45 @@ struct AttentionArgs {
     scale: f32,
 }
 
-unsafe fn attention_kernel(args: *const u8, start: usize, end: usize) {
-    // SAFETY: `attention` passes a live AttentionArgs.
-    let a = unsafe { &*(args as *const AttentionArgs) };
-    for item in start..end {
+fn attention_kernel(a: &AttentionArgs<'_>, items: Range<usize>) {
+    let hd = a.head_dim;
+    for item in items {
         let (t, h) = (item / a.n_heads, item % a.n_heads);
         let pos = a.pos0 + t;
         let kvh = h / a.group;
-        // SAFETY: q is (n, q_dim), out the same; item (t, h) owns out[t][h*hd..(h+1)*hd] and score
-        // row `item`; the caches hold positions 0..=pos for this layer.
-        unsafe {
-            let q = core::slice::from_raw_parts(a.q.add(t * a.q_dim + h * a.head_dim), a.head_dim);
-            let scores =
-                core::slice::from_raw_parts_mut(a.scores.add(item * a.score_stride), pos + 1);
-            let key = |s: usize| {
-                core::slice::from_raw_parts(
-                    a.k_cache.add(s * a.kv_dim + kvh * a.head_dim),
-                    a.head_dim,
-                )
-            };
-            let value = |s: usize| {
-                core::slice::from_raw_parts(
-                    a.v_cache.add(s * a.kv_dim + kvh * a.head_dim),
-                    a.head_dim,
-                )
-            };
-            // Four positions at a time; each score is the same `dot` either way.
-            let body = scores.len() / 4 * 4;
-            for s in (0..body).step_by(4) {
-                let d = ops::dot4(q, [key(s), key(s + 1), key(s + 2), key(s + 3)]);
-                for j in 0..4 {
-                    scores[s + j] = d[j] * a.scale;
-                }
+        let q = &a.q[t * a.q_dim + h * hd..][..hd];
+        // SAFETY: score row `item` and this head's slice of token t's output belong to this
+        // item alone.
+        let (scores, out) = unsafe {
+            (
+                a.scores
+                    .slice(item * a.score_stride..item * a.score_stride + pos + 1),
+                a.out
+                    .slice(t * a.q_dim + h * hd..t * a.q_dim + (h + 1) * hd),
+            )
+        };
+        let key = |s: usize| &a.k_cache[s * a.kv_dim + kvh * hd..][..hd];
+        let value = |s: usize| &a.v_cache[s * a.kv_dim + kvh * hd..][..hd];
+        // Four positions at a time; each score is the same `dot` either way.
+        let body = scores.len() / 4 * 4;
+        for s in (0..body).step_by(4) {
+            let d = ops::dot4(q, [key(s), key(s + 1), key(s + 2), key(s + 3)]);
+            for j in 0..4 {
+                scores[s + j] = d[j] * a.scale;
             }
-            for s in body..scores.len() {
-                scores[s] = ops::dot(q, key(s)) * a.scale;
-            }
-            math::softmax_in_place(scores);
-            let out = core::slice::from_raw_parts_mut(
-                a.out.add(t * a.q_dim + h * a.head_dim),
-                a.head_dim,
-            );
-            out.fill(0.0);
-            // out += p_s v_s in position order (axpy4 adds its four in order).
-            for s in (0..body).step_by(4) {
-                let p = [scores[s], scores[s + 1], scores[s + 2], scores[s + 3]];
-                ops::axpy4(out, p, [value(s), value(s + 1), value(s + 2), value(s + 3)]);
-            }
-            for s in body..scores.len() {
-                ops::axpy(out, scores[s], value(s));
-            }
+        }
+        for s in body..scores.len() {
+            scores[s] = ops::dot(q, key(s)) * a.scale;
+        }
+        math::softmax_in_place(scores);
+        out.fill(0.0);
+        // out += p_s v_s in position order (axpy4 adds its four in order).
+        for s in (0..body).step_by(4) {
+            let p = [scores[s], scores[s + 1], scores[s + 2], scores[s + 3]];
+            ops::axpy4(out, p, [value(s), value(s + 1), value(s + 2), value(s + 3)]);
+        }
+        for s in body..scores.len() {
+            ops::axpy(out, scores[s], value(s));
         }
     }
 }
@@ -570,7 +558,7 @@ unsafe fn attention_kernel(args: *const u8, start: usize, end: usize) {
 /// `y_i = W_i x` for a group of matrices sharing the input `x: (n, cols)`, outputs
 /// `y_i: (n, rows_i)`, all in one pool job over the concatenated rows.
 fn matmul_group(
-    group: &[(&Matrix<'_>, &mut [f32])],
+    group: &mut [(&Matrix<'_>, &mut [f32])],
     x: &[f32],
     n: usize,
     acts: &mut ActivationBuf,
@@ -589,103 +577,74 @@ fn matmul_group(
     if let Some(ty) = second_ty {
         quant::quantize_activations(ty, x, cols, acts2)?;
     }
-    let mut jobs: [MatJob; 3] = core::array::from_fn(|_| MatJob::EMPTY);
+    let mut jobs: [Option<MatJob<'_>>; 3] = [None, None, None];
     let mut total = 0;
-    for (i, (m, y)) in group.iter().enumerate() {
+    for (slot, (m, y)) in jobs.iter_mut().zip(group.iter_mut()) {
         let same = quant::vec_dot_kind(m.ty) == quant::vec_dot_kind(first_ty);
-        jobs[i] = MatJob {
+        *slot = Some(MatJob {
             ty: m.ty,
-            w: m.data.as_ptr(),
-            w_len: m.data.len(),
+            w: m.data,
             rows: m.rows,
             cols: m.cols,
             acts: if same { &*acts } else { &*acts2 },
-            y: y.as_ptr() as *mut f32,
+            y: Disjoint::new(y),
             first_row: total,
-        };
+        });
         total += m.rows;
     }
-    let args = GroupArgs {
-        jobs,
-        count: group.len(),
-        n,
-    };
-    // SAFETY: each chunk writes only its own rows of the outputs; inputs are read-only.
-    // The pool hands out long runs of rows first (prefetchers follow them), then shorter ones.
-    // Any chunking gives the same bits: each output row is one dot product wherever it runs.
-    unsafe {
-        pool::par_for(
-            matmul_kernel,
-            &args as *const _ as *const u8,
-            total,
-            ROWS_PER_CHUNK,
-        )
-    };
+    let args = GroupArgs { jobs, n };
+    // Each chunk writes only its own rows of the outputs; inputs are read-only. The pool hands
+    // out long runs of rows first (prefetchers follow them), then shorter ones. Any chunking
+    // gives the same bits: each output row is one dot product wherever it runs.
+    pool::par_for(&args, total, ROWS_PER_CHUNK, matmul_kernel);
     Ok(())
 }
 
-struct MatJob {
+/// One matrix of a group: `y (n, rows) = W (rows, cols) @ x (n, cols)`, its rows numbered from
+/// `first_row` in the group's concatenation.
+struct MatJob<'a> {
     ty: GgmlType,
-    w: *const u8,
-    w_len: usize,
+    w: &'a [u8],
     rows: usize,
     cols: usize,
-    acts: *const ActivationBuf,
+    acts: &'a ActivationBuf,
     /// (n, rows)
-    y: *mut f32,
+    y: Disjoint<'a, f32>,
     first_row: usize,
 }
 
-impl MatJob {
-    const EMPTY: MatJob = MatJob {
-        ty: GgmlType::F32,
-        w: core::ptr::null(),
-        w_len: 0,
-        rows: 0,
-        cols: 0,
-        acts: core::ptr::null(),
-        y: core::ptr::null_mut(),
-        first_row: usize::MAX,
-    };
-}
-
-struct GroupArgs {
-    jobs: [MatJob; 3],
-    count: usize,
+struct GroupArgs<'a> {
+    jobs: [Option<MatJob<'a>>; 3],
     n: usize,
 }
 
-unsafe fn matmul_kernel(args: *const u8, start: usize, end: usize) {
-    // SAFETY: `matmul_group` passes a live GroupArgs.
-    let a = unsafe { &*(args as *const GroupArgs) };
-    for j in &a.jobs[..a.count] {
-        let lo = start.max(j.first_row);
-        let hi = end.min(j.first_row + j.rows);
+fn matmul_kernel(a: &GroupArgs<'_>, chunk: Range<usize>) {
+    for j in a.jobs.iter().flatten() {
+        let lo = chunk.start.max(j.first_row);
+        let hi = chunk.end.min(j.first_row + j.rows);
         if lo >= hi {
             continue;
         }
         let rows: Range<usize> = lo - j.first_row..hi - j.first_row;
-        // SAFETY: the matrix bytes and activations outlive the job; this chunk owns these rows
-        // of y for every token.
-        unsafe {
-            let w = core::slice::from_raw_parts(j.w, j.w_len);
-            let x = &*j.acts;
-            if a.n == 1 {
-                let y = core::slice::from_raw_parts_mut(j.y.add(rows.start), rows.len());
-                quant::matvec(j.ty, w, j.cols, x, rows, y);
-            } else {
-                // Straight into y's (n, j.rows) layout: this chunk owns columns `rows` of
-                // every token's row.
+        if a.n == 1 {
+            // SAFETY: this chunk owns these rows of y.
+            let y = unsafe { j.y.slice(rows.clone()) };
+            quant::matvec(j.ty, j.w, j.cols, j.acts, rows, y);
+        } else {
+            // Straight into y's (n, rows) layout: this chunk owns columns `rows` of every
+            // token's row.
+            // SAFETY: y holds n rows of `j.rows` values, and those columns are this chunk's.
+            unsafe {
                 quant::matmul_strided(
                     j.ty,
-                    w,
+                    j.w,
                     j.cols,
-                    x,
+                    j.acts,
                     rows.clone(),
-                    j.y.add(rows.start),
+                    j.y.as_mut_ptr().add(rows.start),
                     j.rows,
-                );
-            }
+                )
+            };
         }
     }
 }

@@ -313,11 +313,7 @@ mod tests {
     /// The heap (long words) and the scan (short words) merge in the same order.
     #[test]
     fn heap_and_scan_agree() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../shared/models/vocab/vocab-bpe-smollm.gguf"
-        );
-        let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("test needs {path}: {e}"));
+        let bytes = crate::testutil::read_shared("models/vocab/vocab-bpe-smollm.gguf");
         let g = Gguf::parse(&bytes).unwrap();
         let tok = crate::tokenizer::Tokenizer::from_gguf(&g).unwrap();
         let mut state = 0x2545_F491_4F6C_DD1Du64;

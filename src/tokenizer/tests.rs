@@ -5,14 +5,8 @@ use crate::json::Reader;
 use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::vec;
-use std::fs;
 
-const SHARED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared");
-
-fn read(rel: &str) -> Vec<u8> {
-    let path = std::format!("{SHARED}/{rel}");
-    fs::read(&path).unwrap_or_else(|e| panic!("test needs {path}: {e}"))
-}
+use crate::testutil::read_shared as read;
 
 fn load(rel: &str) -> Tokenizer {
     let bytes = read(rel);

@@ -1,0 +1,39 @@
+//! Test helpers shared by the unit tests (compiled for `cargo test` only).
+//!
+//! The fixtures are the project's shared material in `../shared` beside the checkout (models,
+//! llama.cpp's and model2vec's reference outputs); tests never copy them into the repository.
+//! A missing file fails the test with its path and where it comes from.
+
+use std::path::PathBuf;
+use std::string::String;
+use std::vec::Vec;
+
+/// `../shared` beside the checkout. Taken at run time from `CARGO_MANIFEST_DIR` when cargo sets
+/// it (so a binary reused from another checkout's target dir reads this checkout's fixtures).
+pub fn shared_dir() -> PathBuf {
+    let root = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    root.join("../shared")
+}
+
+/// The path of `rel` inside `../shared` (e.g. `models/tiny/tiny-llama-F32.gguf`).
+pub fn shared(rel: &str) -> PathBuf {
+    shared_dir().join(rel)
+}
+
+/// The bytes of `../shared/<rel>`, or a panic that says what is missing and where it comes from.
+pub fn read_shared(rel: &str) -> Vec<u8> {
+    let path = shared(rel);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}", missing(&path, &e)))
+}
+
+/// The message for a missing fixture.
+pub fn missing(path: &std::path::Path, e: &std::io::Error) -> String {
+    std::format!(
+        "test fixture {}: {e}. The unit tests read the project's shared models and references \
+         from ../shared beside the checkout (see ../shared/README.md and the README's 'Tests' \
+         section).",
+        path.display()
+    )
+}
