@@ -6,17 +6,16 @@
 //! - pointers are offsets into this module's linear memory, obtained from `alloc`;
 //! - only the driver calls these, except `helper_loop` (helpers) and `shared_state` (anyone).
 
-use core::alloc::{GlobalAlloc, Layout};
+use core::alloc::GlobalAlloc;
 
-use crate::engine::Engine;
+use crate::engine::Driver;
 use crate::error::{Error, Result, Status};
 use crate::state::{DriverCell, SHARED};
+use crate::wasm_alloc::{ALLOCATOR, Block, block_layout};
 use crate::{err, pool};
 
 /// Version of this ABI; bump on any incompatible change.
 pub const ABI_VERSION: u32 = 1;
-/// Alignment of every `alloc` block (enough for SIMD loads and any tensor layout).
-const ALLOC_ALIGN: usize = 16;
 
 /// Records `e` as the last error and returns its negative status code.
 fn fail(e: Error) -> i32 {
@@ -76,11 +75,11 @@ unsafe fn bytes_mut<'a, T>(ptr: *mut T, count: usize) -> Result<&'a mut [T]> {
 /// Allocates `size` bytes aligned to 16. Returns 0 when memory cannot grow (never traps).
 #[unsafe(no_mangle)]
 pub extern "C" fn alloc(size: usize) -> *mut u8 {
-    let Ok(layout) = Layout::from_size_align(size.max(1), ALLOC_ALIGN) else {
+    let Some(layout) = block_layout(size) else {
         return core::ptr::null_mut();
     };
     // SAFETY: the layout has nonzero size.
-    unsafe { crate::wasm_alloc::ALLOCATOR.alloc(layout) }
+    unsafe { ALLOCATOR.alloc(layout) }
 }
 
 /// Frees a block from `alloc`; `size` must be the size it was allocated with. `free(0, _)` is a
@@ -90,9 +89,9 @@ pub extern "C" fn free(ptr: *mut u8, size: usize) {
     if ptr.is_null() {
         return;
     }
-    if let Ok(layout) = Layout::from_size_align(size.max(1), ALLOC_ALIGN) {
+    if let Some(layout) = block_layout(size) {
         // SAFETY: the host's contract: `ptr` came from `alloc(size)`.
-        unsafe { crate::wasm_alloc::ALLOCATOR.dealloc(ptr, layout) }
+        unsafe { ALLOCATOR.dealloc(ptr, layout) }
     }
 }
 
@@ -258,107 +257,70 @@ unsafe fn math_apply_checked(
 }
 
 // ---------------------------------------------------------------------------------------------
-// The engine (driver only)
+// The engines (driver only)
 
-static ENGINE: DriverCell<Engine> = DriverCell::new();
+static DRIVER: DriverCell<Driver> = DriverCell::new();
 
-/// The engine, created on first use.
-fn engine() -> &'static mut Engine {
+/// The driver's state, created on first use.
+fn driver() -> &'static mut Driver {
     // SAFETY: exports below are driver-only (ABI.md); no reference from an earlier call is
     // alive when the next export runs.
     unsafe {
-        if ENGINE.get().is_none() {
-            ENGINE.set(Some(Engine::default()));
+        if DRIVER.get().is_none() {
+            DRIVER.set(Some(Driver::default()));
         }
-        ENGINE
+        DRIVER
             .get()
             .unwrap_or_else(|| core::arch::wasm32::unreachable())
     }
-}
-
-/// Gives back a block the engine owned (a file handed over by the host). Such blocks always
-/// come from `owned_block`, so their pointer is the one `alloc` returned, even when empty.
-fn release(bytes: Option<&'static [u8]>) {
-    if let Some(b) = bytes {
-        free(b.as_ptr() as *mut u8, b.len());
-    }
-}
-
-/// The block `ptr..ptr+len` the host hands over with `load_model`/`load_embedder`: it must be
-/// from `alloc(len)`, so never null (an empty block keeps its pointer, to be freed later).
-///
-/// # Safety
-/// As [`bytes`].
-unsafe fn owned_block(ptr: *mut u8, len: usize) -> Result<&'static [u8]> {
-    if ptr.is_null() {
-        return Err(err!(
-            Status::InvalidArgument,
-            "the file block is a null pointer"
-        ));
-    }
-    // SAFETY: the caller's contract; non-null, so the slice keeps `ptr`.
-    unsafe { bytes(ptr, len) }
 }
 
 /// Sets the KV cache length (tokens) that the next `load_model` uses; 0 = the model's own
 /// context length, capped at 4096.
 #[unsafe(no_mangle)]
 pub extern "C" fn set_context(tokens: u32) -> i32 {
-    engine().context_request = tokens as usize;
+    driver().llm.context_request = tokens as usize;
     0
 }
 
 /// Loads a GGUF model from `ptr..ptr+len`, a block from `alloc(len)` that the module owns from
-/// now on (it is freed when another model is loaded or on `unload_model`; the host must not
-/// free it). Files with only a vocabulary give a tokenizer and no weights. Returns 0.
+/// now on, whatever the outcome (it is freed on failure, when another model is loaded, or on
+/// `unload_model`; the host must not free it). Files with only a vocabulary give a tokenizer
+/// and no weights. Returns 0.
 #[unsafe(no_mangle)]
 pub extern "C" fn load_model(ptr: *mut u8, len: usize) -> i32 {
-    let e = engine();
+    let llm = &mut driver().llm;
+    llm.unload();
     // SAFETY: the host hands over `alloc(len)` memory; nothing else uses it from now on.
-    let file = match unsafe { owned_block(ptr, len) } {
-        Ok(b) => b,
-        Err(err) => return fail(err),
-    };
-    e.model = None;
-    e.tokenizer = None;
-    e.gguf = None;
-    release(e.file.take());
-    if file.is_empty() {
-        release(Some(file));
-        return fail(err!(Status::BadFormat, "the model file is empty"));
-    }
-    status(e.load_model(file).map(|()| 0))
+    status(unsafe { Block::from_raw(ptr, len) }.and_then(|file| llm.load(file).map(|()| 0)))
 }
 
 /// Drops the model and frees its file.
 #[unsafe(no_mangle)]
 pub extern "C" fn unload_model() {
-    let e = engine();
-    e.model = None;
-    e.tokenizer = None;
-    e.gguf = None;
-    release(e.file.take());
+    driver().llm.unload();
 }
 
 /// Writes a JSON description of the loaded model to the result buffer; returns its length
 /// (read it at `result_ptr()`).
 #[unsafe(no_mangle)]
 pub extern "C" fn model_info() -> i32 {
-    status(engine().model_info().map(|n| n as i32))
+    let d = driver();
+    status(d.llm.model_info(&mut d.result).map(|n| n as i32))
 }
 
 /// Address of the result buffer of the last text-returning call (`model_info`, `detokenize`,
 /// `detokenize_stream`), valid until the next such call.
 #[unsafe(no_mangle)]
 pub extern "C" fn result_ptr() -> *const u8 {
-    engine().result.as_ptr()
+    driver().result.as_ptr()
 }
 
 /// Runs one token at the next position; returns the address of its logits (`vocab` f32), or 0
 /// on error (see `last_error`: CONTEXT_FULL when the cache is full).
 #[unsafe(no_mangle)]
 pub extern "C" fn step(token: u32) -> *const f32 {
-    let r = engine().model().and_then(|m| {
+    let r = driver().llm.model().and_then(|m| {
         m.forward(&[token], None)?;
         Ok(m.logits.as_ptr())
     });
@@ -374,7 +336,7 @@ pub extern "C" fn step(token: u32) -> *const f32 {
 pub extern "C" fn prefill(ids: *const u32, n: usize) -> i32 {
     // SAFETY: the host passes n ids it wrote.
     status(unsafe { ids_slice(ids, n) }.and_then(|ids| {
-        engine().model()?.forward(ids, None)?;
+        driver().llm.model()?.forward(ids, None)?;
         Ok(n as i32)
     }))
 }
@@ -384,7 +346,7 @@ pub extern "C" fn prefill(ids: *const u32, n: usize) -> i32 {
 pub extern "C" fn prefill_logits(ids: *const u32, n: usize, out: *mut f32) -> i32 {
     // SAFETY: the host passes n ids and room for n * vocab floats.
     status(unsafe { ids_slice(ids, n) }.and_then(|ids| {
-        let m = engine().model()?;
+        let m = driver().llm.model()?;
         let vocab = m.cfg.vocab;
         let total = n
             .checked_mul(vocab)
@@ -401,16 +363,16 @@ pub extern "C" fn prefill_logits(ids: *const u32, n: usize, out: *mut f32) -> i3
 /// Address of the logits after the last token run (`vocab` f32), 0 without a model.
 #[unsafe(no_mangle)]
 pub extern "C" fn logits() -> *const f32 {
-    engine()
-        .model
-        .as_ref()
+    driver()
+        .llm
+        .model_ref()
         .map_or(core::ptr::null(), |m| m.logits.as_ptr())
 }
 
 /// Forgets every cached token.
 #[unsafe(no_mangle)]
 pub extern "C" fn reset() -> i32 {
-    status(engine().model().map(|m| {
+    status(driver().llm.model().map(|m| {
         m.reset();
         0
     }))
@@ -420,7 +382,8 @@ pub extern "C" fn reset() -> i32 {
 #[unsafe(no_mangle)]
 pub extern "C" fn kv_truncate(n: u32) -> i32 {
     status(
-        engine()
+        driver()
+            .llm
             .model()
             .and_then(|m| m.truncate(n as usize).map(|()| n as i32)),
     )
@@ -429,7 +392,7 @@ pub extern "C" fn kv_truncate(n: u32) -> i32 {
 /// Tokens in the KV cache.
 #[unsafe(no_mangle)]
 pub extern "C" fn kv_len() -> i32 {
-    status(engine().model().map(|m| m.pos as i32))
+    status(driver().llm.model().map(|m| m.pos as i32))
 }
 
 /// Tokenizes `len` bytes of UTF-8 at `text`. `flags`: 1 add BOS/EOS as the model's metadata
@@ -445,7 +408,7 @@ pub extern "C" fn tokenize(
 ) -> i32 {
     // SAFETY: the host passes its text and room for cap ids.
     status(unsafe { bytes(text, len) }.and_then(|text| {
-        let ids = engine().tokenize(text, flags)?;
+        let ids = driver().llm.tokenize(text, flags)?;
         let out = unsafe { bytes_mut(out, cap.min(ids.len()))? };
         let n = out.len();
         out.copy_from_slice(&ids[..n]);
@@ -458,14 +421,23 @@ pub extern "C" fn tokenize(
 #[unsafe(no_mangle)]
 pub extern "C" fn detokenize(ids: *const u32, n: usize, flags: u32) -> i32 {
     // SAFETY: the host passes n ids.
-    status(unsafe { ids_slice(ids, n) }.and_then(|ids| Ok(engine().detokenize(ids, flags)? as i32)))
+    let d = driver();
+    status(
+        unsafe { ids_slice(ids, n) }
+            .and_then(|ids| Ok(d.llm.detokenize(ids, flags, &mut d.result)? as i32)),
+    )
 }
 
 /// Streaming detokenization: puts in the result buffer the complete UTF-8 text that token `id`
 /// adds (a piece ending inside a character waits for the next); `id = -1` flushes and restarts.
 #[unsafe(no_mangle)]
 pub extern "C" fn detokenize_stream(id: i32, flags: u32) -> i32 {
-    status(engine().stream_piece(id as i64, flags).map(|n| n as i32))
+    let d = driver();
+    status(
+        d.llm
+            .stream_piece(id as i64, flags, &mut d.result)
+            .map(|n| n as i32),
+    )
 }
 
 /// Loads a Model2Vec model from its files: `model.safetensors` (a block from `alloc` that the
@@ -480,26 +452,22 @@ pub extern "C" fn load_embedder(
     cfg: *const u8,
     cfg_len: usize,
 ) -> i32 {
-    let e = engine();
-    e.embedder = None;
-    release(e.embed_file.take());
+    let e = &mut driver().embedder;
+    e.unload();
     // SAFETY: the host's buffers, as documented; the safetensors block is ours from here on.
-    let st = match unsafe { owned_block(st, st_len) } {
-        Ok(b) => b,
-        Err(x) => return fail(x),
-    };
-    e.embed_file = Some(st);
-    let r = unsafe { bytes(tok, tok_len).and_then(|t| Ok((t, bytes(cfg, cfg_len)?))) };
-    status(r.and_then(|(tok, cfg)| e.load_embedder(st, tok, cfg).map(|d| d as i32)))
+    let r = unsafe { Block::from_raw(st, st_len) }
+        .and_then(|st| unsafe { Ok((st, bytes(tok, tok_len)?, bytes(cfg, cfg_len)?)) });
+    status(r.and_then(|(st, tok, cfg)| e.load(st, tok, cfg).map(|d| d as i32)))
 }
 
 /// The sentence vector of `len` bytes of UTF-8 at `text`, written to `out` (`dim` f32).
 /// Returns `dim`.
 #[unsafe(no_mangle)]
 pub extern "C" fn embed(text: *const u8, len: usize, out: *mut f32) -> i32 {
-    let e = engine();
-    let Some(dim) = e.embedder.as_ref().map(|m| m.dim()) else {
-        return fail(err!(Status::NoModel, "no embedder is loaded"));
+    let e = &mut driver().embedder;
+    let dim = match e.embedder() {
+        Ok(m) => m.dim(),
+        Err(x) => return fail(x),
     };
     // SAFETY: the host passes its text and room for dim floats.
     status(
@@ -520,9 +488,10 @@ pub extern "C" fn embed_batch(
     n: usize,
     out: *mut f32,
 ) -> i32 {
-    let e = engine();
-    let Some(dim) = e.embedder.as_ref().map(|m| m.dim()) else {
-        return fail(err!(Status::NoModel, "no embedder is loaded"));
+    let e = &mut driver().embedder;
+    let dim = match e.embedder() {
+        Ok(m) => m.dim(),
+        Err(x) => return fail(x),
     };
     // SAFETY: the host passes n + 1 offsets, the text bytes up to offsets[n], and room for
     // n * dim floats.
@@ -552,7 +521,7 @@ pub extern "C" fn embed_batch(
 pub extern "C" fn embed_ids(text: *const u8, len: usize, out: *mut u32, cap: usize) -> i32 {
     // SAFETY: the host passes its text and room for cap ids.
     status(unsafe { bytes(text, len) }.and_then(|text| {
-        let ids = engine().embed_ids(text)?;
+        let ids = driver().embedder.embed_ids(text)?;
         let out = unsafe { bytes_mut(out, cap.min(ids.len()))? };
         let n = out.len();
         out.copy_from_slice(&ids[..n]);
@@ -576,7 +545,7 @@ unsafe fn ids_slice<'a>(ids: *const u32, n: usize) -> Result<&'a [u32]> {
 /// Forgets the conversation and every cached token. Returns 0.
 #[unsafe(no_mangle)]
 pub extern "C" fn chat_reset() -> i32 {
-    status(engine().chat_reset().map(|()| 0))
+    status(driver().llm.chat_reset().map(|()| 0))
 }
 
 /// Appends a message of `len` bytes of UTF-8 at `text` (copied). `role`: 0 system, 1 user,
@@ -585,7 +554,7 @@ pub extern "C" fn chat_reset() -> i32 {
 #[unsafe(no_mangle)]
 pub extern "C" fn chat_add(role: u32, text: *const u8, len: usize) -> i32 {
     // SAFETY: the host passes its text.
-    status(unsafe { bytes(text, len) }.and_then(|t| Ok(engine().chat_add(role, t)? as i32)))
+    status(unsafe { bytes(text, len) }.and_then(|t| Ok(driver().llm.chat_add(role, t)? as i32)))
 }
 
 /// Starts a reply of at most `max_tokens` tokens (0: until the context is full): runs the
@@ -594,7 +563,12 @@ pub extern "C" fn chat_add(role: u32, text: *const u8, len: usize) -> i32 {
 /// STOPPED when the stop flag was set while reading the prompt (nothing changes then).
 #[unsafe(no_mangle)]
 pub extern "C" fn chat_start(max_tokens: u32, now_ms: f64) -> i32 {
-    status(engine().chat_start(max_tokens, now_ms).map(|n| n as i32))
+    status(
+        driver()
+            .llm
+            .chat_start(max_tokens, now_ms)
+            .map(|n| n as i32),
+    )
 }
 
 /// Generates the next token: its text (complete UTF-8, possibly empty while a character is
@@ -603,20 +577,21 @@ pub extern "C" fn chat_start(max_tokens: u32, now_ms: f64) -> i32 {
 /// -CONTEXT_FULL; the call that notices the end returns the last held-back bytes (>= 0).
 #[unsafe(no_mangle)]
 pub extern "C" fn chat_next(now_ms: f64) -> i32 {
-    status(engine().chat_next(now_ms).map(|n| n as i32))
+    let d = driver();
+    status(d.llm.chat_next(now_ms, &mut d.result).map(|n| n as i32))
 }
 
 /// The id the last `chat_next` sampled (the end-of-generation token included), or -1.
 #[unsafe(no_mangle)]
 pub extern "C" fn chat_last_token() -> i32 {
-    engine().chat.last_token.map_or(-1, |t| t as i32)
+    driver().llm.chat.last_token.map_or(-1, |t| t as i32)
 }
 
 /// The ids in the KV cache (prompt and replies, in order): up to `cap` written to `out`;
 /// returns the total.
 #[unsafe(no_mangle)]
 pub extern "C" fn chat_tokens(out: *mut u32, cap: usize) -> i32 {
-    let ids = engine().chat.ids();
+    let ids = driver().llm.chat.ids();
     // SAFETY: the host passes room for cap ids.
     status(
         unsafe { bytes_mut(out, cap.min(ids.len())) }.and_then(|out| {
@@ -631,21 +606,22 @@ pub extern "C" fn chat_tokens(out: *mut u32, cap: usize) -> i32 {
 /// tokens/s, cache use, dropped messages, last token. Returns its length.
 #[unsafe(no_mangle)]
 pub extern "C" fn chat_stats() -> i32 {
-    status(engine().chat_stats().map(|n| n as i32))
+    let d = driver();
+    status(d.llm.chat_stats(&mut d.result).map(|n| n as i32))
 }
 
 /// Flags: 1 = when a new turn does not fit, drop the oldest turns (after leading system
 /// messages) and re-read the rest, instead of failing with CONTEXT_FULL.
 #[unsafe(no_mangle)]
 pub extern "C" fn chat_set_options(flags: u32) -> i32 {
-    status(engine().chat_set_options(flags).map(|()| 0))
+    status(driver().llm.chat_set_options(flags).map(|()| 0))
 }
 
 /// Template: 0 the model's (detected), 1 ChatML, 2 Llama 3, 3 Gemma, 4 Llama 2, 5 Mistral.
 /// The next `chat_start` re-reads the conversation.
 #[unsafe(no_mangle)]
 pub extern "C" fn chat_set_template(id: u32) -> i32 {
-    status(engine().chat_set_template(id).map(|()| 0))
+    status(driver().llm.chat_set_template(id).map(|()| 0))
 }
 
 /// Sampler settings; the RNG restarts from `seed`. `temperature <= 0` is greedy; `top_k` 0,
@@ -669,7 +645,7 @@ pub extern "C" fn sampler_set(
         repeat_window,
         seed: seed as u64,
     };
-    status(engine().sampler_set(s).map(|()| 0))
+    status(driver().llm.sampler_set(s).map(|()| 0))
 }
 
 /// Samples a token from `logits()` with the sampler settings; `history` (`n` ids, oldest
@@ -677,5 +653,5 @@ pub extern "C" fn sampler_set(
 #[unsafe(no_mangle)]
 pub extern "C" fn sample(history: *const u32, n: usize) -> i32 {
     // SAFETY: the host passes n ids.
-    status(unsafe { ids_slice(history, n) }.and_then(|h| Ok(engine().sample(h)? as i32)))
+    status(unsafe { ids_slice(history, n) }.and_then(|h| Ok(driver().llm.sample(h)? as i32)))
 }

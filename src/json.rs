@@ -1,5 +1,6 @@
-//! A small pull reader for JSON (RFC 8259) from hostile input: `tokenizer.json`, `config.json`
-//! and safetensors headers.
+//! JSON (RFC 8259): a small pull reader for hostile input (`tokenizer.json`, `config.json`,
+//! safetensors headers), and [`ObjectWriter`] for what the module reports (`model_info`,
+//! `chat_stats`).
 //!
 //! The caller walks the document in order (`begin_object` / `next_key`, `begin_array` /
 //! `next_item`, `read_*`, `skip_value`); nothing is built that the caller does not ask for, so
@@ -657,6 +658,108 @@ impl<'a> Reader<'a> {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Writing
+
+/// Writes one JSON object into a byte buffer, keys in call order; the closing brace is written
+/// when the writer drops (so a nested [`ObjectWriter::object`] closes at the end of its scope).
+/// Strings are escaped; a non-finite number is written as 0 (JSON has no NaN or infinity).
+pub struct ObjectWriter<'a> {
+    out: &'a mut alloc::vec::Vec<u8>,
+    empty: bool,
+}
+
+impl<'a> ObjectWriter<'a> {
+    pub fn new(out: &'a mut alloc::vec::Vec<u8>) -> ObjectWriter<'a> {
+        out.push(b'{');
+        ObjectWriter { out, empty: true }
+    }
+
+    fn key(&mut self, k: &str) -> &mut alloc::vec::Vec<u8> {
+        if !self.empty {
+            self.out.push(b',');
+        }
+        self.empty = false;
+        write_string(self.out, k);
+        self.out.push(b':');
+        self.out
+    }
+
+    pub fn string(&mut self, k: &str, v: &str) -> &mut Self {
+        write_string(self.key(k), v);
+        self
+    }
+
+    pub fn uint(&mut self, k: &str, v: u64) -> &mut Self {
+        write_display(self.key(k), v);
+        self
+    }
+
+    pub fn int(&mut self, k: &str, v: i64) -> &mut Self {
+        write_display(self.key(k), v);
+        self
+    }
+
+    pub fn float(&mut self, k: &str, v: f64) -> &mut Self {
+        write_display(self.key(k), if v.is_finite() { v } else { 0.0 });
+        self
+    }
+
+    /// An f32 in its own shortest form (`1e-5` stays `0.00001`, not its f64 widening).
+    pub fn float32(&mut self, k: &str, v: f32) -> &mut Self {
+        write_display(self.key(k), if v.is_finite() { v } else { 0.0 });
+        self
+    }
+
+    pub fn boolean(&mut self, k: &str, v: bool) -> &mut Self {
+        self.key(k)
+            .extend_from_slice(if v { b"true" } else { b"false" });
+        self
+    }
+
+    /// A nested object under `k`, closed when the returned writer drops.
+    pub fn object(&mut self, k: &str) -> ObjectWriter<'_> {
+        ObjectWriter::new(self.key(k))
+    }
+}
+
+impl Drop for ObjectWriter<'_> {
+    fn drop(&mut self) {
+        self.out.push(b'}');
+    }
+}
+
+/// `v` as a JSON string: quotes, `"` and `\` escaped, control characters as `\u00XX`.
+fn write_string(out: &mut alloc::vec::Vec<u8>, v: &str) {
+    out.push(b'"');
+    for &b in v.as_bytes() {
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            0..0x20 => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX[(b >> 4) as usize]);
+                out.push(HEX[(b & 15) as usize]);
+            }
+            _ => out.push(b),
+        }
+    }
+    out.push(b'"');
+}
+
+fn write_display(out: &mut alloc::vec::Vec<u8>, v: impl core::fmt::Display) {
+    use core::fmt::Write;
+    struct Bytes<'a>(&'a mut alloc::vec::Vec<u8>);
+    impl Write for Bytes<'_> {
+        fn write_str(&mut self, s: &str) -> core::fmt::Result {
+            self.0.extend_from_slice(s.as_bytes());
+            Ok(())
+        }
+    }
+    let _ = write!(Bytes(out), "{v}");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -845,5 +948,30 @@ mod tests {
                 let _ = parse(&mutated);
             }
         }
+    }
+
+    #[test]
+    fn writer_output_reads_back() {
+        let mut out = alloc::vec::Vec::new();
+        {
+            let mut o = ObjectWriter::new(&mut out);
+            o.string("s", "q\"b\\c\n\u{1}é")
+                .uint("u", 7)
+                .int("i", -3)
+                .float("f", 2.5)
+                .float("nan", f64::NAN)
+                .float32("eps", 1e-5)
+                .boolean("t", true);
+            o.object("empty");
+            o.object("nested").uint("k", 1);
+        }
+        assert_eq!(
+            core::str::from_utf8(&out).unwrap(),
+            "{\"s\":\"q\\\"b\\\\c\\u000a\\u0001é\",\"u\":7,\"i\":-3,\"f\":2.5,\"nan\":0,\"eps\":0.00001,\"t\":true,\"empty\":{},\"nested\":{\"k\":1}}"
+        );
+        assert_eq!(
+            parse(&out).unwrap(),
+            "{s:<q\"b\\c\n\u{1}é>,u:7,i:-3,f:2.5,nan:0,eps:0.00001,t:true,empty:{},nested:{k:1,},}"
+        );
     }
 }

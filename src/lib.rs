@@ -1,17 +1,25 @@
 //! wasmind: small language models and sentence embeddings on the user's own CPU, in one
 //! freestanding WebAssembly module.
 //!
-//! The pipeline, in the order data flows:
+//! The pipeline, in the order data flows (and the order of the modules below):
 //!
-//! 1. [`gguf`] reads a model file already copied into linear memory (hostile input, checked).
-//! 2. [`tokenizer`] turns text into the ids the model was trained on, and back.
-//! 3. [`quant`] holds the weight block layouts and the matrix-vector kernels over them.
-//! 4. [`model`] runs the llama/qwen2 forward pass over a KV cache and returns logits.
-//! 5. [`pool`] splits every kernel across helper instances that share this memory.
-//! 6. [`embed`] is the Model2Vec path: safetensors + tokenizer.json -> sentence vectors.
+//! 1. [`wasm_alloc`]: the host copies a model file into a block from `alloc`; the module owns
+//!    it from then on ([`wasm_alloc::Block`]).
+//! 2. [`gguf`] reads it (hostile input, checked); [`json`] reads Model2Vec's JSON files and
+//!    writes what the module reports.
+//! 3. [`tokenizer`] turns text into the ids the model was trained on, and back.
+//! 4. [`quant`] holds the weight block layouts and the matrix-vector kernels over them.
+//! 5. [`model`] runs the forward pass over a KV cache and returns logits.
+//! 6. [`sampler`] picks the next token from the logits; [`chat`] renders conversations with
+//!    their templates, prefills only what is new and streams the reply.
+//! 7. [`embed`] is the Model2Vec path: safetensors + tokenizer.json -> sentence vectors.
+//! 8. [`engine`] owns what the driver has loaded: the language model (file, tokenizer, model,
+//!    conversation, sampler) and the embedder, each with its own file and scratch.
 //!
-//! [`math`] has the hand-written `exp`/`log`/`sin`/`cos`; [`state`] pins all shared state at
-//! fixed addresses; [`abi`] (wasm only) is the thin `extern "C"` shell over all of it.
+//! Under all of it: [`error`] (status codes and messages), [`state`] (the shared block at a
+//! fixed address: pool words, stop flag, last error), [`math`] (hand-written `exp`/`log`/
+//! `sin`/`cos`), [`pool`] (every kernel split across helper instances on this memory).
+//! [`abi`] (wasm only) is the thin `extern "C"` shell over [`engine`].
 //!
 //! The same crate compiles for the host (`cargo test`), where everything but `abi` and the
 //! global allocator is exercised natively, and for `wasm32-wasip1`, where the same unit tests
@@ -30,28 +38,27 @@ extern crate alloc;
 extern crate std;
 
 pub mod error;
+pub mod state;
 pub mod math;
 pub mod pool;
-pub mod state;
 
+pub mod wasm_alloc;
+pub mod gguf;
+pub mod json;
+pub mod unicode;
+pub mod tokenizer;
+pub mod quant;
+pub mod model;
+pub mod sampler;
 pub mod chat;
 pub mod embed;
 pub mod engine;
 
-pub mod gguf;
-pub mod json;
-pub mod model;
-pub mod quant;
-pub mod sampler;
 #[cfg(test)]
 mod testutil;
-pub mod tokenizer;
-pub mod unicode;
 
 #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
 mod abi;
-#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
-mod wasm_alloc;
 
 /// In wasm a panic cannot unwind; it becomes `unreachable`. Every fallible path returns a
 /// status instead, so reaching this is a bug.

@@ -1,0 +1,358 @@
+//! The language-model owner: a GGUF file handed over by the host and everything built over it
+//! (tokenizer, forward pass), the conversation in its KV cache, the sampler, and streaming
+//! detokenization. Text results go to the caller's buffer (`Driver::result`).
+
+use alloc::vec::Vec;
+
+use crate::chat::{Chat, OPTION_DROP_OLDEST, Role};
+use crate::error::{Result, Status};
+use crate::gguf::Gguf;
+use crate::json::ObjectWriter;
+use crate::model::Model;
+use crate::sampler::{Sampler, Settings};
+use crate::tokenizer::{StreamDecoder, Tokenizer, Work};
+use crate::wasm_alloc::Block;
+use crate::{bail, err};
+
+/// `tokenize` flags.
+pub const TOKENIZE_ADD_SPECIAL: u32 = 1;
+pub const TOKENIZE_PARSE_SPECIAL: u32 = 2;
+/// `detokenize` flag: render control tokens as their text.
+pub const DETOKENIZE_SPECIAL: u32 = 1;
+
+#[derive(Default)]
+pub struct LlmEngine {
+    loaded: Option<Loaded>,
+    /// KV cache length the next `load` uses (0: the model's own, capped).
+    pub context_request: usize,
+    work: Work,
+    stream: StreamDecoder,
+    ids: Vec<u32>,
+    /// The conversation in the KV cache and the sampler that writes the replies.
+    pub chat: Chat,
+    pub sampler: Sampler,
+}
+
+/// A model file and everything that borrows it. Fields drop in declaration order: the borrowers
+/// (`model`, `gguf`) before the block they read.
+struct Loaded {
+    /// The forward pass, when the file has tensors.
+    model: Option<Model<'static>>,
+    /// When the file has a vocabulary.
+    tokenizer: Option<Tokenizer>,
+    gguf: Gguf<'static>,
+    file: Block,
+}
+
+impl Loaded {
+    /// Parses `file` and builds the tokenizer (when the file has a vocabulary) and the model
+    /// (when it has tensors).
+    fn new(file: Block, context_request: usize) -> Result<Loaded> {
+        if file.bytes().is_empty() {
+            bail!(Status::BadFormat, "the model file is empty");
+        }
+        // SAFETY: `gguf` and `model` live in the same `Loaded` as the block, declared before
+        // it, so they are dropped first and never outlive the bytes.
+        let bytes = unsafe { file.bytes_unbound() };
+        let gguf = Gguf::parse(bytes)?;
+        let has_vocab = gguf
+            .get("tokenizer.ggml.model")
+            .is_some_and(|m| m.as_str() != Some("none"));
+        let tokenizer = if has_vocab {
+            Some(Tokenizer::from_gguf(&gguf)?)
+        } else {
+            None
+        };
+        let model = if !gguf.tensors().is_empty() {
+            let model = Model::load(&gguf, context_request)?;
+            if let Some(t) = &tokenizer {
+                if t.n_vocab() > model.cfg.vocab {
+                    bail!(
+                        Status::BadFormat,
+                        "vocabulary of {} tokens, but the output has {} rows",
+                        t.n_vocab(),
+                        model.cfg.vocab
+                    );
+                }
+            }
+            Some(model)
+        } else if !has_vocab {
+            bail!(
+                Status::BadFormat,
+                "the file has neither tensors nor a vocabulary"
+            );
+        } else {
+            None
+        };
+        Ok(Loaded {
+            model,
+            tokenizer,
+            gguf,
+            file,
+        })
+    }
+
+    /// The file's `tokenizer.chat_template`, when it is a string.
+    fn chat_template_source(&self) -> Option<&str> {
+        self.gguf
+            .get_str_opt("tokenizer.chat_template")
+            .ok()
+            .flatten()
+    }
+}
+
+impl LlmEngine {
+    /// Loads the GGUF file in `file` (ours from now on). On error nothing is loaded (the previous
+    /// model is gone too) and the block is freed.
+    pub fn load(&mut self, file: Block) -> Result<()> {
+        self.unload();
+        let loaded = Loaded::new(file, self.context_request)?;
+        self.chat = Chat::for_model(loaded.chat_template_source(), loaded.tokenizer.as_ref());
+        self.stream = StreamDecoder::new();
+        self.loaded = Some(loaded);
+        Ok(())
+    }
+
+    /// Drops the model and the conversation, and frees the file.
+    pub fn unload(&mut self) {
+        self.loaded = None;
+        self.chat = Chat::default();
+        self.stream = StreamDecoder::new();
+    }
+
+    fn loaded(&self) -> Result<&Loaded> {
+        self.loaded
+            .as_ref()
+            .ok_or_else(|| err!(Status::NoModel, "no model is loaded"))
+    }
+
+    pub fn model(&mut self) -> Result<&mut Model<'static>> {
+        self.loaded
+            .as_mut()
+            .and_then(|l| l.model.as_mut())
+            .ok_or_else(no_weights)
+    }
+
+    /// The model, if one with weights is loaded.
+    pub fn model_ref(&self) -> Option<&Model<'static>> {
+        self.loaded.as_ref().and_then(|l| l.model.as_ref())
+    }
+
+    pub fn tokenizer(&self) -> Result<&Tokenizer> {
+        self.loaded
+            .as_ref()
+            .and_then(|l| l.tokenizer.as_ref())
+            .ok_or_else(no_vocabulary)
+    }
+
+    /// `text` -> ids (returned as a slice of an engine buffer).
+    pub fn tokenize(&mut self, text: &[u8], flags: u32) -> Result<&[u32]> {
+        let Ok(text) = core::str::from_utf8(text) else {
+            bail!(Status::InvalidUtf8, "text is not valid UTF-8");
+        };
+        let tok = self
+            .loaded
+            .as_ref()
+            .and_then(|l| l.tokenizer.as_ref())
+            .ok_or_else(no_vocabulary)?;
+        self.ids.clear();
+        tok.encode_with(
+            &mut self.work,
+            text,
+            flags & TOKENIZE_ADD_SPECIAL != 0,
+            flags & TOKENIZE_PARSE_SPECIAL != 0,
+            &mut self.ids,
+        )?;
+        Ok(&self.ids)
+    }
+
+    /// ids -> bytes in `out`; returns their length.
+    pub fn detokenize(&self, ids: &[u32], flags: u32, out: &mut Vec<u8>) -> Result<usize> {
+        out.clear();
+        self.tokenizer()?
+            .decode(ids, flags & DETOKENIZE_SPECIAL != 0, out)?;
+        Ok(out.len())
+    }
+
+    /// Streaming detokenization: the complete UTF-8 text `id` brings, in `out`. `id < 0`
+    /// flushes what is held back and restarts the stream.
+    pub fn stream_piece(&mut self, id: i64, flags: u32, out: &mut Vec<u8>) -> Result<usize> {
+        let tok = self
+            .loaded
+            .as_ref()
+            .and_then(|l| l.tokenizer.as_ref())
+            .ok_or_else(no_vocabulary)?;
+        out.clear();
+        if id < 0 {
+            self.stream.finish(out);
+            self.stream = StreamDecoder::new();
+        } else {
+            self.stream
+                .push(tok, id as u32, flags & DETOKENIZE_SPECIAL != 0, out)?;
+        }
+        Ok(out.len())
+    }
+
+    /// A JSON description of the loaded model into `out`; returns its length.
+    pub fn model_info(&self, out: &mut Vec<u8>) -> Result<usize> {
+        let l = self.loaded()?;
+        let g = &l.gguf;
+        out.clear();
+        let mut o = ObjectWriter::new(out);
+        o.string(
+            "name",
+            g.get_str_opt("general.name").ok().flatten().unwrap_or(""),
+        )
+        .uint("gguf_version", g.version() as u64)
+        .uint("file_bytes", l.file.bytes().len() as u64);
+        if let Some(m) = &l.model {
+            let c = &m.cfg;
+            o.string("arch", c.arch.name())
+                .uint("dim", c.dim as u64)
+                .uint("layers", c.n_layers as u64)
+                .uint("heads", c.n_heads as u64)
+                .uint("kv_heads", c.n_kv_heads as u64)
+                .uint("head_dim", c.head_dim as u64)
+                .uint("ffn", c.ffn_dim as u64)
+                .uint("vocab", c.vocab as u64)
+                .uint("context", m.context as u64)
+                .uint("train_context", c.train_context as u64)
+                .float32("rope_base", c.rope_base)
+                .float32("rms_eps", c.rms_eps)
+                .uint("kv_cache_bytes", m.kv_cache_bytes() as u64);
+        }
+        // Tensor types and how many tensors of each.
+        let mut counts: Vec<(&str, u64)> = Vec::new();
+        for t in g.tensors() {
+            match counts.iter_mut().find(|(n, _)| *n == t.ty.name()) {
+                Some(c) => c.1 += 1,
+                None => counts.push((t.ty.name(), 1)),
+            }
+        }
+        {
+            let mut types = o.object("tensor_types");
+            for (name, count) in counts {
+                types.uint(name, count);
+            }
+        }
+        if let Some(t) = &l.tokenizer {
+            let kind = match t.model() {
+                crate::tokenizer::Model::Bpe { .. } => "bpe",
+                crate::tokenizer::Model::Spm { .. } => "spm",
+            };
+            let id = |v: Option<u32>| v.map_or(-1, |v| v as i64);
+            o.string("tokenizer", kind)
+                .uint("n_vocab", t.n_vocab() as u64)
+                .int("bos", id(t.bos()))
+                .int("eos", id(t.eos()))
+                .boolean("add_bos", t.add_bos())
+                .string("chat_template", self.chat.template.name());
+            if let Some(w) = self.chat.warning {
+                o.string("chat_template_warning", w);
+            }
+        }
+        drop(o);
+        Ok(out.len())
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Chat: the conversation in the KV cache, the sampler, replies token by token (src/chat.rs,
+    // src/sampler.rs).
+
+    /// Forgets the conversation and every cached token.
+    pub fn chat_reset(&mut self) -> Result<()> {
+        self.chat.reset();
+        if let Ok(m) = self.model() {
+            m.reset();
+        }
+        Ok(())
+    }
+
+    /// Appends a message (`role`: 0 system, 1 user, 2 assistant, 3 raw); returns the count.
+    pub fn chat_add(&mut self, role: u32, text: &[u8]) -> Result<usize> {
+        self.chat.add(Role::from_u32(role)?, text)
+    }
+
+    /// Runs the new messages and the generation prompt; returns the prompt tokens run.
+    pub fn chat_start(&mut self, max_tokens: u32, now_ms: f64) -> Result<usize> {
+        let l = self.loaded.as_mut().ok_or_else(no_vocabulary)?;
+        let tok = l.tokenizer.as_ref().ok_or_else(no_vocabulary)?;
+        let model = l.model.as_mut().ok_or_else(no_weights)?;
+        self.chat
+            .start(model, tok, &mut self.work, max_tokens, now_ms)
+    }
+
+    /// The next piece of the reply in `out`; its length, or the end status.
+    pub fn chat_next(&mut self, now_ms: f64, out: &mut Vec<u8>) -> Result<usize> {
+        let l = self.loaded.as_mut().ok_or_else(no_vocabulary)?;
+        let tok = l.tokenizer.as_ref().ok_or_else(no_vocabulary)?;
+        let model = l.model.as_mut().ok_or_else(no_weights)?;
+        self.chat.next(model, tok, &mut self.sampler, now_ms, out)
+    }
+
+    pub fn chat_set_options(&mut self, flags: u32) -> Result<()> {
+        if flags & !OPTION_DROP_OLDEST != 0 {
+            bail!(
+                Status::InvalidArgument,
+                "chat_set_options: unknown flags {:#x}",
+                flags & !OPTION_DROP_OLDEST
+            );
+        }
+        self.chat.drop_oldest = flags & OPTION_DROP_OLDEST != 0;
+        Ok(())
+    }
+
+    pub fn chat_set_template(&mut self, id: u32) -> Result<()> {
+        let l = self.loaded.as_ref();
+        let source = l.and_then(Loaded::chat_template_source);
+        self.chat
+            .set_template(id, source, l.and_then(|l| l.tokenizer.as_ref()))
+    }
+
+    /// Where the reply stands, with its timings, as JSON in `out`; returns its length.
+    pub fn chat_stats(&self, out: &mut Vec<u8>) -> Result<usize> {
+        let c = &self.chat;
+        let t = &c.timings;
+        out.clear();
+        let mut o = ObjectWriter::new(out);
+        o.string("state", c.state.name())
+            .string("template", c.template.name())
+            .uint("prompt_tokens", t.prompt_tokens as u64)
+            .uint("tokens", t.tokens as u64)
+            .float("prefill_ms", t.prefill_ms())
+            .float("prefill_tps", t.prefill_tps())
+            .float("decode_ms", t.decode_ms())
+            .float("decode_tps", t.decode_tps())
+            .uint("kv_tokens", c.ids().len() as u64)
+            .uint("context", self.model_ref().map_or(0, |m| m.context) as u64)
+            .uint("messages", c.messages().len() as u64)
+            .uint("dropped_messages", c.dropped_messages as u64)
+            .int("last_token", c.last_token.map_or(-1, |v| v as i64));
+        drop(o);
+        Ok(out.len())
+    }
+
+    /// New sampler settings (the RNG restarts from `settings.seed`).
+    pub fn sampler_set(&mut self, settings: Settings) -> Result<()> {
+        self.sampler.configure(settings)
+    }
+
+    /// Samples a token from the logits of the last token run, with `history` for the
+    /// repetition penalty (for hosts that drive `step` themselves).
+    pub fn sample(&mut self, history: &[u32]) -> Result<u32> {
+        let l = self.loaded.as_ref();
+        let m = l.and_then(|l| l.model.as_ref()).ok_or_else(no_weights)?;
+        let n = l
+            .and_then(|l| l.tokenizer.as_ref())
+            .map_or(m.logits.len(), |t| t.n_vocab().min(m.logits.len()));
+        self.sampler.sample(&m.logits[..n], history)
+    }
+}
+
+fn no_vocabulary() -> crate::error::Error {
+    err!(Status::NoModel, "no model with a vocabulary is loaded")
+}
+
+fn no_weights() -> crate::error::Error {
+    err!(Status::NoModel, "no model with weights is loaded")
+}
