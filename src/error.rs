@@ -4,6 +4,7 @@
 //! `-(Status as i32)`. The message of the last failure is kept in the shared state block and
 //! read through `last_error` / `last_error_len`. The codes are mirrored in `abi/wasmind.h`.
 
+use alloc::string::String;
 use core::fmt;
 
 /// Why a call failed. Values are part of the ABI: never renumber, only append.
@@ -57,7 +58,9 @@ impl Status {
     }
 }
 
-/// An error with its message, built without allocating.
+/// An error with its message. Small (a status and a heap string), so `Result`s stay cheap to
+/// pass around; building the message allocates, and when even that fails the message is a fixed
+/// note instead (the status is always kept).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Error {
     pub status: Status,
@@ -67,7 +70,9 @@ pub struct Error {
 impl Error {
     pub fn new(status: Status, args: fmt::Arguments<'_>) -> Error {
         let mut message = Message::new();
-        let _ = fmt::write(&mut message, args);
+        if fmt::write(&mut message, args).is_err() {
+            message = Message::LOST;
+        }
         Error { status, message }
     }
 }
@@ -96,26 +101,33 @@ macro_rules! bail {
     };
 }
 
-/// A fixed-capacity UTF-8 message; longer text is cut at a character boundary.
+/// A UTF-8 message of at most [`Message::CAPACITY`] bytes; longer text is cut at a character
+/// boundary. Writing it never aborts on a failed allocation: the write reports an error instead.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Message {
-    len: u16,
-    bytes: [u8; Message::CAPACITY],
+pub struct Message(MessageText);
+
+#[derive(Clone, PartialEq, Eq)]
+enum MessageText {
+    Owned(String),
+    Fixed(&'static str),
 }
 
 impl Message {
     pub const CAPACITY: usize = 480;
+    /// What a message says when its text could not be allocated.
+    pub const LOST: Message = Message(MessageText::Fixed(
+        "(no message: out of memory while writing it)",
+    ));
 
     pub const fn new() -> Message {
-        Message {
-            len: 0,
-            bytes: [0; Message::CAPACITY],
-        }
+        Message(MessageText::Owned(String::new()))
     }
 
     pub fn as_str(&self) -> &str {
-        // Only whole characters are ever written (see `write_str`).
-        core::str::from_utf8(&self.bytes[..self.len as usize]).unwrap_or("")
+        match &self.0 {
+            MessageText::Owned(s) => s,
+            MessageText::Fixed(s) => s,
+        }
     }
 }
 
@@ -133,17 +145,20 @@ impl fmt::Debug for Message {
 
 impl fmt::Write for Message {
     fn write_str(&mut self, s: &str) -> fmt::Result {
-        let used = self.len as usize;
-        let room = Message::CAPACITY - used;
-        let mut take = s.len().min(room);
+        let MessageText::Owned(text) = &mut self.0 else {
+            return Ok(());
+        };
+        let mut take = s.len().min(Message::CAPACITY - text.len());
         while !s.is_char_boundary(take) {
             take -= 1;
         }
-        self.bytes[used..used + take].copy_from_slice(&s.as_bytes()[..take]);
-        self.len = (used + take) as u16;
+        text.try_reserve(take).map_err(|_| fmt::Error)?;
+        text.push_str(&s[..take]);
         Ok(())
     }
 }
+
+const _: () = assert!(core::mem::size_of::<Error>() <= 48);
 
 #[cfg(test)]
 mod tests {

@@ -13,6 +13,7 @@
 //! the byte offset where it went wrong.
 
 use crate::error::{Result, Status};
+use crate::unicode::utf8_len;
 use crate::{bail, err};
 use alloc::borrow::Cow;
 use alloc::string::String;
@@ -145,15 +146,6 @@ impl Iterator for StrChars<'_> {
             }
         };
         Some(simple)
-    }
-}
-
-fn utf8_len(first: u8) -> usize {
-    match first {
-        0x00..=0x7F => 1,
-        0xC0..=0xDF => 2,
-        0xE0..=0xEF => 3,
-        _ => 4,
     }
 }
 

@@ -297,6 +297,19 @@ pub mod bert {
     }
 }
 
+/// Length of the UTF-8 sequence that starts with `lead`: 2, 3 or 4 by its high bits, and 1 for
+/// ASCII and for a byte that cannot start a sequence (a continuation byte), as llama.cpp's
+/// `unicode_len_utf8` counts it. On valid UTF-8 every lead byte gets its sequence's length.
+#[inline(always)]
+pub fn utf8_len(lead: u8) -> usize {
+    match lead >> 4 {
+        0xC | 0xD => 2,
+        0xE => 3,
+        0xF => 4,
+        _ => 1,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! Every code point against the generator crates and std (the sources of the tables).

@@ -3,7 +3,7 @@
 //! vectorizes it) and a SIMD128 version for wasm; tests check them against each other.
 //!
 //! Row types: f32 (`&[f32]`) and i8 (`&[i8]`). F16 tables are converted to f32 at load with
-//! [`f16_to_f32`] (exact): measured in wasm (Node 20), pooling converted rows beat converting
+//! [`crate::quant::f16_to_f32`] (exact): measured in wasm (Node 20), pooling converted rows beat converting
 //! each f16 row while pooling by 1.4× on the corpus (94k vs 67k texts/s), for twice the memory.
 
 /// `acc[i] += w * row[i]`. Shapes: acc (dim,), row (dim,).
@@ -83,24 +83,6 @@ pub fn add_i8_ref(acc: &mut [f32], row: &[i8], w: f32) {
     for (a, &x) in acc.iter_mut().zip(row) {
         *a += w * x as f32;
     }
-}
-
-/// IEEE binary16 bits to f32, exactly.
-#[inline(always)]
-pub fn f16_to_f32(h: u16) -> f32 {
-    let sign = ((h & 0x8000) as u32) << 16;
-    let abs = (h & 0x7FFF) as u32;
-    let bits = if abs >= 0x7C00 {
-        // Inf / NaN: all-ones exponent, payload kept.
-        sign | 0x7F80_0000 | (abs & 0x3FF) << 13
-    } else if abs >= 0x0400 {
-        // Normal: rebias the exponent from 15 to 127.
-        sign | ((abs << 13) + ((127 - 15) << 23))
-    } else {
-        // Subnormal or zero: abs × 2^-24, exact in f32.
-        return f32::from_bits(sign | (abs as f32 * (1.0 / 16_777_216.0)).to_bits());
-    };
-    f32::from_bits(bits)
 }
 
 /// Σ x², accumulated in f32 over 8 interleaved partial sums (the order SIMD uses).
@@ -316,40 +298,6 @@ mod tests {
             s ^= s >> 17;
             s ^= s << 5;
             s
-        }
-    }
-
-    #[test]
-    fn f16_is_exact() {
-        for (h, f) in [
-            (0x3C00u16, 1.0f32),
-            (0xC000, -2.0),
-            (0x0001, 5.960_464_5e-8),
-            (0x03FF, 6.097_555e-5),
-            (0x0400, 6.103_515_6e-5),
-            (0x7BFF, 65504.0),
-            (0x8000, -0.0),
-            (0x8001, -5.960_464_5e-8),
-        ] {
-            assert_eq!(f16_to_f32(h).to_bits(), f.to_bits(), "{h:#x}");
-        }
-        assert_eq!(f16_to_f32(0x7C00), f32::INFINITY);
-        assert_eq!(f16_to_f32(0xFC00), f32::NEG_INFINITY);
-        assert!(f16_to_f32(0x7E00).is_nan());
-        // Every finite f16 against the definition: (-1)^s × 2^(e-15) × (1 + m/1024), or
-        // (-1)^s × m × 2^-24 when e = 0.
-        for h in 0..=u16::MAX {
-            let (s, e, m) = (h >> 15, (h >> 10) & 0x1F, h & 0x3FF);
-            if e == 0x1F {
-                continue;
-            }
-            let mag = if e == 0 {
-                m as f64 * 2f64.powi(-24)
-            } else {
-                2f64.powi(e as i32 - 15) * (1.0 + m as f64 / 1024.0)
-            };
-            let want = if s == 1 { -mag } else { mag } as f32;
-            assert_eq!(f16_to_f32(h).to_bits(), want.to_bits(), "{h:#x}");
         }
     }
 

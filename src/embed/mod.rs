@@ -135,7 +135,7 @@ impl Scratch {
     }
 }
 
-use kernels::f16_to_f32;
+use crate::quant::f16_to_f32;
 
 /// A 1-D tensor of `n` values as f32 (F64/F32/F16), for `weights`.
 fn vector_f32(t: &Tensor, n: usize, what: &str) -> Result<Vec<f32>> {

@@ -17,7 +17,7 @@
 use super::wordpiece::{PieceTable, WORD_PADDING, WordPiece};
 use crate::error::{Result, Status};
 use crate::json::{Kind, Reader, Str};
-use crate::unicode::{self, bert};
+use crate::unicode::{self, bert, utf8_len};
 use crate::{bail, err};
 use alloc::vec::Vec;
 
@@ -938,16 +938,6 @@ fn trim_end_ws(text: &str, start: usize, end: usize) -> usize {
 fn skip_ws(text: &str, i: usize) -> usize {
     let s = text_slice(text, i, text.len());
     i + (s.len() - s.trim_start_matches(char::is_whitespace).len())
-}
-
-#[inline(always)]
-fn utf8_len(first: u8) -> usize {
-    match first {
-        0x00..=0x7F => 1,
-        0xC0..=0xDF => 2,
-        0xE0..=0xEF => 3,
-        _ => 4,
-    }
 }
 
 /// Decodes one UTF-8 sequence known to be valid.

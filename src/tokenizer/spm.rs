@@ -15,6 +15,7 @@ use alloc::vec::Vec;
 
 use super::reserve;
 use crate::error::{Result, Status};
+use crate::unicode::utf8_len;
 
 /// Reusable buffers of the merge loop.
 #[derive(Default)]
@@ -133,16 +134,5 @@ impl SpmMerger {
             i = self.next[i as usize];
         }
         Ok(())
-    }
-}
-
-/// Length of the UTF-8 sequence a lead byte starts (1 for continuation bytes, as llama.cpp).
-#[inline]
-pub fn utf8_len(lead: u8) -> usize {
-    match lead >> 4 {
-        0xC | 0xD => 2,
-        0xE => 3,
-        0xF => 4,
-        _ => 1,
     }
 }
