@@ -55,7 +55,7 @@ unsafe fn bytes_mut<'a, T>(ptr: *mut T, count: usize) -> Result<&'a mut [T]> {
     }
     let size = count.checked_mul(core::mem::size_of::<T>());
     if ptr.is_null()
-        || (ptr as usize) % core::mem::align_of::<T>() != 0
+        || !(ptr as usize).is_multiple_of(core::mem::align_of::<T>())
         || size.and_then(|s| (ptr as usize).checked_add(s)).is_none()
     {
         return Err(err!(
@@ -220,7 +220,7 @@ unsafe fn math_apply_checked(
     if which == 4 {
         // SAFETY: the caller's contract.
         let out = unsafe { bytes_mut(output as *mut f32, n)? };
-        if input != output as *const u8 {
+        if !core::ptr::eq(input, output) {
             // SAFETY: the caller's contract; distinct buffers of n f32 each.
             let src = unsafe { bytes(input, n * 4)? };
             for (o, c) in out.iter_mut().zip(src.chunks_exact(4)) {

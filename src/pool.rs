@@ -401,7 +401,6 @@ pub fn selftest(jobs: u32, seed: u32, max_threads: u32) -> crate::error::Result<
             salt: job ^ seed,
         };
         par_for(&args, items, chunk, selftest_kernel);
-        drop(args);
         for &v in &out[..items] {
             checksum = checksum.rotate_left(5) ^ v;
         }

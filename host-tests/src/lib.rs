@@ -245,8 +245,13 @@ impl Drop for Wasmind {
     }
 }
 
+/// An import: module, name, kind.
+pub type ImportName = (String, String, String);
+/// An export: name, kind.
+pub type ExportName = (String, String);
+
 /// Names of a module's imports and exports, for the command line and the tests.
-pub fn describe(bytes: &[u8]) -> Result<(Vec<(String, String, String)>, Vec<(String, String)>)> {
+pub fn describe(bytes: &[u8]) -> Result<(Vec<ImportName>, Vec<ExportName>)> {
     let engine = engine()?;
     let module = Module::new(&engine, bytes)?;
     let imports = module

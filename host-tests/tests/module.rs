@@ -320,7 +320,7 @@ fn failed_allocation_returns_zero() {
     assert_eq!(w.call::<u32, u32>("alloc", u32::MAX - 64).unwrap(), 0);
     assert_eq!(w.call::<u32, u32>("alloc", 3_900_000_000).unwrap(), 0);
     let p = w.call::<u32, u32>("alloc", 1 << 20).unwrap();
-    assert!(p != 0 && p % 16 == 0);
+    assert!(p != 0 && p.is_multiple_of(16));
     w.call::<(u32, u32), ()>("free", (p, 1 << 20)).unwrap();
 }
 

@@ -65,15 +65,13 @@ impl Loaded {
         };
         let model = if !gguf.tensors().is_empty() {
             let model = Model::load(&gguf, context_request)?;
-            if let Some(t) = &tokenizer {
-                if t.n_vocab() > model.cfg.vocab {
-                    bail!(
-                        Status::BadFormat,
-                        "vocabulary of {} tokens, but the output has {} rows",
-                        t.n_vocab(),
-                        model.cfg.vocab
-                    );
-                }
+            if let Some(t) = tokenizer.as_ref().filter(|t| t.n_vocab() > model.cfg.vocab) {
+                bail!(
+                    Status::BadFormat,
+                    "vocabulary of {} tokens, but the output has {} rows",
+                    t.n_vocab(),
+                    model.cfg.vocab
+                );
             }
             Some(model)
         } else if !has_vocab {

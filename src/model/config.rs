@@ -143,15 +143,15 @@ impl Config {
                 head_dim
             );
         }
-        if let Some(v) = g.get_u32_opt(&key("attention.value_length"))? {
-            if v as usize != head_dim {
-                bail!(
-                    Status::Unsupported,
-                    "value_length {} differs from key_length {}",
-                    v,
-                    head_dim
-                );
-            }
+        if let Some(v) = g.get_u32_opt(&key("attention.value_length"))?
+            && v as usize != head_dim
+        {
+            bail!(
+                Status::Unsupported,
+                "value_length {} differs from key_length {}",
+                v,
+                head_dim
+            );
         }
         let ffn_dim = bounded("feed_forward_length", MAX_DIM * 4)?;
         let train_context = bounded("context_length", MAX_CONTEXT)?;
@@ -178,10 +178,11 @@ impl Config {
             Some(v) => v as usize,
             None => head_dim,
         };
-        if let Some(scaling) = g.get_str_opt(&key("rope.scaling.type"))? {
-            if scaling != "none" && scaling != "llama3" {
-                bail!(Status::Unsupported, "rope scaling {:?}", scaling);
-            }
+        if let Some(scaling) = g.get_str_opt(&key("rope.scaling.type"))?
+            && scaling != "none"
+            && scaling != "llama3"
+        {
+            bail!(Status::Unsupported, "rope scaling {:?}", scaling);
         }
         // The vocabulary size is the embedding's row count (checked in the weights).
         let embd = g

@@ -116,6 +116,9 @@ struct Scratch {
     acts2: ActivationBuf,
 }
 
+/// Called with each position's logits when a forward pass asks for all of them.
+pub type OnLogits<'f> = &'f mut dyn FnMut(usize, &[f32]);
+
 pub struct Model<'a> {
     pub cfg: Config,
     /// Positions the KV cache holds.
@@ -288,11 +291,7 @@ impl<'a> Model<'a> {
 
     /// Runs `ids` at positions `pos..pos + ids.len()`. After it, `logits` holds the last token's
     /// logits; with `all_logits`, `on_logits(i, logits)` is called for every position `i`.
-    pub fn forward(
-        &mut self,
-        ids: &[u32],
-        mut on_logits: Option<&mut dyn FnMut(usize, &[f32])>,
-    ) -> Result<()> {
+    pub fn forward(&mut self, ids: &[u32], mut on_logits: Option<OnLogits<'_>>) -> Result<()> {
         if ids.is_empty() {
             return Ok(());
         }
@@ -539,8 +538,8 @@ fn attention_kernel(a: &AttentionArgs<'_>, items: Range<usize>) {
                 scores[s + j] = d[j] * a.scale;
             }
         }
-        for s in body..scores.len() {
-            scores[s] = ops::dot(q, key(s)) * a.scale;
+        for (s, score) in scores.iter_mut().enumerate().skip(body) {
+            *score = ops::dot(q, key(s)) * a.scale;
         }
         math::softmax_in_place(scores);
         out.fill(0.0);
@@ -549,8 +548,8 @@ fn attention_kernel(a: &AttentionArgs<'_>, items: Range<usize>) {
             let p = [scores[s], scores[s + 1], scores[s + 2], scores[s + 3]];
             ops::axpy4(out, p, [value(s), value(s + 1), value(s + 2), value(s + 3)]);
         }
-        for s in body..scores.len() {
-            ops::axpy(out, scores[s], value(s));
+        for (s, &p) in scores.iter().enumerate().skip(body) {
+            ops::axpy(out, p, value(s));
         }
     }
 }

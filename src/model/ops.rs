@@ -40,15 +40,15 @@ impl RopeTable {
     /// f64 with our own `exp`/`log`/`sin`/`cos` (`factor` is Llama 3's `rope_freqs`, or 1).
     pub fn new(cfg: &Config, context: usize, factors: Option<&[f32]>) -> Result<RopeTable> {
         let pairs = cfg.rope_dims / 2;
-        if let Some(f) = factors {
-            if f.len() != pairs {
-                return Err(err!(
-                    Status::BadFormat,
-                    "rope_freqs has {} values, expected {}",
-                    f.len(),
-                    pairs
-                ));
-            }
+        if let Some(f) = factors
+            && f.len() != pairs
+        {
+            return Err(err!(
+                Status::BadFormat,
+                "rope_freqs has {} values, expected {}",
+                f.len(),
+                pairs
+            ));
         }
         let n = context
             .checked_mul(pairs)

@@ -254,7 +254,7 @@ pub fn quantize_activations(
             ty.name()
         );
     };
-    if n_cols == 0 || n_cols % kind.block() != 0 || xs.len() % n_cols != 0 {
+    if n_cols == 0 || !n_cols.is_multiple_of(kind.block()) || !xs.len().is_multiple_of(n_cols) {
         bail!(
             Status::InvalidArgument,
             "activation of {} values in rows of {}: rows must be whole blocks of {} for {}",

@@ -185,7 +185,7 @@ unsafe trait Block: Sized {}
 /// `bytes` as whole blocks (a trailing partial block is left out).
 #[inline(always)]
 fn as_blocks<B: Block>(bytes: &[u8]) -> &[B] {
-    debug_assert!(bytes.len() % size_of::<B>() == 0);
+    debug_assert!(bytes.len().is_multiple_of(size_of::<B>()));
     // SAFETY: by the `Block` contract `B` has alignment 1 and accepts any bytes, and the
     // `len / size_of::<B>()` blocks lie inside `bytes`, borrowed for the same lifetime.
     unsafe { core::slice::from_raw_parts(bytes.as_ptr().cast::<B>(), bytes.len() / size_of::<B>()) }

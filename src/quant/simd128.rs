@@ -22,6 +22,11 @@
 //! slice lengths are asserted once per call (`check_activations*`), and the `unsafe` blocks
 //! are the unchecked loads inside those bounds.
 
+// The loops over `T` (vectors in a tile) and `STEPS` index several arrays in lockstep, and V8's
+// code for them is tuned (see the scratch-store comments); iterator rewrites would read worse
+// and risk that codegen.
+#![allow(clippy::needless_range_loop)]
+
 use core::arch::wasm32::*;
 
 use super::activation::ActRow;
@@ -311,7 +316,7 @@ unsafe fn gather_f32x4(p: *const f32, count: usize) -> v128 {
 /// The shared body of the legacy kernels.
 #[inline(always)]
 fn dot_legacy<L: Legacy, const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-    debug_assert!(row.len() % L::BYTES == 0);
+    debug_assert!(row.len().is_multiple_of(L::BYTES));
     let n_blocks = row.len() / L::BYTES;
     check_activations(xs, n_blocks, L::MIN_AT.is_some());
     let mut acc = [f32x4_splat(0.0); T];
@@ -610,7 +615,7 @@ fn dot_k4<const BYTES: usize, const T: usize>(
     xs: &[ActRow<'_>; T],
     chunk: impl Fn(*const u8, &[u8; 8], usize) -> [[v128; 4]; 2],
 ) -> [f32; T] {
-    debug_assert!(row.len() % BYTES == 0);
+    debug_assert!(row.len().is_multiple_of(BYTES));
     let n_blocks = row.len() / BYTES;
     check_activations_k(xs, n_blocks);
     let mut acc = [f32x4_splat(0.0); T];
@@ -811,7 +816,7 @@ unsafe fn q6_chunk<const L16: usize, const T: usize>(
 /// super-block as `32·Σ_j sc_j·bsum_j`, exact in i32 (|Σ| < 2^29 either way).
 #[inline(never)]
 pub(super) fn dot_q6_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-    debug_assert!(row.len() % 210 == 0);
+    debug_assert!(row.len().is_multiple_of(210));
     let n_blocks = row.len() / 210;
     check_activations_k(xs, n_blocks);
     let mut acc = [f32x4_splat(0.0); T];

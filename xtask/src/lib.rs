@@ -54,8 +54,28 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// Fails with what to run when the active toolchain lacks the rustup target `target` (without
+/// it cargo stops on "can't find crate for `core`", which says nothing about the fix).
+pub fn require_target(target: &str) -> Result<(), String> {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let out = Command::new(&rustc)
+        .args(["--print", "sysroot"])
+        .current_dir(workspace_root())
+        .output()
+        .map_err(|e| format!("cannot run {rustc}: {e}"))?;
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    if sysroot.join("lib/rustlib").join(target).is_dir() {
+        return Ok(());
+    }
+    Err(format!(
+        "the Rust target {target} is not installed for this toolchain; run \
+         `rustup target add {target}` (rust-toolchain.toml lists every target the build uses)"
+    ))
+}
+
 /// Builds `m` in release mode and returns the path of the `.wasm` cargo produced.
 pub fn build_module(m: &Module) -> Result<PathBuf, String> {
+    require_target("wasm32-unknown-unknown")?;
     let root = workspace_root();
     let target_dir = root.join("target").join(m.target_dir);
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());

