@@ -125,6 +125,7 @@ WASMIND_API int32_t     chat_set_template(uint32_t id);
 /* Sampler: temperature <= 0 is greedy; top_k 0, top_p 1, min_p 0, repeat_penalty 1 are off. */
 WASMIND_API int32_t     sampler_set(float temperature, uint32_t top_k, float top_p, float min_p, float repeat_penalty, uint32_t repeat_window, uint32_t seed);
 WASMIND_API int32_t     sample(wasmind_ptr history, uint32_t n); /* a token from logits(); history feeds the penalty */
+WASMIND_API int32_t     sampler_defaults(void);            /* JSON in the result buffer: the chat defaults */
 
 /* Diagnostics */
 WASMIND_API int32_t     math_apply(uint32_t which, wasmind_ptr in, wasmind_ptr out, uint32_t n);

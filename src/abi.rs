@@ -648,6 +648,17 @@ pub extern "C" fn sampler_set(
     status(driver().llm.sampler_set(s).map(|()| 0))
 }
 
+/// The sampler's chat defaults (what a fresh module uses) as JSON in the result buffer:
+/// `temperature`, `top_k`, `top_p`, `min_p`, `repeat_penalty`, `repeat_window`, `seed`. Returns
+/// its length.
+#[unsafe(no_mangle)]
+pub extern "C" fn sampler_defaults() -> i32 {
+    let d = driver();
+    d.result.clear();
+    crate::sampler::Settings::default().write_json(&mut d.result);
+    d.result.len() as i32
+}
+
 /// Samples a token from `logits()` with the sampler settings; `history` (`n` ids, oldest
 /// first) feeds the repetition penalty. Returns the id.
 #[unsafe(no_mangle)]

@@ -64,6 +64,18 @@ impl Default for Settings {
 }
 
 impl Settings {
+    /// These settings as a JSON object appended to `out` (the `sampler_defaults` export).
+    pub fn write_json(&self, out: &mut alloc::vec::Vec<u8>) {
+        crate::json::ObjectWriter::new(out)
+            .float32("temperature", self.temperature)
+            .uint("top_k", self.top_k as u64)
+            .float32("top_p", self.top_p)
+            .float32("min_p", self.min_p)
+            .float32("repeat_penalty", self.repeat_penalty)
+            .uint("repeat_window", self.repeat_window as u64)
+            .uint("seed", self.seed);
+    }
+
     /// Greedy decoding with no penalty (the llama.cpp reference runs).
     pub const GREEDY: Settings = Settings {
         temperature: 0.0,

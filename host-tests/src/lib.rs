@@ -5,6 +5,9 @@
 
 use std::thread::JoinHandle;
 
+use wasmind::chat::Role;
+use wasmind::error::Status;
+
 use wasmtime::{
     Config, Engine, Instance, Memory, Module, SharedMemory, Store, TypedFunc, Val, WasmParams,
     WasmResults,
@@ -272,8 +275,7 @@ pub fn describe(bytes: &[u8]) -> Result<(Vec<ImportName>, Vec<ExportName>)> {
 }
 
 /// `tokenize` flags (wasmind.h).
-pub const TOKENIZE_ADD_SPECIAL: u32 = 1;
-pub const TOKENIZE_PARSE_SPECIAL: u32 = 2;
+pub use wasmind::engine::llm::{TOKENIZE_ADD_SPECIAL, TOKENIZE_PARSE_SPECIAL};
 
 /// Typed calls over the engine exports: load a model or embedder from files, tokenize, run.
 impl Wasmind {
@@ -533,17 +535,19 @@ pub fn pack_texts(texts: &[&[u8]]) -> (Vec<u8>, Vec<u32>) {
 // ---------------------------------------------------------------------------------------------
 // Chat: messages in, a reply token by token (wasmind.h "Chat")
 
+// The ABI's numbers, from the crate that defines them (abi/wasmind.h mirrors them for C).
+
 /// `chat_add` roles.
-pub const ROLE_SYSTEM: u32 = 0;
-pub const ROLE_USER: u32 = 1;
-pub const ROLE_ASSISTANT: u32 = 2;
-pub const ROLE_RAW: u32 = 3;
+pub const ROLE_SYSTEM: u32 = Role::System as u32;
+pub const ROLE_USER: u32 = Role::User as u32;
+pub const ROLE_ASSISTANT: u32 = Role::Assistant as u32;
+pub const ROLE_RAW: u32 = Role::Raw as u32;
 /// `chat_set_options`: drop the oldest turns when the context is full.
-pub const CHAT_DROP_OLDEST: u32 = 1;
+pub use wasmind::chat::OPTION_DROP_OLDEST as CHAT_DROP_OLDEST;
 /// Status codes (positive) a reply ends with.
-pub const E_CONTEXT_FULL: i32 = 6;
-pub const E_STOPPED: i32 = 10;
-pub const E_END: i32 = 11;
+pub const E_CONTEXT_FULL: i32 = Status::ContextFull as i32;
+pub const E_STOPPED: i32 = Status::Stopped as i32;
+pub const E_END: i32 = Status::End as i32;
 
 /// Milliseconds on a monotonic clock: the timestamps the chat exports take.
 pub fn now_ms() -> f64 {
@@ -555,46 +559,10 @@ pub fn now_ms() -> f64 {
         * 1000.0
 }
 
-/// `sampler_set`'s arguments. `Default` is the module's default.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Sampling {
-    pub temperature: f32,
-    pub top_k: u32,
-    pub top_p: f32,
-    pub min_p: f32,
-    pub repeat_penalty: f32,
-    pub repeat_window: u32,
-    pub seed: u32,
-}
-
-impl Default for Sampling {
-    fn default() -> Sampling {
-        Sampling {
-            temperature: 0.2,
-            top_k: 40,
-            top_p: 0.95,
-            min_p: 0.05,
-            repeat_penalty: 1.1,
-            repeat_window: 64,
-            seed: 0,
-        }
-    }
-}
-
-impl Sampling {
-    /// Argmax, no penalty: what llama.cpp's reference runs did.
-    pub fn greedy() -> Sampling {
-        Sampling {
-            temperature: 0.0,
-            top_k: 0,
-            top_p: 1.0,
-            min_p: 0.0,
-            repeat_penalty: 1.0,
-            repeat_window: 0,
-            seed: 0,
-        }
-    }
-}
+/// `sampler_set`'s arguments: the module's own type, so `Sampling::default()` is the module's
+/// chat default and `Sampling::GREEDY` (argmax, no penalty) what llama.cpp's reference runs did.
+/// The ABI takes the low 32 bits of the seed.
+pub use wasmind::sampler::Settings as Sampling;
 
 /// A failure the module reported (not a trap): its status code (positive) and message.
 #[derive(Clone, Debug, PartialEq)]
@@ -653,7 +621,7 @@ impl Wasmind {
                 s.min_p,
                 s.repeat_penalty,
                 s.repeat_window,
-                s.seed,
+                s.seed as u32,
             ),
         )?;
         self.check("sampler_set", r)?;
@@ -713,6 +681,13 @@ impl Wasmind {
     pub fn chat_stats(&mut self) -> Result<serde_json::Value> {
         let n = self.call::<(), i32>("chat_stats", ())?;
         let n = self.check("chat_stats", n)?;
+        Ok(serde_json::from_slice(&self.result(n)?)?)
+    }
+
+    /// The module's sampler defaults (`sampler_defaults`).
+    pub fn sampler_defaults(&mut self) -> Result<serde_json::Value> {
+        let n = self.call::<(), i32>("sampler_defaults", ())?;
+        let n = self.check("sampler_defaults", n)?;
         Ok(serde_json::from_slice(&self.result(n)?)?)
     }
 

@@ -42,7 +42,7 @@ fn greedy_replies_match_llama_cpp_where_it_is_decisive() {
         serde_json::from_str::<serde_json::Value>(&w.model_info().unwrap()).unwrap()["chat_template"],
         "chatml"
     );
-    w.sampler_set(&Sampling::greedy()).unwrap();
+    w.sampler_set(&Sampling::GREEDY).unwrap();
     let (mut decisive, mut agree, mut first_checked, mut same_prefix) = (0, 0, 0, 0);
     for g in greedy {
         let (want_prompt, want_ids) = (u32s(&g["prompt_ids"]), u32s(&g["ids"]));
@@ -114,7 +114,7 @@ fn sampled_reply(threads: u32, seed: u32) -> (Vec<u32>, String) {
         min_p: 0.05,
         repeat_penalty: 1.1,
         repeat_window: 64,
-        seed,
+        seed: seed.into(),
     };
     w.sampler_set(&s).unwrap();
     w.chat_add(ROLE_USER, "Write a haiku about the sea.")
@@ -155,7 +155,7 @@ fn a_seed_reproduces_a_reply_across_runs_and_thread_counts() {
 #[test]
 fn a_follow_up_prefills_only_its_own_tokens() {
     let mut w = smollm2(2, 1024);
-    w.sampler_set(&Sampling::greedy()).unwrap();
+    w.sampler_set(&Sampling::GREEDY).unwrap();
     w.chat_add(ROLE_USER, "What is the capital of France?")
         .unwrap();
     let first = reply(&mut w, 48);
@@ -328,7 +328,7 @@ fn twenty_turns_past_a_512_token_context() {
 #[test]
 fn the_stop_flag_ends_a_reply_and_chat_start_clears_it() {
     let mut w = smollm2(2, 256);
-    w.sampler_set(&Sampling::greedy()).unwrap();
+    w.sampler_set(&Sampling::GREEDY).unwrap();
     // A stop requested before the reply does not stop it (chat_start clears the flag).
     w.request_stop().unwrap();
     w.chat_add(ROLE_USER, "Why is the sky blue?").unwrap();
@@ -355,6 +355,24 @@ fn the_stop_flag_ends_a_reply_and_chat_start_clears_it() {
     w.chat_add(ROLE_USER, "Thanks.").unwrap();
     let r = reply(&mut w, 4);
     assert!(r.end.code == E_END && r.ids.len() <= 4 + 1);
+}
+
+/// The module reports the defaults it uses, and they are the crate's `Settings::default()`.
+#[test]
+fn the_module_reports_its_sampler_defaults() {
+    for threads in [0, 2] {
+        let mut w = Wasmind::with_threads(threads).unwrap();
+        let got = w.sampler_defaults().unwrap();
+        let d = Sampling::default();
+        let f = |k: &str| got[k].as_f64().unwrap_or_else(|| panic!("{k} in {got}"));
+        assert_eq!(f("temperature") as f32, d.temperature);
+        assert_eq!(f("top_k") as u32, d.top_k);
+        assert_eq!(f("top_p") as f32, d.top_p);
+        assert_eq!(f("min_p") as f32, d.min_p);
+        assert_eq!(f("repeat_penalty") as f32, d.repeat_penalty);
+        assert_eq!(f("repeat_window") as u32, d.repeat_window);
+        assert_eq!(f("seed") as u64, d.seed);
+    }
 }
 
 #[test]
@@ -423,7 +441,7 @@ fn hostile_chat_calls_fail_cleanly() {
     assert_eq!(w.chat_start(8).unwrap().unwrap_err().code, E_CONTEXT_FULL);
     // Reset, and a short exchange still works in 64 tokens.
     w.chat_reset().unwrap();
-    w.sampler_set(&Sampling::greedy()).unwrap();
+    w.sampler_set(&Sampling::GREEDY).unwrap();
     w.chat_add(ROLE_USER, "Hi").unwrap();
     let r = reply(&mut w, 0);
     assert!(r.end.code == E_END || r.end.code == E_CONTEXT_FULL);

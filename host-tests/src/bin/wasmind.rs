@@ -383,7 +383,7 @@ fn sampling(args: &Args) -> Result<Sampling, String> {
             },
         )?,
         repeat_window: args.number("--repeat-window", d.repeat_window)?,
-        seed: args.number("--seed", clock_seed)?,
+        seed: args.number("--seed", clock_seed)?.into(),
     })
 }
 
