@@ -216,7 +216,7 @@ impl Engine {
                 t.add_bos()
             );
             let _ = write!(s, ",\"chat_template\":\"{}\"", self.chat.template.name());
-            if let Some(w) = self.chat.warning {
+            if let Some(w) = &self.chat.warning {
                 s.push_str(",\"chat_template_warning\":");
                 json_string(&mut s, w);
             }
@@ -424,12 +424,34 @@ unsafe fn embed_batch_kernel(args: *const u8, start: usize, end: usize) {
 // Chat: the conversation in the KV cache, the sampler, replies token by token (src/chat.rs,
 // src/sampler.rs). Driver only, like the rest.
 
-use crate::chat::{OPTION_DROP_OLDEST, Role};
+use crate::chat::{OPTION_DROP_OLDEST, OPTION_THINK, Role};
 use crate::sampler::Settings;
+use crate::template::Template;
 
 /// The file's `tokenizer.chat_template`, when it is a string.
 fn chat_template_source<'a>(g: &Gguf<'a>) -> Option<&'a str> {
     g.get_str_opt("tokenizer.chat_template").ok().flatten()
+}
+
+/// A template name from the ABI: `None` for an empty one (the model's own).
+fn template_by_name(name: &[u8]) -> Result<Option<Template>> {
+    if name.is_empty() {
+        return Ok(None);
+    }
+    let found = core::str::from_utf8(name)
+        .ok()
+        .and_then(Template::from_name);
+    if found.is_none() {
+        let mut known = alloc::string::String::new();
+        Template::names(&mut known);
+        bail!(
+            Status::InvalidArgument,
+            "unknown chat template \"{}\" (known: {})",
+            alloc::string::String::from_utf8_lossy(name),
+            known
+        );
+    }
+    Ok(found)
 }
 
 /// A JSON number (JSON has no NaN or infinity: those become 0).
@@ -480,20 +502,62 @@ impl Engine {
     }
 
     pub fn chat_set_options(&mut self, flags: u32) -> Result<()> {
-        if flags & !OPTION_DROP_OLDEST != 0 {
+        let known = OPTION_DROP_OLDEST | OPTION_THINK;
+        if flags & !known != 0 {
             bail!(
                 Status::InvalidArgument,
                 "chat_set_options: unknown flags {:#x}",
-                flags & !OPTION_DROP_OLDEST
+                flags & !known
             );
         }
         self.chat.drop_oldest = flags & OPTION_DROP_OLDEST != 0;
+        self.chat.set_think(flags & OPTION_THINK != 0);
         Ok(())
     }
 
+    /// `id` 0: the file's template; 1..: [`Template::from_id`].
     pub fn chat_set_template(&mut self, id: u32) -> Result<()> {
+        let t = match id {
+            0 => None,
+            _ => Some(Template::from_id(id).ok_or_else(|| {
+                err!(
+                    Status::InvalidArgument,
+                    "chat template id {} is not 0..={}",
+                    id,
+                    Template::all().count()
+                )
+            })?),
+        };
         let source = self.gguf.as_ref().and_then(chat_template_source);
-        self.chat.set_template(id, source, self.tokenizer.as_ref())
+        self.chat.set_template(t, source, self.tokenizer.as_ref());
+        Ok(())
+    }
+
+    /// The template named `name` (llama.cpp's names, `qwen3`; empty: the file's).
+    pub fn chat_set_template_name(&mut self, name: &[u8]) -> Result<()> {
+        let t = template_by_name(name)?;
+        let source = self.gguf.as_ref().and_then(chat_template_source);
+        self.chat.set_template(t, source, self.tokenizer.as_ref());
+        Ok(())
+    }
+
+    /// Renders a conversation given as JSON (`{"messages": [{"role", "content"}..],
+    /// "add_assistant": bool, "think": bool}`) with the template named `name` (empty: the
+    /// loaded model's) into `self.result`, without running anything.
+    pub fn template_render(&mut self, name: &[u8], request: &[u8]) -> Result<usize> {
+        let t = template_by_name(name)?.unwrap_or(self.chat.template);
+        let req = crate::template::Request::parse(request)?;
+        let mut text = alloc::string::String::new();
+        t.render(&req.messages, 0, &mut text);
+        if req.add_assistant {
+            t.open_reply(req.think, &mut text);
+        }
+        self.result.clear();
+        self.result
+            .try_reserve(text.len())
+            .map_err(|_| err!(Status::OutOfMemory, "rendering of {} bytes", text.len()))?;
+        self.result.extend_from_slice(text.as_bytes());
+        Ok(self.result.len())
     }
 
     /// Where the reply stands, with its timings, as JSON in `self.result`.

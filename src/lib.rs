@@ -42,6 +42,7 @@ pub mod json;
 pub mod model;
 pub mod quant;
 pub mod sampler;
+pub mod template;
 pub mod tokenizer;
 pub mod unicode;
 
