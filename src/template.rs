@@ -824,6 +824,48 @@ mod tests {
         assert_eq!(n, 22 * 6 * 2);
     }
 
+    /// Conversations templates.json does not hold (role orders, empty and white-space text,
+    /// Unicode, system messages alone or several), for 24 templates.
+    #[test]
+    fn unseen_conversations_render_as_llama_cpp() {
+        let n = check_file("host-tests/testdata/templates-extra.json");
+        std::println!("{n} more renderings byte-identical to llama.cpp's");
+        assert_eq!(n, 24 * 18 * 2);
+    }
+
+    /// The template programs gen_templates.py gave llama.cpp: we recognise each as it did.
+    #[test]
+    fn recognises_template_programs_as_llama_cpp() {
+        let r = reference("host-tests/testdata/templates-extra.json");
+        for d in r["detect"].as_array().unwrap() {
+            let src = d["source"].as_str().unwrap();
+            let (t, w) = Template::detect(Some(src));
+            let alike: Vec<&str> = d["alike"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap())
+                .collect();
+            match d["name"].as_str() {
+                // Qwen3's program is ChatML to llama.cpp; we add its think switch.
+                Some("chatml") if src.contains("enable_thinking") => {
+                    assert_eq!((t.name(), w), ("qwen3", None), "{src}")
+                }
+                Some(name) if Template::from_name(name).is_some() => {
+                    assert!(
+                        alike.contains(&t.name()) && w.is_none(),
+                        "{src}: {t:?} {w:?}"
+                    )
+                }
+                Some(name) => {
+                    assert_eq!(t, Template::CHATML, "{src}");
+                    assert!(w.unwrap().contains(name), "{src}");
+                }
+                None => assert!(w.unwrap().contains("unrecognised"), "{src}"),
+            }
+        }
+    }
+
     /// Rendering `..k` and then `k..` gives the whole, for every split of every conversation.
     #[test]
     fn rendering_in_pieces_equals_the_whole() {
@@ -1007,5 +1049,28 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+    }
+
+    /// abi/wasmind.h lists the ids in table order.
+    #[test]
+    fn the_header_lists_the_ids() {
+        let h =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/abi/wasmind.h")).unwrap();
+        let mut listed = String::new();
+        for (i, t) in Template::all().enumerate() {
+            let _ = write!(
+                listed,
+                "{}{} {}",
+                if i > 0 { ", " } else { "" },
+                t.id(),
+                t.name()
+            );
+        }
+        let flat: String = h
+            .lines()
+            .map(|l| l.trim_start_matches(|c| c == ' ' || c == '*').trim_end())
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(flat.contains(&listed), "wasmind.h should list: {listed}");
     }
 }
