@@ -27,7 +27,8 @@
 //!   ended with whitespace is trimmed when the history is re-read;
 //! - `qwen3` with thinking off: the cache keeps the empty `<think>` block in front of each
 //!   reply, a re-read history does not (as Qwen3's own template drops reasoning from history).
-//! The history is re-read only after the cache was reset or turns were dropped.
+//!
+//! The history is re-read only after a reset, dropped turns, or a new template or think option.
 
 use alloc::string::String;
 use alloc::vec::Vec;
