@@ -26,7 +26,9 @@
 //! - templates that trim message text (Llama 3, Gemma, Command R, ...): a reply that began or
 //!   ended with whitespace is trimmed when the history is re-read;
 //! - `qwen3` with thinking off: the cache keeps the empty `<think>` block in front of each
-//!   reply, a re-read history does not (as Qwen3's own template drops reasoning from history).
+//!   reply, a re-read history does not (as Qwen3's own template drops reasoning from history);
+//!   with thinking on, a re-read history keeps a reply's `<think>...</think>` text, which
+//!   Qwen3's template would strip (we do not parse replies).
 //!
 //! The history is re-read only after a reset, dropped turns, or a new template or think option.
 
