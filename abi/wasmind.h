@@ -112,7 +112,14 @@ WASMIND_API int32_t     embed_ids(wasmind_ptr text, uint32_t len, wasmind_ptr ou
 #define WASMIND_ROLE_ASSISTANT   2
 #define WASMIND_ROLE_RAW         3 /* text as it is, no template markup; the reply continues it */
 #define WASMIND_CHAT_DROP_OLDEST 1 /* chat_set_options: drop the oldest turns when the context is full */
-#define WASMIND_TEMPLATE_AUTO    0 /* chat_set_template: 0 the model's, 1 ChatML, 2 Llama 3, 3 Gemma, 4 Llama 2, 5 Mistral */
+#define WASMIND_CHAT_THINK       2 /* chat_set_options: let a model that can reason think (Qwen3: no empty <think> block) */
+/* chat_set_template ids: 0 the model's (detected from tokenizer.chat_template), then in this order
+ * (names as chat_set_template_name and template_render take them, llama.cpp's but qwen3):
+ * 1 chatml, 2 llama3, 3 gemma, 4 llama2-sys, 5 mistral-v1, 6 llama2, 7 llama2-sys-bos,
+ * 8 llama2-sys-strip, 9 mistral-v3, 10 mistral-v3-tekken, 11 mistral-v7, 12 mistral-v7-tekken,
+ * 13 phi3, 14 phi4, 15 zephyr, 16 vicuna, 17 deepseek3, 18 granite, 19 smolvlm, 20 falcon3,
+ * 21 command-r, 22 exaone3, 23 llama4, 24 hunyuan-dense, 25 qwen3 */
+#define WASMIND_TEMPLATE_AUTO    0
 WASMIND_API int32_t     chat_reset(void);                  /* forget the conversation and the KV cache */
 WASMIND_API int32_t     chat_add(uint32_t role, wasmind_ptr text, uint32_t len); /* returns the message count */
 WASMIND_API int32_t     chat_start(uint32_t max_tokens, double now_ms); /* 0 = up to the context; returns prompt tokens run */
@@ -120,8 +127,15 @@ WASMIND_API int32_t     chat_next(double now_ms);          /* piece length in th
 WASMIND_API int32_t     chat_last_token(void);             /* id chat_next sampled last (end token included), or -1 */
 WASMIND_API int32_t     chat_tokens(wasmind_ptr out, uint32_t cap); /* ids in the KV cache; returns the total */
 WASMIND_API int32_t     chat_stats(void);                  /* JSON in the result buffer (timings, state, cache) */
-WASMIND_API int32_t     chat_set_options(uint32_t flags);  /* WASMIND_CHAT_DROP_OLDEST */
-WASMIND_API int32_t     chat_set_template(uint32_t id);
+WASMIND_API int32_t     chat_set_options(uint32_t flags);  /* WASMIND_CHAT_DROP_OLDEST | WASMIND_CHAT_THINK */
+WASMIND_API int32_t     chat_set_template(uint32_t id);    /* WASMIND_TEMPLATE_AUTO or an id above */
+/* by name; empty: the model's; INVALID_ARGUMENT (the message lists the names) for an unknown one */
+WASMIND_API int32_t     chat_set_template_name(wasmind_ptr name, uint32_t len);
+/* Renders a conversation without running it (no model needed): json = {"messages": [{"role":
+ * "system"|"user"|"assistant", "content": "..."}, ...], "add_assistant": bool, "think": bool};
+ * name: a template name, empty for the loaded model's (ChatML without one). The text is left in the
+ * result buffer; returns its length. */
+WASMIND_API int32_t     template_render(wasmind_ptr name, uint32_t name_len, wasmind_ptr json, uint32_t json_len);
 /* Sampler: temperature <= 0 is greedy; top_k 0, top_p 1, min_p 0, repeat_penalty 1 are off. */
 WASMIND_API int32_t     sampler_set(float temperature, uint32_t top_k, float top_p, float min_p, float repeat_penalty, uint32_t repeat_window, uint32_t seed);
 WASMIND_API int32_t     sample(wasmind_ptr history, uint32_t n); /* a token from logits(); history feeds the penalty */

@@ -205,6 +205,12 @@ export class Wasmind {
   }
   /** Forgets the conversation and the KV cache. */
   resetChat() { this.check(this.exports.chat_reset()); }
+  /** The chat template by name (llama.cpp's names, or 'qwen3'; '' = the model's own); throws,
+   *  listing the names, on an unknown one. The next reply re-reads the conversation. */
+  setTemplate(name) {
+    const b = new TextEncoder().encode(name);
+    this.withBytes(b, (p) => this.check(this.exports.chat_set_template_name(p, b.length)));
+  }
   /** Drop the oldest turns instead of failing when a new turn does not fit the context. */
   setDropOldest(on) { this.check(this.exports.chat_set_options(on ? 1 : 0)); }
   /** Generates the reply to the messages added so far, yielding its text piece by piece (whole

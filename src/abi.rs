@@ -611,17 +611,48 @@ pub extern "C" fn chat_stats() -> i32 {
 }
 
 /// Flags: 1 = when a new turn does not fit, drop the oldest turns (after leading system
-/// messages) and re-read the rest, instead of failing with CONTEXT_FULL.
+/// messages) and re-read the rest, instead of failing with CONTEXT_FULL; 2 = let a model that
+/// can reason think (Qwen3: no empty `<think>` block in front of the reply).
 #[unsafe(no_mangle)]
 pub extern "C" fn chat_set_options(flags: u32) -> i32 {
     status(driver().llm.chat_set_options(flags).map(|()| 0))
 }
 
-/// Template: 0 the model's (detected), 1 ChatML, 2 Llama 3, 3 Gemma, 4 Llama 2, 5 Mistral.
-/// The next `chat_start` re-reads the conversation.
+/// Template by id: 0 the model's (detected), 1.. the templates in wasmind.h's order (1 chatml,
+/// 2 llama3, 3 gemma, 4 llama2-sys, 5 mistral-v1, ...). The next `chat_start` re-reads the
+/// conversation.
 #[unsafe(no_mangle)]
 pub extern "C" fn chat_set_template(id: u32) -> i32 {
     status(driver().llm.chat_set_template(id).map(|()| 0))
+}
+
+/// Template by name (`len` bytes at `name`: llama.cpp's names, or `qwen3`; empty: the model's).
+/// INVALID_ARGUMENT, listing the known names, for an unknown one.
+#[unsafe(no_mangle)]
+pub extern "C" fn chat_set_template_name(name: *const u8, len: usize) -> i32 {
+    // SAFETY: the host passes its text.
+    status(
+        unsafe { bytes(name, len) }
+            .and_then(|n| driver().llm.chat_set_template_name(n).map(|()| 0)),
+    )
+}
+
+/// Renders a conversation without a model: `json` (`{"messages": [{"role", "content"}..],
+/// "add_assistant": bool, "think": bool}`) with the template named by `name` (empty: the loaded
+/// model's, else ChatML). The text goes to the result buffer; returns its length.
+#[unsafe(no_mangle)]
+pub extern "C" fn template_render(
+    name: *const u8,
+    name_len: usize,
+    json: *const u8,
+    json_len: usize,
+) -> i32 {
+    let d = driver();
+    // SAFETY: the host passes its name and its JSON.
+    status(
+        unsafe { bytes(name, name_len).and_then(|n| Ok((n, bytes(json, json_len)?))) }
+            .and_then(|(n, j)| Ok(d.llm.template_render(n, j, &mut d.result)? as i32)),
+    )
 }
 
 /// Sampler settings; the RNG restarts from `seed`. `temperature <= 0` is greedy; `top_k` 0,

@@ -1,4 +1,5 @@
-//! Chat: templates, the conversation held in the KV cache, and the reply loop.
+//! Chat: the conversation held in the KV cache, and the reply loop (the templates that render
+//! it are in `template.rs`).
 //!
 //! One turn, in the order data flows:
 //! ```text
@@ -14,11 +15,11 @@
 //! end-of-generation token is not run, so the next `chat_start` begins with the template's
 //! closing markup (`<|im_end|>\n` for ChatML) before the new messages.
 //!
-//! Templates are recognised by their markers in `tokenizer.chat_template` (a Jinja program we
-//! do not run): ChatML (SmolLM2, Qwen), Llama 3, Gemma, Llama 2 / Mistral `[INST]`. Anything
-//! else falls back to ChatML with a warning. Like llama.cpp's built-in templates, no default
-//! system prompt is inserted, and the rendered text is tokenized with control tokens parsed
-//! (so SmolLM2's prompt ids equal llama.cpp's).
+//! The template is recognised by its markers in `tokenizer.chat_template` as llama.cpp does
+//! (`template.rs`; ChatML with a warning when it is not). Like llama.cpp's built-in templates,
+//! no default system prompt is inserted, and the rendered text is tokenized with control
+//! tokens parsed (so SmolLM2's prompt ids equal llama.cpp's). Each `chat_start` renders only
+//! the new messages, as they follow the ones in the cache.
 //!
 //! When the context cannot hold a new turn, `chat_start` fails with CONTEXT_FULL, or (option
 //! `drop_oldest`) drops the oldest turns after any leading system messages, keeps the cached
@@ -32,6 +33,7 @@ use crate::error::{Result, Status};
 use crate::model::Model;
 use crate::sampler::Sampler;
 use crate::state::{clear_stop, stop_requested};
+use crate::template::Template;
 use crate::tokenizer::{StreamDecoder, Tokenizer, Work};
 use crate::{bail, err};
 
@@ -69,205 +71,6 @@ impl Role {
 pub struct Message {
     pub role: Role,
     pub text: String,
-}
-
-// ---- templates -------------------------------------------------------------------------------
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Template {
-    /// `<|im_start|>{role}\n{text}<|im_end|>\n`
-    #[default]
-    ChatMl,
-    /// `<|start_header_id|>{role}<|end_header_id|>\n\n{text}<|eot_id|>`
-    Llama3,
-    /// `<start_of_turn>{user|model}\n{text}<end_of_turn>\n`; system text opens the next user turn.
-    Gemma,
-    /// `[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {reply} </s>`
-    Llama2,
-    /// `[INST] {system}\n\n{user} [/INST] {reply} </s>` (Mistral: `[INST]` without `<<SYS>>`)
-    Mistral,
-}
-
-impl Template {
-    /// Ids of `chat_set_template` (0 = detect from the file).
-    pub fn from_id(id: u32) -> Option<Template> {
-        Some(match id {
-            1 => Template::ChatMl,
-            2 => Template::Llama3,
-            3 => Template::Gemma,
-            4 => Template::Llama2,
-            5 => Template::Mistral,
-            _ => return None,
-        })
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Template::ChatMl => "chatml",
-            Template::Llama3 => "llama3",
-            Template::Gemma => "gemma",
-            Template::Llama2 => "llama2",
-            Template::Mistral => "mistral",
-        }
-    }
-
-    /// The family of a `tokenizer.chat_template` program, by the markers it writes; ChatML
-    /// and a warning when there is none or it is not recognised.
-    pub fn detect(source: Option<&str>) -> (Template, Option<&'static str>) {
-        let Some(s) = source else {
-            return (
-                Template::ChatMl,
-                Some("the model has no tokenizer.chat_template; using ChatML"),
-            );
-        };
-        if s.contains("<|im_start|>") {
-            (Template::ChatMl, None)
-        } else if s.contains("<|start_header_id|>") {
-            (Template::Llama3, None)
-        } else if s.contains("<start_of_turn>") {
-            (Template::Gemma, None)
-        } else if s.contains("[INST]") {
-            (
-                if s.contains("<<SYS>>") {
-                    Template::Llama2
-                } else {
-                    Template::Mistral
-                },
-                None,
-            )
-        } else {
-            (
-                Template::ChatMl,
-                Some("unrecognised tokenizer.chat_template; using ChatML"),
-            )
-        }
-    }
-
-    /// A control token the template writes, to check the vocabulary has it.
-    fn marker(self) -> &'static str {
-        match self {
-            Template::ChatMl => "<|im_start|>",
-            Template::Llama3 => "<|start_header_id|>",
-            Template::Gemma => "<start_of_turn>",
-            Template::Llama2 | Template::Mistral => "</s>",
-        }
-    }
-
-    /// What opens the model's reply.
-    fn generation_prompt(self) -> &'static str {
-        match self {
-            Template::ChatMl => "<|im_start|>assistant\n",
-            Template::Llama3 => "<|start_header_id|>assistant<|end_header_id|>\n\n",
-            Template::Gemma => "<start_of_turn>model\n",
-            Template::Llama2 | Template::Mistral => "",
-        }
-    }
-
-    /// What closes a reply the model ended (its end token is not in the cache).
-    fn close(self) -> &'static str {
-        match self {
-            Template::ChatMl => "<|im_end|>\n",
-            Template::Llama3 => "<|eot_id|>",
-            Template::Gemma => "<end_of_turn>\n",
-            Template::Llama2 | Template::Mistral => " </s>",
-        }
-    }
-
-    /// Llama 3, Gemma and `[INST]` templates strip the text of each message; ChatML keeps it.
-    fn trims(self) -> bool {
-        self != Template::ChatMl
-    }
-
-    /// Appends the text of `messages`. `started`: earlier messages of the conversation are
-    /// already in the cache (an `[INST]` turn after the first then opens with `<s>`).
-    pub fn render(self, messages: &[Message], started: bool, out: &mut String) {
-        // Templates without a system role put system text at the start of the next user turn.
-        let mut system = String::new();
-        let mut seen_user = started;
-        for m in messages {
-            let text = if self.trims() {
-                m.text.trim()
-            } else {
-                m.text.as_str()
-            };
-            match (self, m.role) {
-                (_, Role::Raw) => out.push_str(&m.text),
-                (Template::ChatMl, role) => {
-                    let role = match role {
-                        Role::System => "system",
-                        Role::User => "user",
-                        _ => "assistant",
-                    };
-                    push_all(out, &["<|im_start|>", role, "\n", text, "<|im_end|>\n"]);
-                }
-                (Template::Llama3, role) => {
-                    let role = match role {
-                        Role::System => "system",
-                        Role::User => "user",
-                        _ => "assistant",
-                    };
-                    push_all(
-                        out,
-                        &[
-                            "<|start_header_id|>",
-                            role,
-                            "<|end_header_id|>\n\n",
-                            text,
-                            "<|eot_id|>",
-                        ],
-                    );
-                }
-                (Template::Gemma | Template::Llama2 | Template::Mistral, Role::System) => {
-                    if !system.is_empty() {
-                        system.push_str("\n\n");
-                    }
-                    system.push_str(text);
-                }
-                (Template::Gemma, Role::User) => {
-                    out.push_str("<start_of_turn>user\n");
-                    if !system.is_empty() {
-                        push_all(out, &[&system, "\n\n"]);
-                        system.clear();
-                    }
-                    push_all(out, &[text, "<end_of_turn>\n"]);
-                }
-                (Template::Gemma, _) => {
-                    push_all(out, &["<start_of_turn>model\n", text, "<end_of_turn>\n"])
-                }
-                (Template::Llama2 | Template::Mistral, Role::User) => {
-                    if seen_user {
-                        out.push_str("<s>");
-                    }
-                    seen_user = true;
-                    out.push_str("[INST] ");
-                    if !system.is_empty() {
-                        if self == Template::Llama2 {
-                            push_all(out, &["<<SYS>>\n", &system, "\n<</SYS>>\n\n"]);
-                        } else {
-                            push_all(out, &[&system, "\n\n"]);
-                        }
-                        system.clear();
-                    }
-                    push_all(out, &[text, " [/INST]"]);
-                }
-                (Template::Llama2 | Template::Mistral, _) => push_all(out, &[" ", text, " </s>"]),
-            }
-        }
-        // System text with no user turn after it: a user turn of its own.
-        if !system.is_empty() {
-            let m = Message {
-                role: Role::User,
-                text: system,
-            };
-            self.render(core::slice::from_ref(&m), seen_user, out);
-        }
-    }
-}
-
-fn push_all(out: &mut String, parts: &[&str]) {
-    for p in parts {
-        out.push_str(p);
-    }
 }
 
 /// `text` -> ids, control tokens parsed; BOS first when `first` and the vocabulary adds it.
@@ -367,14 +170,17 @@ impl Timings {
     }
 }
 
-/// `chat_set_options` flags.
+/// `chat_set_options` flags: drop the oldest turns when the context is full.
 pub const OPTION_DROP_OLDEST: u32 = 1;
+/// Let a model that can reason think before it answers (Qwen3: no empty `<think>` block in
+/// front of the reply).
+pub const OPTION_THINK: u32 = 2;
 
 #[derive(Default)]
 pub struct Chat {
     pub template: Template,
     /// Why the template was guessed (shown in `model_info`).
-    pub warning: Option<&'static str>,
+    pub warning: Option<String>,
     /// The conversation, oldest first; the last one may be the reply being written.
     messages: Vec<Message>,
     /// `messages[..in_cache]` are in the KV cache.
@@ -389,6 +195,8 @@ pub struct Chat {
     pub last_token: Option<u32>,
     stream: StreamDecoder,
     pub drop_oldest: bool,
+    /// `OPTION_THINK`.
+    pub think: bool,
     /// Messages dropped to make room, since the conversation began.
     pub dropped_messages: usize,
     pub timings: Timings,
@@ -401,7 +209,7 @@ impl Chat {
     pub fn for_model(template_source: Option<&str>, tok: Option<&Tokenizer>) -> Chat {
         let (template, mut warning) = Template::detect(template_source);
         if warning.is_none() && tok.is_some_and(|t| t.token_id(template.marker()).is_none()) {
-            warning = Some("the chat template's control tokens are not in the vocabulary");
+            warning = Some("the chat template's control tokens are not in the vocabulary".into());
         }
         Chat {
             template,
@@ -410,37 +218,44 @@ impl Chat {
         }
     }
 
-    /// Chooses the template (`id` 0: the file's). The cached text was rendered with the old
+    /// Chooses the template (`None`: the file's). The cached text was rendered with the old
     /// one, so the next `chat_start` re-reads the conversation.
     pub fn set_template(
         &mut self,
-        id: u32,
+        template: Option<Template>,
         source: Option<&str>,
         tok: Option<&Tokenizer>,
-    ) -> Result<()> {
-        let (template, warning) = match id {
-            0 => {
+    ) {
+        let (template, warning) = match template {
+            None => {
                 let fresh = Chat::for_model(source, tok);
                 (fresh.template, fresh.warning)
             }
-            _ => match Template::from_id(id) {
-                Some(t) => (t, None),
-                None => bail!(
-                    Status::InvalidArgument,
-                    "chat template id {} is not 0..=5",
-                    id
-                ),
-            },
+            Some(t) => (t, None),
         };
         self.template = template;
         self.warning = warning;
+        self.forget_cache();
+    }
+
+    /// Let a model that can reason think (Qwen3). Like a new template, the next `chat_start`
+    /// re-reads the conversation.
+    pub fn set_think(&mut self, think: bool) {
+        if think != self.think {
+            self.think = think;
+            self.forget_cache();
+        }
+    }
+
+    /// The next `chat_start` re-reads the whole conversation (the caller's model cache is
+    /// reset there, as its length no longer matches).
+    fn forget_cache(&mut self) {
         self.ids.clear();
         self.in_cache = 0;
         self.open_reply = false;
         if self.state == ReplyState::Generating {
             self.state = ReplyState::Stopped;
         }
-        Ok(())
     }
 
     pub fn messages(&self) -> &[Message] {
@@ -454,11 +269,11 @@ impl Chat {
 
     /// Forgets the conversation (the caller resets the model's cache).
     pub fn reset(&mut self) {
-        let (template, warning, drop_oldest) = (self.template, self.warning, self.drop_oldest);
         *self = Chat {
-            template,
-            warning,
-            drop_oldest,
+            template: self.template,
+            warning: self.warning.take(),
+            drop_oldest: self.drop_oldest,
+            think: self.think,
             ..Chat::default()
         };
     }
@@ -521,9 +336,9 @@ impl Chat {
             self.text.push_str(self.template.close());
         }
         self.template
-            .render(&self.messages[pending..], pending > 0, &mut self.text);
+            .render(&self.messages, pending, &mut self.text);
         if !continuation {
-            self.text.push_str(self.template.generation_prompt());
+            self.template.open_reply(self.think, &mut self.text);
         }
         self.new_ids.clear();
         encode_prompt(
@@ -636,9 +451,9 @@ impl Chat {
     ) -> Result<()> {
         loop {
             self.text.clear();
-            self.template.render(&self.messages, false, &mut self.text);
+            self.template.render(&self.messages, 0, &mut self.text);
             if !continuation {
-                self.text.push_str(self.template.generation_prompt());
+                self.template.open_reply(self.think, &mut self.text);
             }
             self.new_ids.clear();
             encode_prompt(tok, work, &self.text, true, &mut self.new_ids)?;
@@ -804,100 +619,9 @@ mod tests {
 
     fn prompt(t: Template, list: &[(Role, &str)]) -> String {
         let mut s = String::new();
-        t.render(&msgs(list), false, &mut s);
-        s.push_str(t.generation_prompt());
+        t.render(&msgs(list), 0, &mut s);
+        t.open_reply(false, &mut s);
         s
-    }
-
-    #[test]
-    fn detects_template_families_by_marker() {
-        let smol =
-            "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n'}}{% endfor %}";
-        assert_eq!(Template::detect(Some(smol)), (Template::ChatMl, None));
-        assert_eq!(
-            Template::detect(Some("{{ '<|start_header_id|>' }}")).0,
-            Template::Llama3
-        );
-        assert_eq!(
-            Template::detect(Some("{{ '<start_of_turn>user' }}")).0,
-            Template::Gemma
-        );
-        assert_eq!(Template::detect(Some("[INST] <<SYS>>")).0, Template::Llama2);
-        assert_eq!(
-            Template::detect(Some("{{ '[INST] ' + m }}")).0,
-            Template::Mistral
-        );
-        let (t, w) = Template::detect(Some("{{ messages }}"));
-        assert_eq!(t, Template::ChatMl);
-        assert!(w.is_some());
-        assert!(Template::detect(None).1.is_some());
-    }
-
-    #[test]
-    fn renders_each_family() {
-        use Role::*;
-        let conv = [
-            (System, "Be brief."),
-            (User, " Hi "),
-            (Assistant, "Hello."),
-            (User, "Bye"),
-        ];
-        assert_eq!(
-            prompt(Template::ChatMl, &conv),
-            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n Hi <|im_end|>\n<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n"
-        );
-        assert_eq!(
-            prompt(Template::Llama3, &conv),
-            "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
-        );
-        assert_eq!(
-            prompt(Template::Gemma, &conv),
-            "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n"
-        );
-        assert_eq!(
-            prompt(Template::Llama2, &conv),
-            "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello. </s><s>[INST] Bye [/INST]"
-        );
-        assert_eq!(
-            prompt(Template::Mistral, &conv),
-            "[INST] Be brief.\n\nHi [/INST] Hello. </s><s>[INST] Bye [/INST]"
-        );
-        // Raw text goes through as it is.
-        let mut s = String::new();
-        Template::Gemma.render(&msgs(&[(Raw, " once upon")]), false, &mut s);
-        assert_eq!(s, " once upon");
-    }
-
-    /// Rendering the history in one piece or turn by turn (the reply's end token replaced by
-    /// the closing markup) gives the same text.
-    #[test]
-    fn incremental_rendering_equals_the_whole() {
-        use Role::*;
-        for t in [
-            Template::ChatMl,
-            Template::Llama3,
-            Template::Gemma,
-            Template::Llama2,
-            Template::Mistral,
-        ] {
-            let whole = prompt(
-                t,
-                &[(System, "S"), (User, "a"), (Assistant, "b"), (User, "c")],
-            );
-            let mut s = String::new();
-            t.render(&msgs(&[(System, "S"), (User, "a")]), false, &mut s);
-            s.push_str(t.generation_prompt());
-            // The reply as the model writes it: after `[/INST]` it starts with a space.
-            s.push_str(if matches!(t, Template::Llama2 | Template::Mistral) {
-                " b"
-            } else {
-                "b"
-            });
-            s.push_str(t.close());
-            t.render(&msgs(&[(User, "c")]), true, &mut s);
-            s.push_str(t.generation_prompt());
-            assert_eq!(s, whole, "{t:?}");
-        }
     }
 
     #[test]
@@ -913,7 +637,7 @@ mod tests {
                 list.push((Role::System, s));
             }
             list.push((Role::User, g["user"].as_str().unwrap()));
-            let text = prompt(Template::ChatMl, &list);
+            let text = prompt(Template::CHATML, &list);
             assert_eq!(text, g["prompt"].as_str().unwrap());
             let mut ids = vec![];
             encode_prompt(&tok, &mut work, &text, true, &mut ids).unwrap();
@@ -938,7 +662,7 @@ mod tests {
                 list.push((Role::System, s));
             }
             list.push((Role::User, g["user"].as_str().unwrap()));
-            let text = prompt(Template::Gemma, &list);
+            let text = prompt(Template::GEMMA, &list);
             assert_eq!(text, g["prompt"].as_str().unwrap());
             let mut ids = vec![];
             encode_prompt(&tok, &mut work, &text, true, &mut ids).unwrap();

@@ -50,6 +50,7 @@ pub mod tokenizer;
 pub mod quant;
 pub mod model;
 pub mod sampler;
+pub mod template;
 pub mod chat;
 pub mod embed;
 pub mod engine;

