@@ -64,14 +64,14 @@ impl Status {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Error {
     pub status: Status,
-    pub message: Message,
+    pub message: ErrorText,
 }
 
 impl Error {
     pub fn new(status: Status, args: fmt::Arguments<'_>) -> Error {
-        let mut message = Message::new();
+        let mut message = ErrorText::new();
         if fmt::write(&mut message, args).is_err() {
-            message = Message::LOST;
+            message = ErrorText::LOST;
         }
         Error { status, message }
     }
@@ -101,10 +101,10 @@ macro_rules! bail {
     };
 }
 
-/// A UTF-8 message of at most [`Message::CAPACITY`] bytes; longer text is cut at a character
+/// A UTF-8 message of at most [`ErrorText::CAPACITY`] bytes; longer text is cut at a character
 /// boundary. Writing it never aborts on a failed allocation: the write reports an error instead.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Message(MessageText);
+pub struct ErrorText(MessageText);
 
 #[derive(Clone, PartialEq, Eq)]
 enum MessageText {
@@ -112,15 +112,15 @@ enum MessageText {
     Fixed(&'static str),
 }
 
-impl Message {
+impl ErrorText {
     pub const CAPACITY: usize = 480;
     /// What a message says when its text could not be allocated.
-    pub const LOST: Message = Message(MessageText::Fixed(
+    pub const LOST: ErrorText = ErrorText(MessageText::Fixed(
         "(no message: out of memory while writing it)",
     ));
 
-    pub const fn new() -> Message {
-        Message(MessageText::Owned(String::new()))
+    pub const fn new() -> ErrorText {
+        ErrorText(MessageText::Owned(String::new()))
     }
 
     pub fn as_str(&self) -> &str {
@@ -131,24 +131,24 @@ impl Message {
     }
 }
 
-impl Default for Message {
+impl Default for ErrorText {
     fn default() -> Self {
-        Message::new()
+        ErrorText::new()
     }
 }
 
-impl fmt::Debug for Message {
+impl fmt::Debug for ErrorText {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(self.as_str(), f)
     }
 }
 
-impl fmt::Write for Message {
+impl fmt::Write for ErrorText {
     fn write_str(&mut self, s: &str) -> fmt::Result {
         let MessageText::Owned(text) = &mut self.0 else {
             return Ok(());
         };
-        let mut take = s.len().min(Message::CAPACITY - text.len());
+        let mut take = s.len().min(ErrorText::CAPACITY - text.len());
         while !s.is_char_boundary(take) {
             take -= 1;
         }
@@ -168,7 +168,7 @@ mod tests {
     fn message_is_cut_at_a_char_boundary() {
         let long = "é".repeat(400); // 800 bytes
         let e = err!(Status::BadFormat, "{}", long);
-        assert_eq!(e.message.as_str().len(), Message::CAPACITY);
+        assert_eq!(e.message.as_str().len(), ErrorText::CAPACITY);
         assert!(e.message.as_str().chars().all(|c| c == 'é'));
     }
 

@@ -12,7 +12,7 @@
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use crate::error::{Error, Message};
+use crate::error::{Error, ErrorText};
 
 /// Layout version of [`Shared`]; bump when an offset documented in `abi/ABI.md` changes.
 pub const SHARED_LAYOUT_VERSION: u32 = 2;
@@ -117,7 +117,7 @@ impl Default for PoolState {
 // The last error
 
 pub struct LastError {
-    inner: UnsafeCell<(i32, Message)>,
+    inner: UnsafeCell<(i32, ErrorText)>,
 }
 
 // SAFETY: the last error is written and read only by the driver thread (documented in ABI.md);
@@ -127,7 +127,7 @@ unsafe impl Sync for LastError {}
 impl LastError {
     const fn new() -> LastError {
         LastError {
-            inner: UnsafeCell::new((0, Message::new())),
+            inner: UnsafeCell::new((0, ErrorText::new())),
         }
     }
 

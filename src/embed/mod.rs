@@ -11,7 +11,7 @@
 //!
 //! Encoding one text, in order:
 //! 1. cut the text to `max_length × median token length` code points;
-//! 2. tokenize ([`tokenizer::Tokenizer::encode`]), keeping at most `max_length` tokens;
+//! 2. tokenize ([`tokenizer::HfTokenizer::encode`]), keeping at most `max_length` tokens;
 //! 3. drop the unknown token;
 //! 4. mean of `embeddings[mapping[id]] × weights[id]` over the ids (a zero vector if none);
 //! 5. divide by the L2 norm (+1e-32) when `normalize`.
@@ -31,7 +31,7 @@ use crate::json::{Kind, Reader};
 use crate::{bail, err};
 use alloc::vec::Vec;
 use safetensors::{Dtype, SafeTensors, Tensor};
-pub use tokenizer::Tokenizer;
+pub use tokenizer::HfTokenizer;
 
 /// model2vec's default `max_length` when config.json has none.
 pub const DEFAULT_MAX_LENGTH: usize = 512;
@@ -42,15 +42,15 @@ const MAX_DIM: u64 = 1 << 16;
 
 /// The settings of `config.json` that change the output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Config {
+pub struct EmbedConfig {
     pub normalize: bool,
     /// `None`: no truncation at all.
     pub max_length: Option<usize>,
 }
 
-impl Config {
-    pub fn from_json(bytes: &[u8]) -> Result<Config> {
-        let mut c = Config {
+impl EmbedConfig {
+    pub fn from_json(bytes: &[u8]) -> Result<EmbedConfig> {
+        let mut c = EmbedConfig {
             normalize: false,
             max_length: Some(DEFAULT_MAX_LENGTH),
         };
@@ -106,8 +106,8 @@ enum Rows<'a> {
 
 /// A loaded Model2Vec model.
 pub struct Embedder<'a> {
-    tokenizer: Tokenizer,
-    config: Config,
+    tokenizer: HfTokenizer,
+    config: EmbedConfig,
     rows: Rows<'a>,
     n_rows: usize,
     dim: usize,
@@ -121,17 +121,17 @@ pub struct Embedder<'a> {
 
 /// Buffers reused across calls (one per thread): no allocation per text once warm.
 #[derive(Default)]
-pub struct Scratch {
-    tok: tokenizer::Scratch,
+pub struct EmbedScratch {
+    tok: tokenizer::HfScratch,
     ids: Vec<u32>,
     /// (row, weight × occurrences) of each distinct id, in row order.
     rows: Vec<(u32, f32)>,
     acc: Vec<f32>,
 }
 
-impl Scratch {
-    pub fn new() -> Scratch {
-        Scratch::default()
+impl EmbedScratch {
+    pub fn new() -> EmbedScratch {
+        EmbedScratch::default()
     }
 }
 
@@ -181,8 +181,8 @@ impl<'a> Embedder<'a> {
         tokenizer_json: &[u8],
         config_json: &[u8],
     ) -> Result<Embedder<'a>> {
-        let config = Config::from_json(config_json)?;
-        let tokenizer = Tokenizer::from_json(tokenizer_json)?;
+        let config = EmbedConfig::from_json(config_json)?;
+        let tokenizer = HfTokenizer::from_json(tokenizer_json)?;
         let st = SafeTensors::parse(safetensors)?;
 
         let Some(emb) = st.get("embeddings") else {
@@ -318,7 +318,7 @@ impl<'a> Embedder<'a> {
         self.dim
     }
 
-    pub fn config(&self) -> Config {
+    pub fn config(&self) -> EmbedConfig {
         self.config
     }
 
@@ -332,7 +332,12 @@ impl<'a> Embedder<'a> {
     }
 
     /// The ids that are pooled for `text` (after truncation and dropping the unknown token).
-    pub fn encode_ids(&self, text: &str, scratch: &mut Scratch, ids: &mut Vec<u32>) -> Result<()> {
+    pub fn encode_ids(
+        &self,
+        text: &str,
+        scratch: &mut EmbedScratch,
+        ids: &mut Vec<u32>,
+    ) -> Result<()> {
         let text = match self.max_chars {
             Some(m) => cut_chars(text, m),
             None => text,
@@ -346,7 +351,12 @@ impl<'a> Embedder<'a> {
     }
 
     /// Like [`Embedder::embed`], for bytes that must first be checked as UTF-8.
-    pub fn embed_bytes(&self, text: &[u8], scratch: &mut Scratch, out: &mut [f32]) -> Result<()> {
+    pub fn embed_bytes(
+        &self,
+        text: &[u8],
+        scratch: &mut EmbedScratch,
+        out: &mut [f32],
+    ) -> Result<()> {
         let Ok(text) = core::str::from_utf8(text) else {
             bail!(Status::InvalidUtf8, "text is not valid UTF-8");
         };
@@ -354,7 +364,7 @@ impl<'a> Embedder<'a> {
     }
 
     /// The sentence vector of `text` into `out` (`dim()` values).
-    pub fn embed(&self, text: &str, scratch: &mut Scratch, out: &mut [f32]) -> Result<()> {
+    pub fn embed(&self, text: &str, scratch: &mut EmbedScratch, out: &mut [f32]) -> Result<()> {
         if out.len() != self.dim {
             bail!(
                 Status::InvalidArgument,

@@ -103,7 +103,7 @@ fn parity(name: &str) {
         reference.median,
         "median token length"
     );
-    let mut scratch = Scratch::new();
+    let mut scratch = EmbedScratch::new();
     let mut ids = Vec::new();
     let mut out = vec![0f32; e.dim()];
     let mut failures = StdVec::new();
@@ -157,22 +157,22 @@ fn parity_m2v_minilm_128_vq() {
 #[test]
 fn config_defaults() {
     assert_eq!(
-        Config::from_json(b"{}").unwrap(),
-        Config {
+        EmbedConfig::from_json(b"{}").unwrap(),
+        EmbedConfig {
             normalize: false,
             max_length: Some(512)
         }
     );
     assert_eq!(
-        Config::from_json(br#"{"normalize": null, "max_length": null}"#).unwrap(),
-        Config {
+        EmbedConfig::from_json(br#"{"normalize": null, "max_length": null}"#).unwrap(),
+        EmbedConfig {
             normalize: false,
             max_length: None
         }
     );
-    assert!(Config::from_json(br#"{"max_length": -1}"#).is_err());
-    assert!(Config::from_json(br#"{"normalize": "yes"}"#).is_err());
-    assert!(Config::from_json(b"[]").is_err());
+    assert!(EmbedConfig::from_json(br#"{"max_length": -1}"#).is_err());
+    assert!(EmbedConfig::from_json(br#"{"normalize": "yes"}"#).is_err());
+    assert!(EmbedConfig::from_json(b"[]").is_err());
 }
 
 /// A small valid model: a 6-piece vocabulary, 2-D F32 rows.
@@ -196,7 +196,7 @@ fn tiny_model() -> (StdVec<u8>, String, String) {
 fn tiny_model_tokenizes_like_wordpiece() {
     let (st, tok, cfg) = tiny_model();
     let e = Embedder::load(&st, tok.as_bytes(), cfg.as_bytes()).unwrap();
-    let mut s = Scratch::new();
+    let mut s = EmbedScratch::new();
     let mut ids = Vec::new();
     let cases: [(&str, &[u32]); 7] = [
         ("banana!", &[1, 2, 2, 3]),
@@ -308,7 +308,7 @@ fn bad_inputs_are_errors() {
 
     // Invalid UTF-8 text.
     let e = Embedder::load(st, tok, cfg).unwrap();
-    let mut s = Scratch::new();
+    let mut s = EmbedScratch::new();
     let mut out = vec![0f32; e.dim()];
     for bad in [
         &b"\xFF"[..],
@@ -356,7 +356,7 @@ fn bench_corpus() {
     for name in ["m2v-minilm-256", "m2v-minilm-128-vq"] {
         let files = model_files(name);
         let e = Embedder::load(&files.safetensors, &files.tokenizer, &files.config).unwrap();
-        let mut s = Scratch::new();
+        let mut s = EmbedScratch::new();
         let mut out = vec![0f32; e.dim()];
         let mut ids = Vec::new();
         for (label, texts) in [("corpus", &corpus), ("short", &short)] {
@@ -404,7 +404,7 @@ fn sweep() {
     let text = std::fs::read_to_string(&path).unwrap();
     let files = model_files("m2v-minilm-256");
     let e = Embedder::load(&files.safetensors, &files.tokenizer, &files.config).unwrap();
-    let mut s = Scratch::new();
+    let mut s = EmbedScratch::new();
     let mut ids = Vec::new();
     let (mut n, mut bad) = (0usize, StdVec::new());
     for line in text.lines() {

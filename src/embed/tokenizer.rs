@@ -9,7 +9,7 @@
 //!    lowercase (full mapping).
 //! 3. Pre-tokenizer (`BertPreTokenizer`): split on white space, each punctuation character a
 //!    word of its own.
-//! 4. Model (`WordPiece`): each word to pieces ([`super::wordpiece`]).
+//! 4. HfModel (`WordPiece`): each word to pieces ([`super::wordpiece`]).
 //!
 //! The normalizer, pre-tokenizer and model are enums so that Unigram + Metaspace can join;
 //! anything else in a file is refused with `Status::Unsupported` naming it.
@@ -43,13 +43,13 @@ pub enum Normalizer {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PreTokenizer {
+pub enum HfPreTokenizer {
     /// The whole normalized text is one word.
     None,
     Bert,
 }
 
-pub enum Model {
+pub enum HfModel {
     WordPiece(WordPiece),
 }
 
@@ -79,10 +79,10 @@ struct AddedToken {
     rstrip: bool,
 }
 
-pub struct Tokenizer {
+pub struct HfTokenizer {
     normalizer: Normalizer,
-    pre_tokenizer: PreTokenizer,
-    model: Model,
+    pre_tokenizer: HfPreTokenizer,
+    model: HfModel,
     /// Sorted by content length, longest first (so the first match at a position is longest).
     added: Vec<AddedToken>,
     added_arena: Vec<u8>,
@@ -102,9 +102,9 @@ pub struct Tokenizer {
     added_inline: bool,
 }
 
-/// Reusable buffers for [`Tokenizer::encode`]; they grow once and are then reused.
+/// Reusable buffers for [`HfTokenizer::encode`]; they grow once and are then reused.
 #[derive(Default)]
-pub struct Scratch {
+pub struct HfScratch {
     /// The current word, UTF-8, normalized: `word[..word_len]`; the buffer has a fixed length
     /// (the longest word kept, plus padding for 8-byte reads).
     word: Vec<u8>,
@@ -269,9 +269,9 @@ fn read_normalizer(r: &mut Reader) -> Result<Normalizer> {
     }
 }
 
-fn read_pre_tokenizer(r: &mut Reader) -> Result<PreTokenizer> {
+fn read_pre_tokenizer(r: &mut Reader) -> Result<HfPreTokenizer> {
     if r.skip_null()? {
-        return Ok(PreTokenizer::None);
+        return Ok(HfPreTokenizer::None);
     }
     expect_kind(r, Kind::Object, "pre_tokenizer")?;
     r.begin_object()?;
@@ -284,7 +284,7 @@ fn read_pre_tokenizer(r: &mut Reader) -> Result<PreTokenizer> {
         }
     }
     match kind_ok {
-        Some(true) => Ok(PreTokenizer::Bert),
+        Some(true) => Ok(HfPreTokenizer::Bert),
         Some(false) => bail!(
             Status::Unsupported,
             "tokenizer.json: only the BertPreTokenizer is supported"
@@ -358,8 +358,8 @@ fn median(lengths: &mut [usize]) -> usize {
     }
 }
 
-impl Tokenizer {
-    pub fn from_json(bytes: &[u8]) -> Result<Tokenizer> {
+impl HfTokenizer {
+    pub fn from_json(bytes: &[u8]) -> Result<HfTokenizer> {
         let mut r = Reader::new(bytes)?;
         expect_kind(&mut r, Kind::Object, "the top level")?;
         r.begin_object()?;
@@ -387,16 +387,16 @@ impl Tokenizer {
             bail!(Status::BadFormat, "tokenizer.json has no model");
         };
         let normalizer = normalizer.unwrap_or(Normalizer::None);
-        let pre_tokenizer = pre_tokenizer.unwrap_or(PreTokenizer::None);
-        Tokenizer::build(normalizer, pre_tokenizer, spec, &added)
+        let pre_tokenizer = pre_tokenizer.unwrap_or(HfPreTokenizer::None);
+        HfTokenizer::build(normalizer, pre_tokenizer, spec, &added)
     }
 
     fn build(
         normalizer: Normalizer,
-        pre_tokenizer: PreTokenizer,
+        pre_tokenizer: HfPreTokenizer,
         spec: ModelSpec,
         added: &[AddedSpec],
-    ) -> Result<Tokenizer> {
+    ) -> Result<HfTokenizer> {
         let Some(kind) = spec.kind else {
             bail!(Status::BadFormat, "tokenizer.json: model has no type");
         };
@@ -510,10 +510,10 @@ impl Tokenizer {
             );
         };
 
-        let mut t = Tokenizer {
+        let mut t = HfTokenizer {
             normalizer,
             pre_tokenizer,
-            model: Model::WordPiece(WordPiece {
+            model: HfModel::WordPiece(WordPiece {
                 initial,
                 continuation,
                 unk_id: unk,
@@ -542,7 +542,7 @@ impl Tokenizer {
                 Normalizer::Bert(n) => (n.clean_text, n.lowercase),
                 Normalizer::None => (false, false),
             };
-            let split = self.pre_tokenizer == PreTokenizer::Bert;
+            let split = self.pre_tokenizer == HfPreTokenizer::Bert;
             let action = if clean && f & bert::DROP != 0 {
                 AsciiAction::Drop
             } else if split && f & bert::SPACE != 0 {
@@ -593,19 +593,19 @@ fn stopped(r: Flow) -> Result<()> {
     }
 }
 
-impl Tokenizer {
+impl HfTokenizer {
     /// Appends the ids of `text` to `ids` (cleared first), as `encode(text,
     /// add_special_tokens=False)` with truncation to `limit` tokens (unknown tokens included).
     pub fn encode(
         &self,
         text: &str,
         limit: usize,
-        s: &mut Scratch,
+        s: &mut HfScratch,
         ids: &mut Vec<u32>,
     ) -> Result<()> {
         ids.clear();
         let max_chars = match &self.model {
-            Model::WordPiece(wp) => wp.max_input_chars_per_word,
+            HfModel::WordPiece(wp) => wp.max_input_chars_per_word,
         };
         // A kept word has at most `max_chars` characters of 4 bytes; one more for a
         // punctuation word, and padding for 8-byte reads.
@@ -678,8 +678,8 @@ impl Tokenizer {
     }
 
     /// Normalizes, pre-tokenizes and tokenizes one stretch of text without added tokens.
-    fn segment(&self, seg: &str, limit: usize, s: &mut Scratch, ids: &mut Vec<u32>) -> Flow {
-        let Model::WordPiece(wp) = &self.model;
+    fn segment(&self, seg: &str, limit: usize, s: &mut HfScratch, ids: &mut Vec<u32>) -> Flow {
+        let HfModel::WordPiece(wp) = &self.model;
         let bytes = seg.as_bytes();
         let mut i = 0;
         while i < bytes.len() {
@@ -762,7 +762,7 @@ impl Tokenizer {
         cp: u32,
         wp: &WordPiece,
         limit: usize,
-        s: &mut Scratch,
+        s: &mut HfScratch,
         ids: &mut Vec<u32>,
     ) -> Flow {
         let Normalizer::Bert(n) = self.normalizer else {
@@ -793,7 +793,7 @@ impl Tokenizer {
         n: BertNormalizer,
         wp: &WordPiece,
         limit: usize,
-        s: &mut Scratch,
+        s: &mut HfScratch,
         ids: &mut Vec<u32>,
     ) -> Flow {
         if !n.strip_accents {
@@ -819,7 +819,13 @@ impl Tokenizer {
     }
 
     /// Emits the waiting non-starters in canonical order (stable by combining class).
-    fn flush_run(&self, wp: &WordPiece, limit: usize, s: &mut Scratch, ids: &mut Vec<u32>) -> Flow {
+    fn flush_run(
+        &self,
+        wp: &WordPiece,
+        limit: usize,
+        s: &mut HfScratch,
+        ids: &mut Vec<u32>,
+    ) -> Flow {
         if s.run.is_empty() {
             return Ok(());
         }
@@ -852,7 +858,7 @@ impl Tokenizer {
         n: BertNormalizer,
         wp: &WordPiece,
         limit: usize,
-        s: &mut Scratch,
+        s: &mut HfScratch,
         ids: &mut Vec<u32>,
     ) -> Flow {
         if n.strip_accents && bert::class(cp) & bert::MN != 0 {
@@ -875,10 +881,10 @@ impl Tokenizer {
         cp: u32,
         wp: &WordPiece,
         limit: usize,
-        s: &mut Scratch,
+        s: &mut HfScratch,
         ids: &mut Vec<u32>,
     ) -> Flow {
-        if self.pre_tokenizer == PreTokenizer::Bert {
+        if self.pre_tokenizer == HfPreTokenizer::Bert {
             let f = bert::class(cp);
             if f & bert::SPACE != 0 {
                 return self.end_word(wp, limit, s, ids);
@@ -899,7 +905,13 @@ impl Tokenizer {
 
     /// Stage 4: the finished word to ids.
     #[inline]
-    fn end_word(&self, wp: &WordPiece, limit: usize, s: &mut Scratch, ids: &mut Vec<u32>) -> Flow {
+    fn end_word(
+        &self,
+        wp: &WordPiece,
+        limit: usize,
+        s: &mut HfScratch,
+        ids: &mut Vec<u32>,
+    ) -> Flow {
         if s.word_chars == 0 {
             return Ok(());
         }
@@ -952,7 +964,7 @@ fn decode(b: &[u8]) -> u32 {
     }
 }
 
-impl Scratch {
+impl HfScratch {
     /// Appends one byte to the word (the buffer was sized for the longest kept word).
     #[inline(always)]
     fn push_byte(&mut self, b: u8) {

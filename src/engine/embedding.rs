@@ -5,7 +5,7 @@ use alloc::vec::Vec;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicU32, Ordering};
 
-use crate::embed::{Embedder, Scratch};
+use crate::embed::{EmbedScratch, Embedder};
 use crate::error::{Error, Result, Status};
 use crate::pool::{self, Disjoint};
 use crate::wasm_alloc::Block;
@@ -13,9 +13,9 @@ use crate::{bail, err};
 
 #[derive(Default)]
 pub struct EmbedEngine {
-    loaded: Option<Loaded>,
+    loaded: Option<LoadedEmbedder>,
     /// `embed`'s and `embed_ids`' buffers (kept: warm calls allocate nothing).
-    scratch: Scratch,
+    scratch: EmbedScratch,
     /// `embed_batch`: one scratch per thread that can run at once (claimed per chunk).
     batch_slots: Vec<BatchSlot>,
     ids: Vec<u32>,
@@ -23,19 +23,19 @@ pub struct EmbedEngine {
 
 /// A safetensors file and the embedder that borrows it. Fields drop in declaration order: the
 /// embedder before the block it reads.
-struct Loaded {
+struct LoadedEmbedder {
     embedder: Embedder<'static>,
     /// Held for the embedder's borrow; freed when this drops.
     _file: Block,
 }
 
-impl Loaded {
-    fn new(file: Block, tokenizer_json: &[u8], config_json: &[u8]) -> Result<Loaded> {
-        // SAFETY: the embedder lives in the same `Loaded` as the block, declared before it, so
+impl LoadedEmbedder {
+    fn new(file: Block, tokenizer_json: &[u8], config_json: &[u8]) -> Result<LoadedEmbedder> {
+        // SAFETY: the embedder lives in the same `LoadedEmbedder` as the block, declared before it, so
         // it is dropped first and never outlives the bytes.
         let bytes = unsafe { file.bytes_unbound() };
         let embedder = Embedder::load(bytes, tokenizer_json, config_json)?;
-        Ok(Loaded {
+        Ok(LoadedEmbedder {
             embedder,
             _file: file,
         })
@@ -53,7 +53,7 @@ impl EmbedEngine {
         config_json: &[u8],
     ) -> Result<usize> {
         self.loaded = None;
-        let loaded = Loaded::new(safetensors, tokenizer_json, config_json)?;
+        let loaded = LoadedEmbedder::new(safetensors, tokenizer_json, config_json)?;
         let dim = loaded.embedder.dim();
         self.loaded = Some(loaded);
         Ok(dim)
@@ -181,7 +181,7 @@ fn no_embedder() -> Error {
 #[derive(Default)]
 struct BatchSlot {
     busy: AtomicU32,
-    scratch: UnsafeCell<Scratch>,
+    scratch: UnsafeCell<EmbedScratch>,
     /// The lowest failing text index this slot saw in the current call, and why.
     first_error: UnsafeCell<Option<(usize, Error)>>,
 }

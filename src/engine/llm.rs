@@ -23,7 +23,7 @@ pub const DETOKENIZE_SPECIAL: u32 = 1;
 
 #[derive(Default)]
 pub struct LlmEngine {
-    loaded: Option<Loaded>,
+    loaded: Option<LoadedModel>,
     /// KV cache length the next `load` uses (0: the model's own, capped).
     pub context_request: usize,
     work: Work,
@@ -36,7 +36,7 @@ pub struct LlmEngine {
 
 /// A model file and everything that borrows it. Fields drop in declaration order: the borrowers
 /// (`model`, `gguf`) before the block they read.
-struct Loaded {
+struct LoadedModel {
     /// The forward pass, when the file has tensors.
     model: Option<Model<'static>>,
     /// When the file has a vocabulary.
@@ -45,14 +45,14 @@ struct Loaded {
     file: Block,
 }
 
-impl Loaded {
+impl LoadedModel {
     /// Parses `file` and builds the tokenizer (when the file has a vocabulary) and the model
     /// (when it has tensors).
-    fn new(file: Block, context_request: usize) -> Result<Loaded> {
+    fn new(file: Block, context_request: usize) -> Result<LoadedModel> {
         if file.bytes().is_empty() {
             bail!(Status::BadFormat, "the model file is empty");
         }
-        // SAFETY: `gguf` and `model` live in the same `Loaded` as the block, declared before
+        // SAFETY: `gguf` and `model` live in the same `LoadedModel` as the block, declared before
         // it, so they are dropped first and never outlive the bytes.
         let bytes = unsafe { file.bytes_unbound() };
         let gguf = Gguf::parse(bytes)?;
@@ -83,7 +83,7 @@ impl Loaded {
         } else {
             None
         };
-        Ok(Loaded {
+        Ok(LoadedModel {
             model,
             tokenizer,
             gguf,
@@ -105,7 +105,7 @@ impl LlmEngine {
     /// model is gone too) and the block is freed.
     pub fn load(&mut self, file: Block) -> Result<()> {
         self.unload();
-        let loaded = Loaded::new(file, self.context_request)?;
+        let loaded = LoadedModel::new(file, self.context_request)?;
         self.chat = Chat::for_model(loaded.chat_template_source(), loaded.tokenizer.as_ref());
         self.stream = StreamDecoder::new();
         self.loaded = Some(loaded);
@@ -119,7 +119,7 @@ impl LlmEngine {
         self.stream = StreamDecoder::new();
     }
 
-    fn loaded(&self) -> Result<&Loaded> {
+    fn loaded(&self) -> Result<&LoadedModel> {
         self.loaded
             .as_ref()
             .ok_or_else(|| err!(Status::NoModel, "no model is loaded"))
@@ -235,9 +235,9 @@ impl LlmEngine {
             }
         }
         if let Some(t) = &l.tokenizer {
-            let kind = match t.model() {
-                crate::tokenizer::Model::Bpe { .. } => "bpe",
-                crate::tokenizer::Model::Spm { .. } => "spm",
+            let kind = match t.algorithm() {
+                crate::tokenizer::Algorithm::Bpe { .. } => "bpe",
+                crate::tokenizer::Algorithm::Spm { .. } => "spm",
             };
             let id = |v: Option<u32>| v.map_or(-1, |v| v as i64);
             o.string("tokenizer", kind)
@@ -329,7 +329,7 @@ impl LlmEngine {
     /// `Some(t)`, or the loaded file's own template.
     fn set_template(&mut self, t: Option<Template>) {
         let l = self.loaded.as_ref();
-        let source = l.and_then(Loaded::chat_template_source);
+        let source = l.and_then(LoadedModel::chat_template_source);
         self.chat
             .set_template(t, source, l.and_then(|l| l.tokenizer.as_ref()));
     }

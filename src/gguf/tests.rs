@@ -2,7 +2,7 @@
 //! corrupted, absurd) fail with an error and never panic.
 
 use super::*;
-use crate::testutil::{missing, read_shared, shared};
+use crate::testutil::{Rng, missing, read_shared, shared};
 use alloc::string::String;
 use alloc::vec;
 use std::fs;
@@ -204,19 +204,6 @@ fn truncated_files_fail() {
 }
 
 /// A small deterministic generator (xorshift64*), enough to scatter corruptions.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 /// Random bytes flipped or set anywhere in the header never panic. (A flipped byte inside a
 /// token's text or a float is still a valid file, so here success is allowed; the structural
 /// fields are covered one by one below.)

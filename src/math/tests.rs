@@ -17,20 +17,19 @@ const MAX_ULP_F32: u64 = 2;
 
 // --- deterministic sampling ---------------------------------------------------------------
 
-/// SplitMix64: small, fast, fixed seed.
-struct Rng(u64);
+/// The sampler's SplitMix64, with the draws these tests need.
+struct Rng(crate::sampler::Rng);
 
 impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(crate::sampler::Rng::new(seed))
+    }
     fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     /// Uniform in [0, 1).
     fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / 9_007_199_254_740_992.0)
+        self.0.next_f64()
     }
     fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
         lo + (hi - lo) * self.unit()
@@ -153,7 +152,7 @@ fn same(a: f64, b: f64) -> bool {
 
 #[test]
 fn math_exp_within_2ulp_of_libm() {
-    let mut rng = Rng(1);
+    let mut rng = Rng::new(1);
     let mut st = Stats::new("exp [-708, 709]");
     let mut check = |x: f64| st.add(x, exp(x), libm::exp(x));
     for _ in 0..400_000 {
@@ -227,7 +226,7 @@ fn math_exp_special_values() {
 
 #[test]
 fn math_log_within_2ulp_of_libm() {
-    let mut rng = Rng(2);
+    let mut rng = Rng::new(2);
     let mut st = Stats::new("log (0, 1e308]");
     let mut check = |x: f64| st.add(x, log(x), libm::log(x));
     let top = 1e308f64.to_bits();
@@ -286,7 +285,7 @@ fn math_log_special_values() {
 /// Feeds the arguments of the sin/cos accuracy test to `f`: > 10^6 of them, |x| <= 1e5.
 /// (Streamed, not collected: the test keeps wasm memory small.)
 fn for_each_trig_argument(mut f: impl FnMut(f64)) {
-    let mut rng = Rng(3);
+    let mut rng = Rng::new(3);
     for _ in 0..300_000 {
         f(rng.uniform(-1e5, 1e5));
     }
@@ -344,7 +343,7 @@ fn math_sin_cos_within_2ulp_of_libm() {
 #[test]
 fn math_sin_cos_large_arguments() {
     // Beyond the required range: the rest of Cody–Waite (< 2^20) and Payne–Hanek above.
-    let mut rng = Rng(4);
+    let mut rng = Rng::new(4);
     let mut st_sin = Stats::new("sin 1e5 < |x| <= 1e308");
     let mut st_cos = Stats::new("cos 1e5 < |x| <= 1e308");
     let mut check = |x: f64| {
@@ -438,7 +437,7 @@ fn expf_reference(x: f32) -> f32 {
 
 #[test]
 fn math_expf_within_2ulp() {
-    let mut rng = Rng(5);
+    let mut rng = Rng::new(5);
     let mut st = Stats::new("expf [-87, 88]");
     let mut check = |x: f32| st.add_f32(x, expf(x), expf_reference(x));
     for _ in 0..800_000 {
@@ -503,7 +502,7 @@ fn math_expf_special_values() {
 #[test]
 fn math_exp4_matches_scalar_bit_for_bit() {
     // On wasm32+simd128 exp4 is the v128 kernel; elsewhere this checks the dispatch.
-    let mut rng = Rng(6);
+    let mut rng = Rng::new(6);
     let check = |x: [f32; 4]| {
         let (a, b) = (exp4(x), exp4_ref(x));
         for i in 0..4 {
@@ -545,7 +544,7 @@ fn math_wasm_tests_run_the_simd128_kernels() {
 fn check_slice_kernel(name: &str, fast: fn(&mut [f32]), reference: fn(&mut [f32])) {
     const GUARD: usize = 8;
     const GUARD_VALUE: f32 = 12345.678;
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     for len in 0..=41usize {
         for _ in 0..20 {
             let input: Vec<f32> = (0..len).map(|_| rng.uniform(-20.0, 20.0) as f32).collect();
@@ -583,7 +582,7 @@ fn math_slice_kernels_match_scalar_references() {
 
 #[test]
 fn math_softmax_and_silu_against_f64() {
-    let mut rng = Rng(8);
+    let mut rng = Rng::new(8);
     let mut worst_softmax = 0.0f64;
     for len in 1..=300usize {
         let scale = [1.0, 10.0, 40.0][len % 3];

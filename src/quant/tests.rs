@@ -16,6 +16,7 @@ use std::println;
 
 use super::activation::ActRow;
 use super::*;
+use crate::testutil::Rng;
 
 /// The weight types with kernels.
 const SUPPORTED: [GgmlType; 11] = [
@@ -373,20 +374,6 @@ fn quantize_activation_rejects_bad_shapes_and_reuses_memory() {
 // Random operands
 
 /// xorshift64*: deterministic test data without a dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    /// Uniform in [-1, 1).
-    fn uniform(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-}
-
 /// Byte offsets of the f16 scale fields within a block (to give them sane values).
 fn scale_offsets(ty: GgmlType) -> &'static [usize] {
     match ty {

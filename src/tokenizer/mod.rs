@@ -49,7 +49,7 @@ pub mod attr {
 
 /// Which model turns plain text into ids.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Model {
+pub enum Algorithm {
     /// Byte-level BPE (`tokenizer.ggml.model = gpt2`).
     Bpe {
         pre: PreTokenizer,
@@ -140,7 +140,7 @@ const FIM_TEXTS: &[&str] = &[
 /// A vocabulary and everything needed to encode and decode with it. Owns its data (a few MB;
 /// the GGUF bytes may be dropped after [`Tokenizer::from_gguf`]).
 pub struct Tokenizer {
-    model: Model,
+    model: Algorithm,
     /// Token texts as stored in the file (GPT-2 spelling or `▁` for spaces).
     texts: Texts,
     by_text: TokenTable,
@@ -215,7 +215,7 @@ impl Tokenizer {
                 })?;
                 add_bos = llama3_family;
                 (bos, eos, unk) = (Some(11), Some(11), None);
-                Model::Bpe {
+                Algorithm::Bpe {
                     pre,
                     ignore_merges: llama3_family,
                 }
@@ -223,7 +223,7 @@ impl Tokenizer {
             "llama" => {
                 add_bos = true;
                 (bos, eos, unk) = (Some(1), Some(2), Some(0));
-                Model::Spm {
+                Algorithm::Spm {
                     add_space_prefix: true,
                 }
             }
@@ -239,7 +239,7 @@ impl Tokenizer {
             ),
         };
         if let Some(v) = g.get_bool_opt("tokenizer.ggml.add_space_prefix")?
-            && let Model::Spm { add_space_prefix } = &mut model
+            && let Algorithm::Spm { add_space_prefix } = &mut model
         {
             *add_space_prefix = v;
         }
@@ -426,10 +426,10 @@ impl Tokenizer {
         }
         let special = SpecialTokens::new(&texts, &specials);
 
-        // 6. Model tables: merges (BPE), byte tokens.
+        // 6. Algorithm tables: merges (BPE), byte tokens.
         let mut byte_token = [bpe::NONE; 256];
         let merges = match model {
-            Model::Bpe { .. } => {
+            Algorithm::Bpe { .. } => {
                 let mut ch = Vec::new();
                 for (b, slot) in byte_token.iter_mut().enumerate() {
                     ch.clear();
@@ -438,7 +438,7 @@ impl Tokenizer {
                 }
                 build_merges(g, &texts, &by_text)?
             }
-            Model::Spm { .. } => {
+            Algorithm::Spm { .. } => {
                 for (b, slot) in byte_token.iter_mut().enumerate() {
                     let hex = byte_token_text(b as u8);
                     *slot = by_text
@@ -451,7 +451,7 @@ impl Tokenizer {
         };
 
         let mut short_pairs = Vec::new();
-        if let Model::Spm { .. } = model {
+        if let Algorithm::Spm { .. } = model {
             short_pairs
                 .try_reserve_exact(SHORT * SHORT)
                 .map_err(|_| err!(Status::OutOfMemory, "tokenizer pair table"))?;
@@ -542,7 +542,7 @@ impl Tokenizer {
         }
         let fragments = core::mem::take(&mut work.fragments);
         match self.model {
-            Model::Bpe { pre, ignore_merges } => {
+            Algorithm::Bpe { pre, ignore_merges } => {
                 for f in &fragments {
                     match *f {
                         Fragment::Token(id) => out.push(id),
@@ -554,7 +554,7 @@ impl Tokenizer {
                     }
                 }
             }
-            Model::Spm { add_space_prefix } => {
+            Algorithm::Spm { add_space_prefix } => {
                 let mut prev_special = true;
                 for f in &fragments {
                     match *f {
@@ -729,7 +729,7 @@ impl Tokenizer {
     pub fn n_vocab(&self) -> usize {
         self.attrs.len()
     }
-    pub fn model(&self) -> Model {
+    pub fn algorithm(&self) -> Algorithm {
         self.model
     }
     /// The token's text as stored in the vocabulary (GPT-2 spelling / `▁`).
@@ -853,7 +853,7 @@ impl StreamDecoder {
         }
         if !self.started {
             self.started = true;
-            if let Model::Spm {
+            if let Algorithm::Spm {
                 add_space_prefix: true,
             } = tok.model
             {
@@ -1013,7 +1013,7 @@ fn build_merges(g: &Gguf<'_>, texts: &Texts, by_text: &TokenTable) -> Result<Pai
 /// control / user-defined / unknown tokens are their text; normal tokens are decoded from
 /// GPT-2 spelling (BPE) or have `▁` turned into spaces (SentencePiece); byte tokens are
 /// their byte; unused and undefined tokens are empty.
-fn build_pieces(model: &Model, texts: &Texts, attrs: &[u16]) -> Result<Texts> {
+fn build_pieces(model: &Algorithm, texts: &Texts, attrs: &[u16]) -> Result<Texts> {
     let n = texts.len();
     let mut pieces = Texts::with_capacity(n, texts.heap_bytes().min(1 << 28) / 2)?;
     for id in 0..n as u32 {
@@ -1024,8 +1024,8 @@ fn build_pieces(model: &Model, texts: &Texts, attrs: &[u16]) -> Result<Texts> {
                 buf.extend_from_slice(t);
             } else if a & attr::NORMAL != 0 {
                 match model {
-                    Model::Bpe { .. } => decode_gpt2_spelling(t, buf),
-                    Model::Spm { .. } => unescape_spaces(t, buf),
+                    Algorithm::Bpe { .. } => decode_gpt2_spelling(t, buf),
+                    Algorithm::Spm { .. } => unescape_spaces(t, buf),
                 }
             } else if a & attr::BYTE != 0 {
                 buf.extend(parse_byte_token(t));
