@@ -37,6 +37,24 @@ extern crate alloc;
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 extern crate std;
 
+/// The one way a kernel picks its implementation: `simd128_or!(simd, scalar)` evaluates the
+/// SIMD128 expression in wasm builds with `simd128` (the shipped modules, the wasip1 tests) and
+/// the scalar reference everywhere else. Each SIMD kernel sits in a `simd128` module beside the
+/// scalar `_ref` it is tested against. (The weight types of `quant` dispatch the same way inside
+/// their `Kernels::dot`.)
+macro_rules! simd128_or {
+    ($simd:expr, $scalar:expr $(,)?) => {{
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        let chosen = $simd;
+        // Never called: keeps the reference compiled (and so type-checked and "used") here too.
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        let _ = || $scalar;
+        #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+        let chosen = $scalar;
+        chosen
+    }};
+}
+
 pub mod error;
 pub mod state;
 pub mod math;

@@ -593,14 +593,10 @@ pub fn exp4_ref(x: [f32; 4]) -> [f32; 4] {
 /// the same bits.
 #[inline]
 pub fn exp4(x: [f32; 4]) -> [f32; 4] {
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    {
-        simd128::to_array(simd128::exp4(simd128::from_array(x)))
-    }
-    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
-    {
+    simd128_or!(
+        simd128::to_array(simd128::exp4(simd128::from_array(x))),
         exp4_ref(x)
-    }
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -661,26 +657,17 @@ fn max_of_lanes(l: [f32; 4]) -> f32 {
 
 /// xs[i] = e^xs[i] (f32, [`expf`] accuracy).
 pub fn exp_in_place(xs: &mut [f32]) {
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    simd128::exp_in_place(xs);
-    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
-    exp_in_place_ref(xs);
+    simd128_or!(simd128::exp_in_place(xs), exp_in_place_ref(xs));
 }
 
 /// xs[i] = SiLU(xs[i]) = xs[i] * sigmoid(xs[i]).
 pub fn silu_in_place(xs: &mut [f32]) {
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    simd128::silu_in_place(xs);
-    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
-    silu_in_place_ref(xs);
+    simd128_or!(simd128::silu_in_place(xs), silu_in_place_ref(xs));
 }
 
 /// Softmax of xs in place (see [`softmax_in_place_ref`] for the exact order of operations).
 pub fn softmax_in_place(xs: &mut [f32]) {
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    simd128::softmax_in_place(xs);
-    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
-    softmax_in_place_ref(xs);
+    simd128_or!(simd128::softmax_in_place(xs), softmax_in_place_ref(xs));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -10,10 +10,7 @@
 #[inline]
 pub fn add_f32(acc: &mut [f32], row: &[f32], w: f32) {
     debug_assert_eq!(acc.len(), row.len());
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    return simd::add_f32(acc, row, w);
-    #[allow(unreachable_code)]
-    add_f32_ref(acc, row, w)
+    simd128_or!(simd128::add_f32(acc, row, w), add_f32_ref(acc, row, w))
 }
 
 pub fn add_f32_ref(acc: &mut [f32], row: &[f32], w: f32) {
@@ -27,10 +24,7 @@ pub fn add_f32_ref(acc: &mut [f32], row: &[f32], w: f32) {
 /// misses) and touches `acc` once per four rows. Shapes: acc (dim,), each row (dim,).
 #[inline]
 pub fn add4_f32(acc: &mut [f32], rows: [&[f32]; 4], w: [f32; 4]) {
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    return simd::add4_f32(acc, rows, w);
-    #[allow(unreachable_code)]
-    add4_f32_ref(acc, rows, w)
+    simd128_or!(simd128::add4_f32(acc, rows, w), add4_f32_ref(acc, rows, w))
 }
 
 pub fn add4_f32_ref(acc: &mut [f32], rows: [&[f32]; 4], w: [f32; 4]) {
@@ -49,10 +43,7 @@ pub fn add4_f32_ref(acc: &mut [f32], rows: [&[f32]; 4], w: [f32; 4]) {
 /// Four i8 rows at once, as [`add4_f32`]. Shapes: acc (dim,), each row (dim,).
 #[inline]
 pub fn add4_i8(acc: &mut [f32], rows: [&[i8]; 4], w: [f32; 4]) {
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    return simd::add4_i8(acc, rows, w);
-    #[allow(unreachable_code)]
-    add4_i8_ref(acc, rows, w)
+    simd128_or!(simd128::add4_i8(acc, rows, w), add4_i8_ref(acc, rows, w))
 }
 
 pub fn add4_i8_ref(acc: &mut [f32], rows: [&[i8]; 4], w: [f32; 4]) {
@@ -73,10 +64,7 @@ pub fn add4_i8_ref(acc: &mut [f32], rows: [&[i8]; 4], w: [f32; 4]) {
 #[inline]
 pub fn add_i8(acc: &mut [f32], row: &[i8], w: f32) {
     debug_assert_eq!(acc.len(), row.len());
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    return simd::add_i8(acc, row, w);
-    #[allow(unreachable_code)]
-    add_i8_ref(acc, row, w)
+    simd128_or!(simd128::add_i8(acc, row, w), add_i8_ref(acc, row, w))
 }
 
 pub fn add_i8_ref(acc: &mut [f32], row: &[i8], w: f32) {
@@ -88,10 +76,7 @@ pub fn add_i8_ref(acc: &mut [f32], row: &[i8], w: f32) {
 /// Σ x², accumulated in f32 over 8 interleaved partial sums (the order SIMD uses).
 #[inline]
 pub fn sum_squares(x: &[f32]) -> f32 {
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    return simd::sum_squares(x);
-    #[allow(unreachable_code)]
-    sum_squares_ref(x)
+    simd128_or!(simd128::sum_squares(x), sum_squares_ref(x))
 }
 
 pub fn sum_squares_ref(x: &[f32]) -> f32 {
@@ -109,7 +94,7 @@ pub fn sum_squares_ref(x: &[f32]) -> f32 {
 }
 
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-mod simd {
+mod simd128 {
     use core::arch::wasm32::*;
 
     pub fn add_f32(acc: &mut [f32], row: &[f32], w: f32) {

@@ -49,9 +49,8 @@ impl Kernels for F32 {
         f32s(row).zip(x.values).map(|(w, &x)| w * x).sum()
     }
 
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     fn dot<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-        super::simd128::dot_f32(row, xs)
+        simd128_or!(super::simd128::dot_f32(row, xs), Self::dot_ref_n(row, xs))
     }
 }
 
@@ -74,9 +73,8 @@ impl Kernels for F16 {
             .sum()
     }
 
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     fn dot<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-        super::simd128::dot_f16(row, xs)
+        simd128_or!(super::simd128::dot_f16(row, xs), Self::dot_ref_n(row, xs))
     }
 }
 
@@ -99,8 +97,7 @@ impl Kernels for BF16 {
             .sum()
     }
 
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     fn dot<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-        super::simd128::dot_bf16(row, xs)
+        simd128_or!(super::simd128::dot_bf16(row, xs), Self::dot_ref_n(row, xs))
     }
 }

@@ -172,9 +172,8 @@ impl Kernels for Q4K {
         sum
     }
 
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     fn dot<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-        super::simd128::dot_q4_k(row, xs)
+        simd128_or!(super::simd128::dot_q4_k(row, xs), Self::dot_ref_n(row, xs))
     }
 }
 
@@ -228,9 +227,8 @@ impl Kernels for Q5K {
         sum
     }
 
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     fn dot<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-        super::simd128::dot_q5_k(row, xs)
+        simd128_or!(super::simd128::dot_q5_k(row, xs), Self::dot_ref_n(row, xs))
     }
 }
 
@@ -269,8 +267,7 @@ impl Kernels for Q6K {
         sum
     }
 
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     fn dot<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-        super::simd128::dot_q6_k(row, xs)
+        simd128_or!(super::simd128::dot_q6_k(row, xs), Self::dot_ref_n(row, xs))
     }
 }

@@ -23,7 +23,8 @@
 //! with its `#[repr(C)]` layout, dequantization and a scalar reference dot product written for
 //! reading, not speed. `simd128.rs` has the wasm SIMD128 kernels: int8 products summed exactly
 //! in i32 with `i32x4.dot_i16x8_s`, converted to f32 once per block. The only switch between
-//! them is [`Kernels::dot`]: SIMD when the crate is built with `simd128`, the reference otherwise.
+//! them is each type's [`Kernels::dot`] (`simd128_or!`): SIMD when the crate is built with
+//! `simd128`, the reference otherwise.
 
 /// ggml tensor type ids, as stored in GGUF tensor infos. Ids 4, 5 and 31..33, 36..38 were
 /// removed from ggml and never appear in current files.
@@ -211,9 +212,12 @@ trait Kernels {
     fn dot_ref(row: &[u8], x: &ActRow<'_>) -> f32;
 
     /// The same product with `T` activation vectors at once (the weight row is decoded once for
-    /// all of them). SIMD128 kernels override this; otherwise it is the reference.
+    /// all of them): `simd128_or!(the SIMD128 kernel, Self::dot_ref_n(row, xs))`.
+    fn dot<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T];
+
+    /// [`Kernels::dot_ref`] for each of `T` vectors.
     #[inline(always)]
-    fn dot<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+    fn dot_ref_n<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
         core::array::from_fn(|t| Self::dot_ref(row, &xs[t]))
     }
 }

@@ -86,9 +86,8 @@ impl Kernels for Q5_0 {
         sum
     }
 
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     fn dot<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-        super::simd128::dot_q5_0(row, xs)
+        simd128_or!(super::simd128::dot_q5_0(row, xs), Self::dot_ref_n(row, xs))
     }
 }
 
@@ -122,8 +121,7 @@ impl Kernels for Q5_1 {
         sum
     }
 
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     fn dot<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-        super::simd128::dot_q5_1(row, xs)
+        simd128_or!(super::simd128::dot_q5_1(row, xs), Self::dot_ref_n(row, xs))
     }
 }
