@@ -393,279 +393,21 @@ impl<'a> Gguf<'a> {
     /// is not read, only bounds-checked.
     pub fn parse(bytes: &'a [u8]) -> Result<Gguf<'a>> {
         let mut c = Cursor::new(bytes);
-
-        // 1-4. Header.
-        let magic = c.take(4).ok_or_else(|| truncated("magic", 0))?;
-        if magic != MAGIC {
-            bail!(
-                Status::BadFormat,
-                "not a GGUF file: magic is {:02x?}, expected \"GGUF\"",
-                magic
-            );
-        }
-        let version = c.u32().ok_or_else(|| truncated("version", 4))?;
-        match version {
-            2 | 3 => {}
-            1 => bail!(
-                Status::Unsupported,
-                "GGUF version 1 (32-bit counts) is not supported"
-            ),
-            v if v.swap_bytes() == 2 || v.swap_bytes() == 3 => {
-                bail!(
-                    Status::Unsupported,
-                    "big-endian GGUF files are not supported"
-                )
-            }
-            v => bail!(Status::BadFormat, "GGUF version {} is not 2 or 3", v),
-        }
-        let tensor_count = c.u64().ok_or_else(|| truncated("tensor_count", 8))?;
-        let kv_count = c.u64().ok_or_else(|| truncated("kv_count", 16))?;
-        if tensor_count > MAX_TENSOR_COUNT {
-            bail!(
-                Status::BadFormat,
-                "tensor_count {} exceeds the cap {}",
-                tensor_count,
-                MAX_TENSOR_COUNT
-            );
-        }
-        if kv_count > MAX_KV_COUNT {
-            bail!(
-                Status::BadFormat,
-                "kv_count {} exceeds the cap {}",
-                kv_count,
-                MAX_KV_COUNT
-            );
-        }
-        // Every entry takes at least 12 bytes (key length + type), every tensor info 28: a
-        // count the file cannot hold is refused before anything is allocated for it.
-        let room = c.remaining() as u64;
-        if kv_count.saturating_mul(12) > room {
-            bail!(
-                Status::BadFormat,
-                "kv_count {} cannot fit in the {} bytes left",
-                kv_count,
-                room
-            );
-        }
-        if tensor_count.saturating_mul(28) > room {
-            bail!(
-                Status::BadFormat,
-                "tensor_count {} cannot fit in the {} bytes left",
-                tensor_count,
-                room
-            );
-        }
-
-        // 5. Metadata.
-        let mut kvs: Vec<KeyValue<'a>> = Vec::new();
-        try_reserve(&mut kvs, kv_count as usize, "metadata table")?;
-        for i in 0..kv_count {
-            let at = c.pos;
-            let key = read_str(&mut c, MAX_KEY_BYTES, &KeyAt(i, at))?;
-            let key = core::str::from_utf8(key).map_err(|_| {
-                err!(
-                    Status::BadFormat,
-                    "GGUF key #{} at byte {}: not UTF-8",
-                    i,
-                    at
-                )
-            })?;
-            let ty = c.u32().ok_or_else(|| truncated_key(key, "value type"))?;
-            let ty = ValueType::from_id(ty).ok_or_else(|| {
-                err!(
-                    Status::BadFormat,
-                    "GGUF key '{}': unknown value type {}",
-                    key,
-                    ty
-                )
-            })?;
-            let value = read_value(&mut c, ty, 0, &Key(key))?;
-            kvs.push(KeyValue { key, value });
-        }
-        let kv_by_key = sorted_index(&kvs, |kv| kv.key, "metadata index")?;
-        if let Some(dup) = first_duplicate(&kv_by_key, |i| kvs[i].key) {
-            bail!(
-                Status::BadFormat,
-                "GGUF key '{}' appears more than once",
-                dup
-            );
-        }
-
-        // 7. The alignment (needed before tensor offsets can be checked).
-        let mut alignment = DEFAULT_ALIGNMENT;
-        if let Some(v) = lookup(&kvs, &kv_by_key, "general.alignment") {
-            match *v {
-                Value::U32(a) if a != 0 && a.is_power_of_two() => alignment = a as usize,
-                Value::U32(a) => {
-                    bail!(
-                        Status::BadFormat,
-                        "general.alignment {} is not a power of two",
-                        a
-                    )
-                }
-                other => bail!(
-                    Status::BadFormat,
-                    "general.alignment has type {}, expected u32",
-                    other.value_type().name()
-                ),
-            }
-        }
-
-        // 6. Tensor infos: read all, then place them once the data section is known.
-        struct Raw<'a> {
-            name: &'a str,
-            n_dims: usize,
-            dims: [u64; MAX_DIMS],
-            ty: GgmlType,
-            offset: u64,
-            size: u64,
-        }
-        let mut raws: Vec<Raw<'a>> = Vec::new();
-        try_reserve(&mut raws, tensor_count as usize, "tensor table")?;
+        let (version, tensor_count, kv_count) = read_header(&mut c)?;
+        let (kvs, kv_by_key) = read_metadata(&mut c, kv_count)?;
+        let alignment = alignment(&kvs, &kv_by_key)?;
+        let mut infos: Vec<RawTensorInfo<'a>> = Vec::new();
+        try_reserve(&mut infos, tensor_count as usize, "tensor table")?;
         for i in 0..tensor_count {
-            let at = c.pos;
-            let name = read_str(&mut c, MAX_TENSOR_NAME_BYTES, &TensorAt(i, at))?;
-            let name = core::str::from_utf8(name).map_err(|_| {
-                err!(
-                    Status::BadFormat,
-                    "GGUF tensor #{} at byte {}: name not UTF-8",
-                    i,
-                    at
-                )
-            })?;
-            let n_dims = c.u32().ok_or_else(|| truncated_tensor(name, "n_dims"))?;
-            if n_dims == 0 || n_dims as usize > MAX_DIMS {
-                bail!(
-                    Status::BadFormat,
-                    "tensor '{}': n_dims {} is not in 1..={}",
-                    name,
-                    n_dims,
-                    MAX_DIMS
-                );
-            }
-            let n_dims = n_dims as usize;
-            let mut dims = [1u64; MAX_DIMS];
-            for (d, dim) in dims.iter_mut().enumerate().take(n_dims) {
-                *dim = c.u64().ok_or_else(|| truncated_tensor(name, "dims"))?;
-                // ggml stores dims as int64: larger values are negative there.
-                if *dim > i64::MAX as u64 {
-                    bail!(
-                        Status::BadFormat,
-                        "tensor '{}': dim {} is {}, out of range",
-                        name,
-                        d,
-                        *dim
-                    );
-                }
-            }
-            let ty_id = c.u32().ok_or_else(|| truncated_tensor(name, "type"))?;
-            let offset = c.u64().ok_or_else(|| truncated_tensor(name, "offset"))?;
-
-            let ty = GgmlType::from_id(ty_id);
-            let (block_elems, _) = ty.block_geometry().ok_or_else(|| {
-                err!(
-                    Status::Unsupported,
-                    "tensor '{}' has type {} (id {}), which this build cannot read",
-                    name,
-                    ty.name(),
-                    ty_id
-                )
-            })?;
-            let mut n_elements: u64 = 1;
-            for &dim in &dims {
-                n_elements = n_elements
-                    .checked_mul(dim)
-                    .filter(|&n| n <= i64::MAX as u64)
-                    .ok_or_else(|| {
-                        err!(
-                            Status::BadFormat,
-                            "tensor '{}': element count {:?} overflows",
-                            name,
-                            &dims[..n_dims]
-                        )
-                    })?;
-            }
-            if !dims[0].is_multiple_of(block_elems as u64) {
-                bail!(
-                    Status::BadFormat,
-                    "tensor '{}': dim 0 ({}) is not a multiple of the {} block size {}",
-                    name,
-                    dims[0],
-                    ty.name(),
-                    block_elems
-                );
-            }
-            let row = ty
-                .row_bytes(dims[0])
-                .ok_or_else(|| err!(Status::BadFormat, "tensor '{}': row size overflows", name))?;
-            let size = row
-                .checked_mul(dims[1])
-                .and_then(|s| s.checked_mul(dims[2]))
-                .and_then(|s| s.checked_mul(dims[3]))
-                .ok_or_else(|| err!(Status::BadFormat, "tensor '{}': byte size overflows", name))?;
-            if !offset.is_multiple_of(alignment as u64) {
-                bail!(
-                    Status::BadFormat,
-                    "tensor '{}': offset {} is not a multiple of the alignment {}",
-                    name,
-                    offset,
-                    alignment
-                );
-            }
-            raws.push(Raw {
-                name,
-                n_dims,
-                dims,
-                ty,
-                offset,
-                size,
-            });
+            infos.push(read_tensor_info(&mut c, i, alignment)?);
         }
-
-        // 7-8. Padding, then the data section. A file with no tensors may end right after
-        // its tensor table, unpadded; otherwise the padding must be there.
-        let header_end = c.pos;
-        let data_offset = header_end
-            .checked_next_multiple_of(alignment)
-            .filter(|&d| d <= bytes.len())
-            .or((tensor_count == 0 && header_end == bytes.len()).then_some(header_end))
-            .ok_or_else(|| {
-                err!(
-                    Status::BadFormat,
-                    "data section (header ends at byte {}, alignment {}) starts past the end of the file ({} bytes)",
-                    header_end, alignment, bytes.len()
-                )
-            })?;
-        let data_len = (bytes.len() - data_offset) as u64;
-
-        let mut tensors: Vec<TensorInfo<'a>> = Vec::new();
-        try_reserve(&mut tensors, raws.len(), "tensor table")?;
-        for r in &raws {
-            let end = r.offset.checked_add(r.size).filter(|&e| e <= data_len).ok_or_else(|| {
-                err!(
-                    Status::BadFormat,
-                    "tensor '{}': data at offset {} + {} bytes runs past the data section ({} bytes)",
-                    r.name, r.offset, r.size, data_len
-                )
-            })?;
-            // Both fit in the buffer, hence in usize.
-            let start = data_offset + r.offset as usize;
-            let end = data_offset + end as usize;
-            tensors.push(TensorInfo {
-                name: r.name,
-                n_dims: r.n_dims,
-                dims: r.dims,
-                ty: r.ty,
-                file_offset: start,
-                data: &bytes[start..end],
-            });
-        }
+        let data_offset = data_section(&c, alignment, tensor_count)?;
+        let tensors = place_tensors(bytes, &infos, data_offset)?;
         let tensor_by_name = sorted_index(&tensors, |t| t.name, "tensor index")?;
         if let Some(dup) = first_duplicate(&tensor_by_name, |i| tensors[i].name) {
             bail!(Status::BadFormat, "tensor '{}' appears more than once", dup);
         }
         check_no_overlap(&tensors)?;
-
         Ok(Gguf {
             bytes,
             version,
@@ -1036,6 +778,303 @@ impl fmt::Display for Elem<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}[{}]", self.0, self.1)
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parsing steps, in file order (the numbers of the format description above)
+
+/// 1-4. Magic, version, tensor and metadata counts (capped, and checked against the bytes left:
+/// every entry takes at least 12 bytes, every tensor info 28, so a count the file cannot hold is
+/// refused before anything is allocated for it).
+fn read_header(c: &mut Cursor<'_>) -> Result<(u32, u64, u64)> {
+    let magic = c.take(4).ok_or_else(|| truncated("magic", 0))?;
+    if magic != MAGIC {
+        bail!(
+            Status::BadFormat,
+            "not a GGUF file: its magic bytes are 0x{:02x}{:02x}{:02x}{:02x}, expected 0x47475546 (\"GGUF\")",
+            magic[0],
+            magic[1],
+            magic[2],
+            magic[3]
+        );
+    }
+    let version = c.u32().ok_or_else(|| truncated("version", 4))?;
+    match version {
+        2 | 3 => {}
+        1 => bail!(
+            Status::Unsupported,
+            "GGUF version 1 (32-bit counts) is not supported"
+        ),
+        v if v.swap_bytes() == 2 || v.swap_bytes() == 3 => {
+            bail!(
+                Status::Unsupported,
+                "big-endian GGUF files are not supported"
+            )
+        }
+        v => bail!(Status::BadFormat, "GGUF version {} is not 2 or 3", v),
+    }
+    let tensor_count = c.u64().ok_or_else(|| truncated("tensor_count", 8))?;
+    let kv_count = c.u64().ok_or_else(|| truncated("kv_count", 16))?;
+    if tensor_count > MAX_TENSOR_COUNT {
+        bail!(
+            Status::BadFormat,
+            "tensor_count {} exceeds the cap {}",
+            tensor_count,
+            MAX_TENSOR_COUNT
+        );
+    }
+    if kv_count > MAX_KV_COUNT {
+        bail!(
+            Status::BadFormat,
+            "kv_count {} exceeds the cap {}",
+            kv_count,
+            MAX_KV_COUNT
+        );
+    }
+    // Every entry takes at least 12 bytes (key length + type), every tensor info 28: a
+    // count the file cannot hold is refused before anything is allocated for it.
+    let room = c.remaining() as u64;
+    if kv_count.saturating_mul(12) > room {
+        bail!(
+            Status::BadFormat,
+            "kv_count {} cannot fit in the {} bytes left",
+            kv_count,
+            room
+        );
+    }
+    if tensor_count.saturating_mul(28) > room {
+        bail!(
+            Status::BadFormat,
+            "tensor_count {} cannot fit in the {} bytes left",
+            tensor_count,
+            room
+        );
+    }
+    Ok((version, tensor_count, kv_count))
+}
+
+/// 5. The metadata key-value pairs, and their index sorted by key (duplicates refused).
+fn read_metadata<'a>(c: &mut Cursor<'a>, kv_count: u64) -> Result<(Vec<KeyValue<'a>>, Vec<u32>)> {
+    let mut kvs: Vec<KeyValue<'a>> = Vec::new();
+    try_reserve(&mut kvs, kv_count as usize, "metadata table")?;
+    for i in 0..kv_count {
+        let at = c.pos;
+        let key = read_str(c, MAX_KEY_BYTES, &KeyAt(i, at))?;
+        let key = core::str::from_utf8(key).map_err(|_| {
+            err!(
+                Status::BadFormat,
+                "GGUF key #{} at byte {}: not UTF-8",
+                i,
+                at
+            )
+        })?;
+        let ty = c.u32().ok_or_else(|| truncated_key(key, "value type"))?;
+        let ty = ValueType::from_id(ty).ok_or_else(|| {
+            err!(
+                Status::BadFormat,
+                "GGUF key '{}': unknown value type {}",
+                key,
+                ty
+            )
+        })?;
+        let value = read_value(c, ty, 0, &Key(key))?;
+        kvs.push(KeyValue { key, value });
+    }
+    let kv_by_key = sorted_index(&kvs, |kv| kv.key, "metadata index")?;
+    if let Some(dup) = first_duplicate(&kv_by_key, |i| kvs[i].key) {
+        bail!(
+            Status::BadFormat,
+            "GGUF key '{}' appears more than once",
+            dup
+        );
+    }
+    Ok((kvs, kv_by_key))
+}
+
+/// 7. `general.alignment` (needed before tensor offsets can be checked).
+fn alignment(kvs: &[KeyValue<'_>], kv_by_key: &[u32]) -> Result<usize> {
+    let mut alignment = DEFAULT_ALIGNMENT;
+    if let Some(v) = lookup(kvs, kv_by_key, "general.alignment") {
+        match *v {
+            Value::U32(a) if a != 0 && a.is_power_of_two() => alignment = a as usize,
+            Value::U32(a) => {
+                bail!(
+                    Status::BadFormat,
+                    "general.alignment {} is not a power of two",
+                    a
+                )
+            }
+            other => bail!(
+                Status::BadFormat,
+                "general.alignment has type {}, expected u32",
+                other.value_type().name()
+            ),
+        }
+    }
+    Ok(alignment)
+}
+
+/// A tensor info as read, before the data section is known.
+struct RawTensorInfo<'a> {
+    name: &'a str,
+    n_dims: usize,
+    dims: [u64; MAX_DIMS],
+    ty: GgmlType,
+    offset: u64,
+    size: u64,
+}
+
+/// 6. Tensor info `i`: name, dims (each an int64 in ggml), type (one this build can size),
+/// offset (aligned); its byte size, checked for overflow.
+fn read_tensor_info<'a>(c: &mut Cursor<'a>, i: u64, alignment: usize) -> Result<RawTensorInfo<'a>> {
+    let at = c.pos;
+    let name = read_str(c, MAX_TENSOR_NAME_BYTES, &TensorAt(i, at))?;
+    let name = core::str::from_utf8(name).map_err(|_| {
+        err!(
+            Status::BadFormat,
+            "GGUF tensor #{} at byte {}: name not UTF-8",
+            i,
+            at
+        )
+    })?;
+    let n_dims = c.u32().ok_or_else(|| truncated_tensor(name, "n_dims"))?;
+    if n_dims == 0 || n_dims as usize > MAX_DIMS {
+        bail!(
+            Status::BadFormat,
+            "tensor '{}': n_dims {} is not in 1..={}",
+            name,
+            n_dims,
+            MAX_DIMS
+        );
+    }
+    let n_dims = n_dims as usize;
+    let mut dims = [1u64; MAX_DIMS];
+    for (d, dim) in dims.iter_mut().enumerate().take(n_dims) {
+        *dim = c.u64().ok_or_else(|| truncated_tensor(name, "dims"))?;
+        // ggml stores dims as int64: larger values are negative there.
+        if *dim > i64::MAX as u64 {
+            bail!(
+                Status::BadFormat,
+                "tensor '{}': dim {} is {}, out of range",
+                name,
+                d,
+                *dim
+            );
+        }
+    }
+    let ty_id = c.u32().ok_or_else(|| truncated_tensor(name, "type"))?;
+    let offset = c.u64().ok_or_else(|| truncated_tensor(name, "offset"))?;
+
+    let ty = GgmlType::from_id(ty_id);
+    let (block_elems, _) = ty.block_geometry().ok_or_else(|| {
+        err!(
+            Status::Unsupported,
+            "tensor '{}' has type {} (id {}), which this build cannot read",
+            name,
+            ty.name(),
+            ty_id
+        )
+    })?;
+    let mut n_elements: u64 = 1;
+    for &dim in &dims {
+        n_elements = n_elements
+            .checked_mul(dim)
+            .filter(|&n| n <= i64::MAX as u64)
+            .ok_or_else(|| {
+                err!(
+                    Status::BadFormat,
+                    "tensor '{}': element count {:?} overflows",
+                    name,
+                    &dims[..n_dims]
+                )
+            })?;
+    }
+    if !dims[0].is_multiple_of(block_elems as u64) {
+        bail!(
+            Status::BadFormat,
+            "tensor '{}': dim 0 ({}) is not a multiple of the {} block size {}",
+            name,
+            dims[0],
+            ty.name(),
+            block_elems
+        );
+    }
+    let row = ty
+        .row_bytes(dims[0])
+        .ok_or_else(|| err!(Status::BadFormat, "tensor '{}': row size overflows", name))?;
+    let size = row
+        .checked_mul(dims[1])
+        .and_then(|s| s.checked_mul(dims[2]))
+        .and_then(|s| s.checked_mul(dims[3]))
+        .ok_or_else(|| err!(Status::BadFormat, "tensor '{}': byte size overflows", name))?;
+    if !offset.is_multiple_of(alignment as u64) {
+        bail!(
+            Status::BadFormat,
+            "tensor '{}': offset {} is not a multiple of the alignment {}",
+            name,
+            offset,
+            alignment
+        );
+    }
+    Ok(RawTensorInfo {
+        name,
+        n_dims,
+        dims,
+        ty,
+        offset,
+        size,
+    })
+}
+
+/// 7-8. Where the data section starts: after the padding to `alignment`. A file with no tensors
+/// may end right after its tensor table, unpadded; otherwise the padding must be there.
+fn data_section(c: &Cursor<'_>, alignment: usize, tensor_count: u64) -> Result<usize> {
+    let bytes_len = c.bytes.len();
+    let header_end = c.pos;
+    header_end
+        .checked_next_multiple_of(alignment)
+        .filter(|&d| d <= bytes_len)
+        .or((tensor_count == 0 && header_end == bytes_len).then_some(header_end))
+        .ok_or_else(|| {
+            err!(
+                Status::BadFormat,
+                "data section (header ends at byte {}, alignment {}) starts past the end of the file ({} bytes)",
+                header_end, alignment, bytes_len
+            )
+        })
+}
+
+/// Each tensor's bytes inside the data section (bounds checked).
+fn place_tensors<'a>(
+    bytes: &'a [u8],
+    infos: &[RawTensorInfo<'a>],
+    data_offset: usize,
+) -> Result<Vec<TensorInfo<'a>>> {
+    let data_len = (bytes.len() - data_offset) as u64;
+
+    let mut tensors: Vec<TensorInfo<'a>> = Vec::new();
+    try_reserve(&mut tensors, infos.len(), "tensor table")?;
+    for r in infos {
+        let end = r.offset.checked_add(r.size).filter(|&e| e <= data_len).ok_or_else(|| {
+            err!(
+                Status::BadFormat,
+                "tensor '{}': data at offset {} + {} bytes runs past the data section ({} bytes)",
+                r.name, r.offset, r.size, data_len
+            )
+        })?;
+        // Both fit in the buffer, hence in usize.
+        let start = data_offset + r.offset as usize;
+        let end = data_offset + end as usize;
+        tensors.push(TensorInfo {
+            name: r.name,
+            n_dims: r.n_dims,
+            dims: r.dims,
+            ty: r.ty,
+            file_offset: start,
+            data: &bytes[start..end],
+        });
+    }
+    Ok(tensors)
 }
 
 fn truncated(field: &str, at: usize) -> crate::error::Error {

@@ -484,3 +484,13 @@ fn vocab_only_padding() {
     f.push(0);
     expect_err(&f, Status::BadFormat, "data section");
 }
+
+#[test]
+fn a_wrong_magic_is_named_in_hex() {
+    let e = Gguf::parse(b"PK\x03\x04 and the rest of a zip file").unwrap_err();
+    assert_eq!(e.status, Status::BadFormat);
+    assert!(
+        e.message.as_str().contains("0x504b0304") && e.message.as_str().contains("0x47475546"),
+        "{e}"
+    );
+}
