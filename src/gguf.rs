@@ -783,7 +783,7 @@ impl fmt::Display for Elem<'_> {
 // ---------------------------------------------------------------------------------------------
 // Parsing steps, in file order (the numbers of the format description above)
 
-/// 1-4. Magic, version, tensor and metadata counts (capped, and checked against the bytes left:
+/// Steps 1-4: magic, version, tensor and metadata counts (capped, and checked against the bytes left:
 /// every entry takes at least 12 bytes, every tensor info 28, so a count the file cannot hold is
 /// refused before anything is allocated for it).
 fn read_header(c: &mut Cursor<'_>) -> Result<(u32, u64, u64)> {
@@ -853,7 +853,7 @@ fn read_header(c: &mut Cursor<'_>) -> Result<(u32, u64, u64)> {
     Ok((version, tensor_count, kv_count))
 }
 
-/// 5. The metadata key-value pairs, and their index sorted by key (duplicates refused).
+/// Step 5: the metadata key-value pairs, and their index sorted by key (duplicates refused).
 fn read_metadata<'a>(c: &mut Cursor<'a>, kv_count: u64) -> Result<(Vec<KeyValue<'a>>, Vec<u32>)> {
     let mut kvs: Vec<KeyValue<'a>> = Vec::new();
     try_reserve(&mut kvs, kv_count as usize, "metadata table")?;
@@ -891,7 +891,7 @@ fn read_metadata<'a>(c: &mut Cursor<'a>, kv_count: u64) -> Result<(Vec<KeyValue<
     Ok((kvs, kv_by_key))
 }
 
-/// 7. `general.alignment` (needed before tensor offsets can be checked).
+/// Step 7: `general.alignment` (needed before tensor offsets can be checked).
 fn alignment(kvs: &[KeyValue<'_>], kv_by_key: &[u32]) -> Result<usize> {
     let mut alignment = DEFAULT_ALIGNMENT;
     if let Some(v) = lookup(kvs, kv_by_key, "general.alignment") {
@@ -924,7 +924,7 @@ struct RawTensorInfo<'a> {
     size: u64,
 }
 
-/// 6. Tensor info `i`: name, dims (each an int64 in ggml), type (one this build can size),
+/// Step 6: tensor info `i`: name, dims (each an int64 in ggml), type (one this build can size),
 /// offset (aligned); its byte size, checked for overflow.
 fn read_tensor_info<'a>(c: &mut Cursor<'a>, i: u64, alignment: usize) -> Result<RawTensorInfo<'a>> {
     let at = c.pos;
@@ -1026,7 +1026,7 @@ fn read_tensor_info<'a>(c: &mut Cursor<'a>, i: u64, alignment: usize) -> Result<
     })
 }
 
-/// 7-8. Where the data section starts: after the padding to `alignment`. A file with no tensors
+/// Steps 7-8: where the data section starts: after the padding to `alignment`. A file with no tensors
 /// may end right after its tensor table, unpadded; otherwise the padding must be there.
 fn data_section(c: &Cursor<'_>, alignment: usize, tensor_count: u64) -> Result<usize> {
     let bytes_len = c.bytes.len();
