@@ -1,19 +1,25 @@
-//! The llama-family forward pass: weights where they lie in the GGUF file, a KV cache, and a
-//! batched step that turns token ids into logits.
+//! The llama-family forward pass (llama, qwen2, qwen3, gemma3, phi3): weights where they lie in
+//! the GGUF file (or quantized to Q8_0 as they are read), a KV cache, and a batched step that
+//! turns token ids into logits.
 //!
-//! One token, top to bottom (shapes per token; `B` tokens go through together in a batch):
+//! One token, top to bottom (shapes per token; `B` tokens go through together in a batch;
+//! bracketed steps belong to some architectures only):
 //! ```text
-//! x = token_embd[id]                                   (dim,)
+//! x = token_embd[id] [* sqrt(dim)]                     (dim,)           [gemma3]
 //! for each layer:
 //!     xb = rmsnorm(x) * attn_norm                      (dim,)
 //!     q, k, v = Wq xb (+bq), Wk xb (+bk), Wv xb (+bv)  (q_dim,), (kv_dim,), (kv_dim,)
+//!     [q_h, k_h = rmsnorm(q_h) * q_norm, rmsnorm(k_h) * k_norm]         [qwen3, gemma3]
 //!     rope(q, k, pos); k, v -> cache[layer][pos]       (f16-rounded, as llama.cpp's cache)
-//!     per head h: att = softmax(q_h · K[..=pos] / sqrt(hd)); o_h = att · V[..=pos]
-//!     x += Wo o                                        (dim,)
+//!     per head h: att = softmax(q_h · K[lo..=pos] * scale); o_h = att · V[lo..=pos]
+//!                 (lo = 0, or pos + 1 - window in a sliding-window layer)
+//!     x += [post_attn_norm *] Wo o                     (dim,)
 //!     xb = rmsnorm(x) * ffn_norm
-//!     x += Wdown (silu(Wgate xb) * (Wup xb))           (ffn,) -> (dim,)
+//!     x += [post_ffn_norm *] Wdown (act(Wgate xb) * (Wup xb))  act: silu, or gelu [gemma3]
 //! logits = Wout (rmsnorm(x) * output_norm)             (vocab,)
 //! ```
+//! phi3 stores Wq|Wk|Wv as one matrix and Wgate|Wup as another: the loader takes row ranges of
+//! them as separate matrices, so the pass is the same.
 //! Every matrix product and the attention heads are split across the thread pool; each output
 //! element is computed by one thread in a fixed order, so logits do not depend on thread count.
 
@@ -27,8 +33,8 @@ use crate::error::{Result, Status};
 use crate::gguf::{Gguf, TensorInfo};
 use crate::quant::{self, ActivationBuf, GgmlType};
 use crate::{bail, err, math, pool};
-pub use config::{Arch, Config};
-use ops::{RopeTable, rmsnorm, try_vec};
+pub use config::{Activation, Arch, Config, LayerKind};
+use ops::{RopeTable, rmsnorm, rmsnorm_in_place, try_vec};
 
 /// Tokens that go through the layers together in one prefill batch.
 pub const MAX_BATCH: usize = 32;
@@ -50,16 +56,7 @@ pub struct Matrix<'a> {
 
 impl<'a> Matrix<'a> {
     fn from_tensor(t: &TensorInfo<'a>, rows: usize, cols: usize) -> Result<Matrix<'a>> {
-        if t.n_dims > 2 || t.dims[0] as usize != cols || t.dims[1] as usize != rows {
-            bail!(
-                Status::BadFormat,
-                "tensor {} has shape {:?}, expected [{}, {}]",
-                t.name,
-                &t.dims[..t.n_dims],
-                cols,
-                rows
-            );
-        }
+        check_shape(t, &[cols as u64, rows as u64])?;
         if !quant::is_supported(t.ty) {
             bail!(
                 Status::Unsupported,
@@ -81,20 +78,63 @@ impl<'a> Matrix<'a> {
     fn row(&self, r: usize) -> &'a [u8] {
         &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]
     }
+
+    /// Rows `rows` of this matrix as a matrix of their own (fused tensors).
+    fn rows(&self, rows: Range<usize>) -> Matrix<'a> {
+        Matrix {
+            data: &self.data[rows.start * self.row_bytes..rows.end * self.row_bytes],
+            rows: rows.len(),
+            ..*self
+        }
+    }
+}
+
+/// Fails with the tensor's name unless its shape is `want` (GGUF order: the row length first).
+fn check_shape(t: &TensorInfo<'_>, want: &[u64]) -> Result<()> {
+    let dims = &t.dims[..t.n_dims];
+    // GGUF may write trailing 1s ([256, 1] for a vector): they do not change the shape.
+    let trimmed = |d: &[u64]| -> usize { d.iter().rposition(|&x| x != 1).map_or(0, |i| i + 1) };
+    if dims[..trimmed(dims)] != want[..trimmed(want)] {
+        bail!(
+            Status::BadFormat,
+            "{}: shape {:?}, expected {:?}",
+            t.name,
+            dims,
+            want
+        );
+    }
+    Ok(())
 }
 
 struct Layer<'a> {
+    kind: LayerKind,
     attn_norm: Vec<f32>,
     wq: Matrix<'a>,
     wk: Matrix<'a>,
     wv: Matrix<'a>,
     /// qwen2 only: biases of q, k, v.
     bias: Option<[Vec<f32>; 3]>,
+    /// qwen3, gemma3: the norms of each q head and each k head, `(head_dim,)` each.
+    qk_norm: Option<[Vec<f32>; 2]>,
     wo: Matrix<'a>,
+    /// gemma3: the norm of the attention output.
+    post_attn_norm: Option<Vec<f32>>,
     ffn_norm: Vec<f32>,
     w_gate: Matrix<'a>,
     w_up: Matrix<'a>,
     w_down: Matrix<'a>,
+    /// gemma3: the norm of the feed-forward output.
+    post_ffn_norm: Option<Vec<f32>>,
+}
+
+/// How to load a model.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LoadOptions {
+    /// KV cache length (0: the model's own context length, capped at 4096).
+    pub context: usize,
+    /// `Some(Q8_0)`: F32, F16 and BF16 matrices become Q8_0 blocks as they are read (ggml's
+    /// rounding: the bytes `llama-quantize --pure` writes). Norms and other vectors stay f32.
+    pub quantize: Option<GgmlType>,
 }
 
 /// Activations of one batch: every buffer is `(MAX_BATCH, width)`.
@@ -124,6 +164,14 @@ pub struct Model<'a> {
     output_norm: Vec<f32>,
     output: Matrix<'a>,
     rope: RopeTable,
+    /// gemma3: the RoPE of the sliding-window layers (their own base).
+    rope_local: Option<RopeTable>,
+    /// Matrices quantized at load; the `Matrix` views above point into these. Never touched
+    /// after `load`, so the views stay valid for the model's life (moving a Vec does not move
+    /// its heap block).
+    _owned: Vec<Vec<u8>>,
+    /// Bytes of weights quantized at load (in `_owned`).
+    pub quantized_bytes: usize,
     /// (n_layers, context, kv_dim) each.
     k_cache: Vec<f32>,
     v_cache: Vec<f32>,
@@ -139,15 +187,7 @@ fn vector(g: &Gguf<'_>, name: &str, n: usize) -> Result<Vec<f32>> {
     let t = g
         .tensor(name)
         .ok_or_else(|| err!(Status::BadFormat, "tensor {} is missing", name))?;
-    if t.n_elements() != n as u64 {
-        bail!(
-            Status::BadFormat,
-            "tensor {} has {} values, expected {}",
-            name,
-            t.n_elements(),
-            n
-        );
-    }
+    check_shape(t, &[n as u64])?;
     let mut out = try_vec(n)?;
     match t.ty {
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
@@ -163,29 +203,116 @@ fn vector(g: &Gguf<'_>, name: &str, n: usize) -> Result<Vec<f32>> {
     Ok(out)
 }
 
-fn matrix<'a>(g: &Gguf<'a>, name: &str, rows: usize, cols: usize) -> Result<Matrix<'a>> {
-    let t = g
-        .tensor(name)
-        .ok_or_else(|| err!(Status::BadFormat, "tensor {} is missing", name))?;
-    Matrix::from_tensor(t, rows, cols)
+/// Reads the matrices of a file, quantizing them when asked; owns what it quantized.
+struct Loader<'g, 'a> {
+    g: &'g Gguf<'a>,
+    quantize: Option<GgmlType>,
+    owned: Vec<Vec<u8>>,
+    quantized_bytes: usize,
+}
+
+impl<'a> Loader<'_, 'a> {
+    /// The `rows x cols` matrix `name`, checked against that shape.
+    fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<Matrix<'a>> {
+        let t = self
+            .g
+            .tensor(name)
+            .ok_or_else(|| err!(Status::BadFormat, "tensor {} is missing", name))?;
+        let m = Matrix::from_tensor(t, rows, cols)?;
+        match self.quantize {
+            Some(GgmlType::Q8_0)
+                if matches!(m.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+                    && cols.is_multiple_of(32) =>
+            {
+                self.quantize_q8_0(&m)
+            }
+            _ => Ok(m),
+        }
+    }
+
+    /// `m` as Q8_0 blocks in a buffer of our own: row by row, dequantized to f32 and rounded
+    /// as ggml's `quantize_row_q8_0_ref` does.
+    fn quantize_q8_0(&mut self, m: &Matrix<'a>) -> Result<Matrix<'a>> {
+        let row_bytes = m.cols / 32 * 34;
+        let total = m
+            .rows
+            .checked_mul(row_bytes)
+            .ok_or_else(|| err!(Status::OutOfMemory, "quantized matrix"))?;
+        let mut out: Vec<u8> = Vec::new();
+        out.try_reserve_exact(total).map_err(|_| {
+            err!(
+                Status::OutOfMemory,
+                "cannot allocate {} bytes for Q8_0",
+                total
+            )
+        })?;
+        out.resize(total, 0);
+        self.owned
+            .try_reserve(1)
+            .map_err(|_| err!(Status::OutOfMemory, "quantized matrices"))?;
+        let mut row = try_vec(m.cols)?;
+        for (r, q) in out.chunks_exact_mut(row_bytes).enumerate() {
+            quant::dequantize_row(m.ty, m.row(r), &mut row)?;
+            quant::quantize_row_q8_0(&row, q);
+        }
+        // SAFETY: the heap block of `out` is never freed, resized or written again while the
+        // model lives: it moves into `Model::_owned` with this loader, and the model's matrices
+        // (which never leave the model) are the only readers.
+        let data: &'a [u8] = unsafe { core::slice::from_raw_parts(out.as_ptr(), total) };
+        self.owned.push(out);
+        self.quantized_bytes += total;
+        Ok(Matrix {
+            ty: GgmlType::Q8_0,
+            data,
+            rows: m.rows,
+            cols: m.cols,
+            row_bytes,
+        })
+    }
 }
 
 impl<'a> Model<'a> {
     /// Builds a model over a parsed file. `context` is the KV cache length (0: the model's own,
     /// capped at 4096).
     pub fn load(g: &Gguf<'a>, context: usize) -> Result<Model<'a>> {
+        Model::load_with(
+            g,
+            LoadOptions {
+                context,
+                quantize: None,
+            },
+        )
+    }
+
+    /// Builds a model over a parsed file, checking every tensor's shape against the
+    /// architecture's (the error names the tensor).
+    pub fn load_with(g: &Gguf<'a>, opts: LoadOptions) -> Result<Model<'a>> {
         let cfg = Config::from_gguf(g)?;
-        let context = match context {
+        let context = match opts.context {
             0 => cfg.train_context.min(4096),
             n => n,
         };
         if context > (1 << 20) {
             bail!(Status::InvalidArgument, "context {} is too large", context);
         }
-        let (dim, q_dim, kv_dim, ffn) = (cfg.dim, cfg.q_dim(), cfg.kv_dim(), cfg.ffn_dim);
-        let token_embd = matrix(g, "token_embd.weight", cfg.vocab, dim)?;
+        match opts.quantize {
+            None | Some(GgmlType::Q8_0) => {}
+            Some(other) => bail!(
+                Status::Unsupported,
+                "quantizing at load to {} (supported: Q8_0)",
+                other.name()
+            ),
+        }
+        let mut ld = Loader {
+            g,
+            quantize: opts.quantize,
+            owned: Vec::new(),
+            quantized_bytes: 0,
+        };
+        let (dim, q_dim, kv_dim, ffn, hd) = cfg.widths();
+        let token_embd = ld.matrix("token_embd.weight", cfg.vocab, dim)?;
         let output = match g.tensor("output.weight") {
-            Some(t) => Matrix::from_tensor(t, cfg.vocab, dim)?,
+            Some(_) => ld.matrix("output.weight", cfg.vocab, dim)?,
             None => token_embd,
         };
         let mut layers = Vec::new();
@@ -194,7 +321,7 @@ impl<'a> Model<'a> {
             .map_err(|_| err!(Status::OutOfMemory, "layers"))?;
         for l in 0..cfg.n_layers {
             let nm = |suffix: &str| alloc::format!("blk.{l}.{suffix}");
-            let bias = if cfg.arch == Arch::Qwen2 {
+            let bias = if cfg.qkv_bias {
                 Some([
                     vector(g, &nm("attn_q.bias"), q_dim)?,
                     vector(g, &nm("attn_k.bias"), kv_dim)?,
@@ -203,17 +330,53 @@ impl<'a> Model<'a> {
             } else {
                 None
             };
+            let qk_norm = if cfg.qk_norm {
+                Some([
+                    vector(g, &nm("attn_q_norm.weight"), hd)?,
+                    vector(g, &nm("attn_k_norm.weight"), hd)?,
+                ])
+            } else {
+                None
+            };
+            let post = |name: &str| -> Result<Option<Vec<f32>>> {
+                match cfg.post_norms {
+                    true => Ok(Some(vector(g, &nm(name), dim)?)),
+                    false => Ok(None),
+                }
+            };
+            let (wq, wk, wv, w_gate, w_up);
+            if cfg.fused {
+                // Rows: q, then k, then v; gate, then up (ggml's swiglu takes the first half
+                // as the gate).
+                let qkv = ld.matrix(&nm("attn_qkv.weight"), q_dim + 2 * kv_dim, dim)?;
+                wq = qkv.rows(0..q_dim);
+                wk = qkv.rows(q_dim..q_dim + kv_dim);
+                wv = qkv.rows(q_dim + kv_dim..q_dim + 2 * kv_dim);
+                let gate_up = ld.matrix(&nm("ffn_up.weight"), 2 * ffn, dim)?;
+                w_gate = gate_up.rows(0..ffn);
+                w_up = gate_up.rows(ffn..2 * ffn);
+            } else {
+                wq = ld.matrix(&nm("attn_q.weight"), q_dim, dim)?;
+                wk = ld.matrix(&nm("attn_k.weight"), kv_dim, dim)?;
+                wv = ld.matrix(&nm("attn_v.weight"), kv_dim, dim)?;
+                w_gate = ld.matrix(&nm("ffn_gate.weight"), ffn, dim)?;
+                w_up = ld.matrix(&nm("ffn_up.weight"), ffn, dim)?;
+            }
             layers.push(Layer {
+                kind: cfg.layer_kind(l),
                 attn_norm: vector(g, &nm("attn_norm.weight"), dim)?,
-                wq: matrix(g, &nm("attn_q.weight"), q_dim, dim)?,
-                wk: matrix(g, &nm("attn_k.weight"), kv_dim, dim)?,
-                wv: matrix(g, &nm("attn_v.weight"), kv_dim, dim)?,
+                wq,
+                wk,
+                wv,
                 bias,
-                wo: matrix(g, &nm("attn_output.weight"), dim, q_dim)?,
+                qk_norm,
+                wo: ld.matrix(&nm("attn_output.weight"), dim, q_dim)?,
+                post_attn_norm: post("post_attention_norm.weight")?,
                 ffn_norm: vector(g, &nm("ffn_norm.weight"), dim)?,
-                w_gate: matrix(g, &nm("ffn_gate.weight"), ffn, dim)?,
-                w_up: matrix(g, &nm("ffn_up.weight"), ffn, dim)?,
-                w_down: matrix(g, &nm("ffn_down.weight"), dim, ffn)?,
+                w_gate,
+                w_up,
+                w_down: ld.matrix(&nm("ffn_down.weight"), dim, ffn)?,
+                post_ffn_norm: post("post_ffw_norm.weight")?,
             });
         }
         let output_norm = vector(g, "output_norm.weight", dim)?;
@@ -221,7 +384,19 @@ impl<'a> Model<'a> {
             Some(_) => Some(vector(g, "rope_freqs.weight", cfg.rope_dims / 2)?),
             None => None,
         };
-        let rope = RopeTable::new(&cfg, context, factors.as_deref())?;
+        let linear = 1.0 / cfg.rope_linear_factor as f64;
+        let rope = RopeTable::new(&cfg, context, factors.as_deref(), cfg.rope_base, linear)?;
+        // llama.cpp: sliding-window layers have their own base and no scaling.
+        let rope_local = match cfg.sliding_window {
+            0 => None,
+            _ => Some(RopeTable::new(
+                &cfg,
+                context,
+                factors.as_deref(),
+                cfg.rope_base_local,
+                1.0,
+            )?),
+        };
         let cache = cfg
             .n_layers
             .checked_mul(context)
@@ -253,6 +428,9 @@ impl<'a> Model<'a> {
             output_norm,
             output,
             rope,
+            rope_local,
+            _owned: ld.owned,
+            quantized_bytes: ld.quantized_bytes,
             k_cache,
             v_cache,
             pos: 0,
@@ -337,21 +515,15 @@ impl<'a> Model<'a> {
     ) -> Result<()> {
         let n = ids.len();
         let cfg = self.cfg.clone();
-        let (dim, q_dim, kv_dim, ffn, hd) = (
-            cfg.dim,
-            cfg.q_dim(),
-            cfg.kv_dim(),
-            cfg.ffn_dim,
-            cfg.head_dim,
-        );
+        let (dim, q_dim, kv_dim, ffn, hd) = cfg.widths();
         let pos0 = self.pos;
         for (t, &id) in ids.iter().enumerate() {
             let row = self.token_embd.row(id as usize);
-            quant::dequantize_row(
-                self.token_embd.ty,
-                row,
-                &mut self.scratch.x[t * dim..(t + 1) * dim],
-            )?;
+            let x = &mut self.scratch.x[t * dim..(t + 1) * dim];
+            quant::dequantize_row(self.token_embd.ty, row, x)?;
+            if cfg.embed_scale != 1.0 {
+                x.iter_mut().for_each(|v| *v *= cfg.embed_scale);
+            }
         }
         for l in 0..cfg.n_layers {
             let layer = &self.layers[l];
@@ -386,8 +558,20 @@ impl<'a> Model<'a> {
                     ops::axpy(k, 1.0, bk);
                     ops::axpy(v, 1.0, bv);
                 }
-                self.rope.apply(q, hd, pos0 + t);
-                self.rope.apply(k, hd, pos0 + t);
+                if let Some([nq, nk]) = &layer.qk_norm {
+                    for head in q.chunks_exact_mut(hd) {
+                        rmsnorm_in_place(head, nq, cfg.rms_eps);
+                    }
+                    for head in k.chunks_exact_mut(hd) {
+                        rmsnorm_in_place(head, nk, cfg.rms_eps);
+                    }
+                }
+                let rope = match (layer.kind, &self.rope_local) {
+                    (LayerKind::Local, Some(r)) => r,
+                    _ => &self.rope,
+                };
+                rope.apply(q, hd, pos0 + t);
+                rope.apply(k, hd, pos0 + t);
                 let at = (l * self.context + pos0 + t) * kv_dim;
                 for i in 0..kv_dim {
                     self.k_cache[at + i] = quant::f16_to_f32(quant::f32_to_f16(k[i]));
@@ -405,6 +589,11 @@ impl<'a> Model<'a> {
                 &mut s.acts,
                 &mut s.acts2,
             )?;
+            if let Some(w) = &layer.post_attn_norm {
+                for xb in s.xb[..n * dim].chunks_exact_mut(dim) {
+                    rmsnorm_in_place(xb, w, cfg.rms_eps);
+                }
+            }
             ops::axpy(&mut s.x[..n * dim], 1.0, &s.xb[..n * dim]);
             for t in 0..n {
                 rmsnorm(
@@ -424,9 +613,11 @@ impl<'a> Model<'a> {
                 &mut s.acts,
                 &mut s.acts2,
             )?;
-            math::silu_in_place(&mut s.gate[..n * ffn]);
-            for (g, &u) in s.gate[..n * ffn].iter_mut().zip(&s.up[..n * ffn]) {
-                *g *= u;
+            match cfg.activation {
+                Activation::Silu => ops::swiglu_in_place(&mut s.gate[..n * ffn], &s.up[..n * ffn]),
+                Activation::GeluTanh => {
+                    ops::geglu_in_place(&mut s.gate[..n * ffn], &s.up[..n * ffn])
+                }
             }
             matmul_group(
                 &[(&layer.w_down, &mut s.xb[..n * dim])],
@@ -435,6 +626,11 @@ impl<'a> Model<'a> {
                 &mut s.acts,
                 &mut s.acts2,
             )?;
+            if let Some(w) = &layer.post_ffn_norm {
+                for xb in s.xb[..n * dim].chunks_exact_mut(dim) {
+                    rmsnorm_in_place(xb, w, cfg.rms_eps);
+                }
+            }
             ops::axpy(&mut s.x[..n * dim], 1.0, &s.xb[..n * dim]);
         }
         self.pos += n;
@@ -482,7 +678,11 @@ impl<'a> Model<'a> {
             kv_dim: cfg.kv_dim(),
             score_stride: self.context + SCORE_ROW_PAD,
             pos0,
-            scale: 1.0 / ops::sqrtf(cfg.head_dim as f32),
+            scale: cfg.attn_scale,
+            window: match self.layers[l].kind {
+                LayerKind::Local => cfg.sliding_window,
+                LayerKind::Global => usize::MAX,
+            },
         };
         // SAFETY: each item (token, head) reads shared inputs and writes only its own score row
         // and its own head slice of `out`; all pointers outlive the call.
@@ -511,6 +711,8 @@ struct AttentionArgs {
     score_stride: usize,
     pos0: usize,
     scale: f32,
+    /// Positions each query sees, itself included (`usize::MAX`: all).
+    window: usize,
 }
 
 unsafe fn attention_kernel(args: *const u8, start: usize, end: usize) {
@@ -519,22 +721,24 @@ unsafe fn attention_kernel(args: *const u8, start: usize, end: usize) {
     for item in start..end {
         let (t, h) = (item / a.n_heads, item % a.n_heads);
         let pos = a.pos0 + t;
+        // Positions lo..=pos: score j belongs to position lo + j.
+        let lo = (pos + 1).saturating_sub(a.window);
         let kvh = h / a.group;
         // SAFETY: q is (n, q_dim), out the same; item (t, h) owns out[t][h*hd..(h+1)*hd] and score
         // row `item`; the caches hold positions 0..=pos for this layer.
         unsafe {
             let q = core::slice::from_raw_parts(a.q.add(t * a.q_dim + h * a.head_dim), a.head_dim);
             let scores =
-                core::slice::from_raw_parts_mut(a.scores.add(item * a.score_stride), pos + 1);
-            let key = |s: usize| {
+                core::slice::from_raw_parts_mut(a.scores.add(item * a.score_stride), pos + 1 - lo);
+            let key = |j: usize| {
                 core::slice::from_raw_parts(
-                    a.k_cache.add(s * a.kv_dim + kvh * a.head_dim),
+                    a.k_cache.add((lo + j) * a.kv_dim + kvh * a.head_dim),
                     a.head_dim,
                 )
             };
-            let value = |s: usize| {
+            let value = |j: usize| {
                 core::slice::from_raw_parts(
-                    a.v_cache.add(s * a.kv_dim + kvh * a.head_dim),
+                    a.v_cache.add((lo + j) * a.kv_dim + kvh * a.head_dim),
                     a.head_dim,
                 )
             };

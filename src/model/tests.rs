@@ -1,6 +1,7 @@
 //! The forward pass against llama.cpp on the tiny random-weight models (every tensor type, and
 //! qwen2 with attention biases): `../shared/models/tiny/tiny-reference.json`.
 
+use std::string::String;
 use std::vec::Vec;
 
 use super::Model;
@@ -133,4 +134,62 @@ fn a_full_context_is_an_error_not_a_write_past_the_end() {
     );
     let e = model.forward(&[100_000], None);
     assert!(e.is_err());
+}
+
+/// qwen3, gemma3 (16-token window: the 48 positions cross it) and phi3 against llama.cpp:
+/// `../shared/models/tiny/tiny-arch-reference.json` (top-5 ids, top-two margins, last-4 logits).
+fn check_arch_file(r: &serde_json::Value, file: &str, logits: &[Vec<f32>]) -> Option<String> {
+    let m = &r["models"][file];
+    let n = logits.len();
+    let top5 = m["top5"].as_array().unwrap();
+    let margins = m["margins"].as_array().unwrap();
+    let (mut decisive, mut agree) = (0, 0);
+    for (p, row) in logits.iter().enumerate() {
+        if margins[p].as_f64().unwrap() as f32 >= DECISIVE_MARGIN {
+            decisive += 1;
+            if argmax(row) as u64 == top5[p][0].as_u64().unwrap() {
+                agree += 1;
+            }
+        }
+    }
+    let mut max_diff = 0.0f32;
+    for (k, want) in m["last4_logits"].as_array().unwrap().iter().enumerate() {
+        let got = &logits[n - 4 + k];
+        for (i, w) in want.as_array().unwrap().iter().enumerate() {
+            max_diff = max_diff.max((got[i] - w.as_f64().unwrap() as f32).abs());
+        }
+    }
+    let tol = if file.contains("F32") {
+        FLOAT_TOLERANCE
+    } else {
+        QUANT_TOLERANCE
+    };
+    std::println!(
+        "{file:24} decisive argmax {agree}/{decisive}  last-4 max |dlogit| {max_diff:.4} (tolerance {tol})"
+    );
+    (agree != decisive || max_diff > tol).then(|| file.into())
+}
+
+fn arch_reference() -> (serde_json::Value, Vec<u32>) {
+    let path = std::format!("{SHARED}/models/tiny/tiny-arch-reference.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let r: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let ids = r["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
+    (r, ids)
+}
+
+#[test]
+fn qwen3_gemma3_phi3_match_llama_cpp() {
+    let (r, ids) = arch_reference();
+    let mut failures = Vec::new();
+    for file in r["models"].as_object().unwrap().keys() {
+        let logits = run(file, &ids, 64);
+        failures.extend(check_arch_file(&r, file, &logits));
+    }
+    assert!(failures.is_empty(), "differ from llama.cpp: {failures:?}");
 }
