@@ -30,6 +30,8 @@ pub struct Engine {
     pub model: Option<Model<'static>>,
     /// KV cache length the next `load_model` uses (0: the model's own, capped).
     pub context_request: usize,
+    /// Type the next `load_model` quantizes F32/F16/BF16 matrices to (`None`: as stored).
+    pub quantize_request: Option<crate::quant::GgmlType>,
     stream: StreamDecoder,
     /// Model2Vec: its safetensors file (owned like `file`) and the embedder over it.
     pub embed_file: Option<&'static [u8]>,
@@ -62,7 +64,11 @@ impl Engine {
             self.tokenizer = Some(Tokenizer::from_gguf(&g)?);
         }
         if g.tensors().len() > 0 {
-            let model = Model::load(&g, self.context_request)?;
+            let opts = crate::model::LoadOptions {
+                context: self.context_request,
+                quantize: self.quantize_request,
+            };
+            let model = Model::load_with(&g, opts)?;
             if let Some(t) = &self.tokenizer {
                 if t.n_vocab() > model.cfg.vocab {
                     bail!(
@@ -187,6 +193,7 @@ impl Engine {
                 c.rms_eps
             );
             let _ = write!(s, ",\"kv_cache_bytes\":{}", m.kv_cache_bytes());
+            arch_info(&mut s, m);
         }
         // Tensor types and how many tensors of each.
         let mut counts: Vec<(&str, usize)> = Vec::new();
@@ -340,6 +347,39 @@ impl Engine {
         e.encode_ids(text, scratch, &mut self.ids)?;
         Ok(&self.ids)
     }
+}
+
+/// model_info's architecture fields: the attention of each layer (`"layer_kinds"`, "local" or
+/// "global"), the window and local RoPE base where there are local layers, the activation, and
+/// the bytes of matrices quantized at load.
+fn arch_info(s: &mut alloc::string::String, m: &Model<'_>) {
+    use crate::model::{Activation, LayerKind};
+    let c = &m.cfg;
+    s.push_str(",\"layer_kinds\":[");
+    for l in 0..c.n_layers {
+        let kind = match c.layer_kind(l) {
+            LayerKind::Local => "local",
+            LayerKind::Global => "global",
+        };
+        let _ = write!(s, "{}\"{}\"", if l > 0 { "," } else { "" }, kind);
+    }
+    s.push(']');
+    if c.sliding_window > 0 {
+        let _ = write!(
+            s,
+            ",\"sliding_window\":{},\"rope_base_local\":{}",
+            c.sliding_window, c.rope_base_local
+        );
+    }
+    let act = match c.activation {
+        Activation::Silu => "silu",
+        Activation::GeluTanh => "gelu_tanh",
+    };
+    let _ = write!(
+        s,
+        ",\"activation\":\"{}\",\"quantized_at_load_bytes\":{}",
+        act, m.quantized_bytes
+    );
 }
 
 fn json_string(s: &mut alloc::string::String, v: &str) {
