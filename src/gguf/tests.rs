@@ -29,8 +29,8 @@ fn gguf_files() -> Vec<String> {
     out.push("SmolLM2-135M-Instruct.Q4_1.gguf".into());
     assert_eq!(
         out.len(),
-        13 + 6 + 1,
-        "expected 13 tiny, 6 vocab and the SmolLM2 file: {out:?}"
+        22 + 6 + 1,
+        "expected 22 tiny (13 llama/qwen2, 9 qwen3/gemma3/phi3), 6 vocab and the SmolLM2 file: {out:?}"
     );
     out
 }
@@ -44,7 +44,7 @@ fn parses_every_shared_model() {
         assert_eq!(g.data_offset() % g.alignment(), 0, "{rel}");
         let arch = g.get_str("general.architecture").unwrap();
         assert!(
-            arch == "llama" || arch == "qwen2" || arch == "gemma3",
+            ["llama", "qwen2", "qwen3", "gemma3", "phi3"].contains(&arch),
             "{rel}: {arch}"
         );
         for t in g.tensors() {

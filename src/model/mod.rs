@@ -137,6 +137,17 @@ pub struct LoadOptions {
     pub quantize: Option<GgmlType>,
 }
 
+/// Called with each position's index in the batch and its logits, when all are wanted.
+pub type OnLogits<'f> = Option<&'f mut dyn FnMut(usize, &[f32])>;
+
+/// Where a layer's K and V rows are in the caches.
+struct LayerCache {
+    /// First row.
+    offset: usize,
+    /// Rows: `context`, or a sliding window plus a batch.
+    slots: usize,
+}
+
 /// Activations of one batch: every buffer is `(MAX_BATCH, width)`.
 struct Scratch {
     x: Vec<f32>,
@@ -172,9 +183,19 @@ pub struct Model<'a> {
     _owned: Vec<Vec<u8>>,
     /// Bytes of weights quantized at load (in `_owned`).
     pub quantized_bytes: usize,
-    /// (n_layers, context, kv_dim) each.
+    /// Every layer's K and V rows, layer after layer: layer `l` has `cache[l].slots` rows of
+    /// `kv_dim` from `cache[l].offset` (rows, not floats). Position `p` lives in row `p % slots`:
+    /// a global layer has `context` slots (no wrap), a sliding-window layer only its window plus
+    /// a batch (a ring: each batch writes its keys before any of its queries reads).
     k_cache: Vec<f32>,
     v_cache: Vec<f32>,
+    cache: Vec<LayerCache>,
+    /// One past the highest position written to the caches since the last rebuild: ring rows
+    /// of positions below `written - slots` are gone (see `truncate`).
+    written: usize,
+    /// The ids at positions `0..pos` (to rebuild the rings when `truncate` goes back further
+    /// than they reach).
+    ids: Vec<u32>,
     /// Tokens in the cache.
     pub pos: usize,
     scratch: Scratch,
@@ -397,13 +418,32 @@ impl<'a> Model<'a> {
                 1.0,
             )?),
         };
-        let cache = cfg
-            .n_layers
-            .checked_mul(context)
-            .and_then(|n| n.checked_mul(kv_dim))
+        let mut cache = Vec::new();
+        cache
+            .try_reserve_exact(cfg.n_layers)
+            .map_err(|_| err!(Status::OutOfMemory, "layers"))?;
+        let mut rows = 0usize;
+        for layer in &layers {
+            let slots = match layer.kind {
+                LayerKind::Global => context,
+                LayerKind::Local => context.min(cfg.sliding_window + MAX_BATCH - 1),
+            };
+            cache.push(LayerCache {
+                offset: rows,
+                slots,
+            });
+            rows = rows
+                .checked_add(slots)
+                .ok_or_else(|| err!(Status::OutOfMemory, "KV cache size overflows"))?;
+        }
+        let floats = rows
+            .checked_mul(kv_dim)
             .ok_or_else(|| err!(Status::OutOfMemory, "KV cache size overflows"))?;
-        let k_cache = try_vec(cache)?;
-        let v_cache = try_vec(cache)?;
+        let k_cache = try_vec(floats)?;
+        let v_cache = try_vec(floats)?;
+        let mut ids = Vec::new();
+        ids.try_reserve_exact(context)
+            .map_err(|_| err!(Status::OutOfMemory, "cannot allocate {} ids", context))?;
         let b = MAX_BATCH;
         let score_rows = b * cfg.n_heads;
         let scratch = Scratch {
@@ -433,6 +473,9 @@ impl<'a> Model<'a> {
             quantized_bytes: ld.quantized_bytes,
             k_cache,
             v_cache,
+            cache,
+            written: 0,
+            ids,
             pos: 0,
             scratch,
             logits,
@@ -447,9 +490,13 @@ impl<'a> Model<'a> {
     /// Forgets the cache.
     pub fn reset(&mut self) {
         self.pos = 0;
+        self.written = 0;
+        self.ids.clear();
     }
 
-    /// Keeps only the first `n` cached tokens.
+    /// Keeps only the first `n` cached tokens. When a sliding-window layer's ring no longer
+    /// holds the window before position `n` (it has moved on by more than a batch), the cache
+    /// is rebuilt by running the first `n` ids again.
     pub fn truncate(&mut self, n: usize) -> Result<()> {
         if n > self.pos {
             bail!(
@@ -459,17 +506,29 @@ impl<'a> Model<'a> {
                 self.pos
             );
         }
+        let window = self.cfg.sliding_window;
+        let lost = self.cache.iter().zip(&self.layers).any(|(c, layer)| {
+            // The next query (position n) reads positions n + 1 - window ..= n.
+            layer.kind == LayerKind::Local
+                && (n + 1).saturating_sub(window) + c.slots < self.written
+        });
         self.pos = n;
+        self.ids.truncate(n);
+        if lost {
+            let ids = core::mem::take(&mut self.ids);
+            self.pos = 0;
+            self.written = 0;
+            let r = self.run(&ids, false, None);
+            self.ids = ids;
+            self.ids.truncate(self.pos); // all of them, unless the run failed part way
+            r?;
+        }
         Ok(())
     }
 
     /// Runs `ids` at positions `pos..pos + ids.len()`. After it, `logits` holds the last token's
     /// logits; with `all_logits`, `on_logits(i, logits)` is called for every position `i`.
-    pub fn forward(
-        &mut self,
-        ids: &[u32],
-        mut on_logits: Option<&mut dyn FnMut(usize, &[f32])>,
-    ) -> Result<()> {
+    pub fn forward(&mut self, ids: &[u32], on_logits: OnLogits<'_>) -> Result<()> {
         if ids.is_empty() {
             return Ok(());
         }
@@ -492,6 +551,12 @@ impl<'a> Model<'a> {
                 );
             }
         }
+        self.run(ids, true, on_logits)
+    }
+
+    /// `forward` after its checks; `record`: append each batch's ids to `self.ids` once it has
+    /// run (within the capacity reserved at load, `context`).
+    fn run(&mut self, ids: &[u32], record: bool, mut on_logits: OnLogits<'_>) -> Result<()> {
         let mut done = 0;
         while done < ids.len() {
             let n = (ids.len() - done).min(MAX_BATCH);
@@ -502,6 +567,9 @@ impl<'a> Model<'a> {
                     f(done + i, l)
                 }
             })?;
+            if record {
+                self.ids.extend_from_slice(batch);
+            }
             done += n;
         }
         Ok(())
@@ -572,7 +640,9 @@ impl<'a> Model<'a> {
                 };
                 rope.apply(q, hd, pos0 + t);
                 rope.apply(k, hd, pos0 + t);
-                let at = (l * self.context + pos0 + t) * kv_dim;
+                let c = &self.cache[l];
+                let at = (c.offset + (pos0 + t) % c.slots) * kv_dim;
+                self.written = self.written.max(pos0 + t + 1);
                 for i in 0..kv_dim {
                     self.k_cache[at + i] = quant::f16_to_f32(quant::f32_to_f16(k[i]));
                     self.v_cache[at + i] = quant::f16_to_f32(quant::f32_to_f16(v[i]));
@@ -669,8 +739,9 @@ impl<'a> Model<'a> {
             q: self.scratch.q.as_ptr(),
             out: self.scratch.att_out.as_mut_ptr(),
             scores: self.scratch.scores.as_mut_ptr(),
-            k_cache: self.k_cache[l * self.context * cfg.kv_dim()..].as_ptr(),
-            v_cache: self.v_cache[l * self.context * cfg.kv_dim()..].as_ptr(),
+            k_cache: self.k_cache[self.cache[l].offset * cfg.kv_dim()..].as_ptr(),
+            v_cache: self.v_cache[self.cache[l].offset * cfg.kv_dim()..].as_ptr(),
+            slots: self.cache[l].slots,
             n_heads: cfg.n_heads,
             group: cfg.n_heads / cfg.n_kv_heads,
             head_dim: cfg.head_dim,
@@ -701,8 +772,10 @@ struct AttentionArgs {
     q: *const f32,
     out: *mut f32,
     scores: *mut f32,
+    /// This layer's rows: position `p` at row `p % slots`.
     k_cache: *const f32,
     v_cache: *const f32,
+    slots: usize,
     n_heads: usize,
     group: usize,
     head_dim: usize,
@@ -725,20 +798,22 @@ unsafe fn attention_kernel(args: *const u8, start: usize, end: usize) {
         let lo = (pos + 1).saturating_sub(a.window);
         let kvh = h / a.group;
         // SAFETY: q is (n, q_dim), out the same; item (t, h) owns out[t][h*hd..(h+1)*hd] and score
-        // row `item`; the caches hold positions 0..=pos for this layer.
+        // row `item`; the rows hold positions lo..=pos (a ring keeps window + batch - 1 positions).
         unsafe {
             let q = core::slice::from_raw_parts(a.q.add(t * a.q_dim + h * a.head_dim), a.head_dim);
             let scores =
                 core::slice::from_raw_parts_mut(a.scores.add(item * a.score_stride), pos + 1 - lo);
             let key = |j: usize| {
                 core::slice::from_raw_parts(
-                    a.k_cache.add((lo + j) * a.kv_dim + kvh * a.head_dim),
+                    a.k_cache
+                        .add((lo + j) % a.slots * a.kv_dim + kvh * a.head_dim),
                     a.head_dim,
                 )
             };
             let value = |j: usize| {
                 core::slice::from_raw_parts(
-                    a.v_cache.add((lo + j) * a.kv_dim + kvh * a.head_dim),
+                    a.v_cache
+                        .add((lo + j) % a.slots * a.kv_dim + kvh * a.head_dim),
                     a.head_dim,
                 )
             };

@@ -349,3 +349,42 @@ fn wrong_tensor_shapes_are_named() {
         );
     }
 }
+
+/// Gemma 3's sliding-window layers keep a ring of window + batch - 1 positions (47 of the 64
+/// here): one token at a time, and after truncating back (within the ring, and past it: the
+/// cache is rebuilt from the ids), the logits are those of one batched run.
+#[test]
+fn sliding_window_ring_steps_and_truncation() {
+    let (_, ids) = arch_reference();
+    let file = "tiny-gemma3-Q8_0.gguf";
+    let batched = run(file, &ids, 64);
+    let bytes = std::fs::read(std::format!("{SHARED}/models/tiny/{file}")).unwrap();
+    let g = Gguf::parse(&bytes).unwrap();
+    let mut model = Model::load(&g, 64).unwrap();
+    let full = Model::load(&g, 4096).unwrap(); // the global layers' share grows with context
+    assert!(model.kv_cache_bytes() < 6 * 64 * 128 * 2 * 4);
+    assert!(full.kv_cache_bytes() < 6 * 4096 * 128 * 2 * 4 / 5);
+    let close = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-4);
+    for (p, &id) in ids.iter().enumerate() {
+        model.forward(&[id], None).unwrap();
+        assert!(close(&model.logits, &batched[p]), "step {p}");
+    }
+    for back in [40, 33, 10, 0] {
+        model.truncate(back).unwrap();
+        assert_eq!(model.pos, back);
+        let mut rows = Vec::new();
+        model
+            .forward(
+                &ids[back..],
+                Some(&mut |_, l: &[f32]| rows.push(l.to_vec())),
+            )
+            .unwrap();
+        for (i, row) in rows.iter().enumerate() {
+            assert!(
+                close(row, &batched[back + i]),
+                "truncated to {back}, position {}",
+                back + i
+            );
+        }
+    }
+}
