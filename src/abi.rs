@@ -439,7 +439,9 @@ pub extern "C" fn reset() -> i32 {
     }))
 }
 
-/// Keeps the first `n` cached tokens (to rewind a conversation). Returns `n`.
+/// Keeps the first `n` cached tokens (to rewind a conversation). Returns `n`. A model with
+/// sliding-window layers (gemma3) keeps only window + 31 positions in those layers; going back
+/// further than that re-runs the `n` kept tokens to rebuild them.
 #[unsafe(no_mangle)]
 pub extern "C" fn kv_truncate(n: u32) -> i32 {
     status(
