@@ -75,6 +75,7 @@ WASMIND_API int32_t     pool_selftest(uint32_t jobs, uint32_t seed, uint32_t max
 /* Models (driver only). A text result is left in the result buffer: result_ptr(), the returned
  * length, valid until the next text-returning call. */
 WASMIND_API int32_t     set_context(uint32_t tokens);      /* KV length for the next load; 0 = model's (max 4096) */
+WASMIND_API int32_t     set_quantize(uint32_t ggml_type);  /* next load: 0 = as stored, 8 = F32/F16/BF16 matrices to Q8_0 */
 WASMIND_API int32_t     load_model(wasmind_ptr file, uint32_t len); /* GGUF; the module owns the block */
 WASMIND_API void        unload_model(void);
 WASMIND_API int32_t     model_info(void);                  /* JSON in the result buffer; returns its length */

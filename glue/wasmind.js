@@ -186,8 +186,13 @@ export class Wasmind {
   resultText(len) { return new TextDecoder().decode(this.bytes(this.exports.result_ptr(), this.check(len))); }
 
   /** Loads GGUF bytes (the module keeps its own copy); `context` tokens of KV cache, 0 = the
-   *  model's own (at most 4096). Returns modelInfo(). */
-  loadModel(gguf, { context = 0 } = {}) {
+   *  model's own (at most 4096); `quantize: 'q8_0'` turns F32/F16/BF16 matrices into Q8_0 as
+   *  they load. Returns modelInfo(). */
+  loadModel(gguf, { context = 0, quantize = null } = {}) {
+    const types = { null: 0, none: 0, q8_0: 8 };
+    const type = types[quantize == null ? null : String(quantize).toLowerCase()];
+    if (type === undefined) throw new Error(`wasmind: quantize ${quantize}: supported are 'q8_0' and null`);
+    this.check(this.exports.set_quantize(type));
     this.check(this.exports.set_context(context));
     this.check(this.exports.load_model(this.put(gguf), gguf.byteLength)); // the module owns the block
     return this.modelInfo();

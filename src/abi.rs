@@ -283,6 +283,29 @@ pub extern "C" fn set_context(tokens: u32) -> i32 {
     0
 }
 
+/// Sets the type the next `load_model` turns F32, F16 and BF16 matrices into as it reads them:
+/// 0 keeps every tensor as stored, 8 (GGML_TYPE_Q8_0) gives Q8_0 blocks rounded as ggml's
+/// `quantize_row_q8_0_ref` (the bytes `llama-quantize --pure` writes). Anything else is
+/// UNSUPPORTED. Returns 0.
+#[unsafe(no_mangle)]
+pub extern "C" fn set_quantize(ggml_type: u32) -> i32 {
+    use crate::quant::GgmlType;
+    let request = match GgmlType::from_id(ggml_type) {
+        GgmlType::F32 => None, // id 0
+        GgmlType::Q8_0 => Some(GgmlType::Q8_0),
+        other => {
+            return fail(err!(
+                Status::Unsupported,
+                "quantizing at load to type {} ({}); supported: 0 (keep as stored), 8 (Q8_0)",
+                ggml_type,
+                other.name()
+            ));
+        }
+    };
+    driver().llm.quantize_request = request;
+    0
+}
+
 /// Loads a GGUF model from `ptr..ptr+len`, a block from `alloc(len)` that the module owns from
 /// now on, whatever the outcome (it is freed on failure, when another model is loaded, or on
 /// `unload_model`; the host must not free it). Files with only a vocabulary give a tokenizer
@@ -378,7 +401,9 @@ pub extern "C" fn reset() -> i32 {
     }))
 }
 
-/// Keeps the first `n` cached tokens (to rewind a conversation). Returns `n`.
+/// Keeps the first `n` cached tokens (to rewind a conversation). Returns `n`. A model with
+/// sliding-window layers (gemma3) keeps only window + 31 positions in those layers; going back
+/// further than that re-runs the `n` kept tokens to rebuild them.
 #[unsafe(no_mangle)]
 pub extern "C" fn kv_truncate(n: u32) -> i32 {
     status(

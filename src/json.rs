@@ -709,6 +709,20 @@ impl<'a> ObjectWriter<'a> {
         self
     }
 
+    /// An array of strings under `k`.
+    pub fn strings<'s>(&mut self, k: &str, items: impl IntoIterator<Item = &'s str>) -> &mut Self {
+        let out = self.key(k);
+        out.push(b'[');
+        for (i, item) in items.into_iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_string(out, item);
+        }
+        out.push(b']');
+        self
+    }
+
     /// A nested object under `k`, closed when the returned writer drops.
     pub fn object(&mut self, k: &str) -> ObjectWriter<'_> {
         ObjectWriter::new(self.key(k))
@@ -955,15 +969,16 @@ mod tests {
                 .float32("eps", 1e-5)
                 .boolean("t", true);
             o.object("empty");
+            o.strings("list", ["a", "b\""]).strings("none", []);
             o.object("nested").uint("k", 1);
         }
         assert_eq!(
             core::str::from_utf8(&out).unwrap(),
-            "{\"s\":\"q\\\"b\\\\c\\u000a\\u0001é\",\"u\":7,\"i\":-3,\"f\":2.5,\"nan\":0,\"eps\":0.00001,\"t\":true,\"empty\":{},\"nested\":{\"k\":1}}"
+            "{\"s\":\"q\\\"b\\\\c\\u000a\\u0001é\",\"u\":7,\"i\":-3,\"f\":2.5,\"nan\":0,\"eps\":0.00001,\"t\":true,\"empty\":{},\"list\":[\"a\",\"b\\\"\"],\"none\":[],\"nested\":{\"k\":1}}"
         );
         assert_eq!(
             parse(&out).unwrap(),
-            "{s:<q\"b\\c\n\u{1}é>,u:7,i:-3,f:2.5,nan:0,eps:0.00001,t:true,empty:{},nested:{k:1,},}"
+            "{s:<q\"b\\c\n\u{1}é>,u:7,i:-3,f:2.5,nan:0,eps:0.00001,t:true,empty:{},list:[<a>,<b\">,],none:[],nested:{k:1,},}"
         );
     }
 }

@@ -298,6 +298,13 @@ impl Wasmind {
         Ok(())
     }
 
+    /// The type the next model load turns F32/F16/BF16 matrices into: 0 = as stored, 8 = Q8_0.
+    pub fn set_quantize(&mut self, ggml_type: u32) -> Result<()> {
+        let r = self.call::<u32, i32>("set_quantize", ggml_type)?;
+        self.check("set_quantize", r)?;
+        Ok(())
+    }
+
     pub fn load_model_file(&mut self, path: &std::path::Path, context: u32) -> Result<()> {
         let bytes =
             std::fs::read(path).map_err(|e| wasmtime::format_err!("{}: {e}", path.display()))?;

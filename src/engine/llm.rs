@@ -8,7 +8,8 @@ use crate::chat::{Chat, OPTION_DROP_OLDEST, OPTION_THINK, Role};
 use crate::error::{Result, Status};
 use crate::gguf::Gguf;
 use crate::json::ObjectWriter;
-use crate::model::Model;
+use crate::model::{Activation, LayerKind, LoadOptions, Model};
+use crate::quant::GgmlType;
 use crate::sampler::{Sampler, Settings};
 use crate::template::Template;
 use crate::tokenizer::{StreamDecoder, Tokenizer, Work};
@@ -26,6 +27,8 @@ pub struct LlmEngine {
     loaded: Option<LoadedModel>,
     /// KV cache length the next `load` uses (0: the model's own, capped).
     pub context_request: usize,
+    /// Type the next `load` quantizes F32/F16/BF16 matrices to (`None`: as stored).
+    pub quantize_request: Option<GgmlType>,
     work: Work,
     stream: StreamDecoder,
     ids: Vec<u32>,
@@ -48,7 +51,7 @@ struct LoadedModel {
 impl LoadedModel {
     /// Parses `file` and builds the tokenizer (when the file has a vocabulary) and the model
     /// (when it has tensors).
-    fn new(file: Block, context_request: usize) -> Result<LoadedModel> {
+    fn new(file: Block, options: LoadOptions) -> Result<LoadedModel> {
         if file.bytes().is_empty() {
             bail!(Status::BadFormat, "the model file is empty");
         }
@@ -65,7 +68,7 @@ impl LoadedModel {
             None
         };
         let model = if !gguf.tensors().is_empty() {
-            let model = Model::load(&gguf, context_request)?;
+            let model = Model::load_with(&gguf, options)?;
             if let Some(t) = tokenizer.as_ref().filter(|t| t.n_vocab() > model.cfg.vocab) {
                 bail!(
                     Status::BadFormat,
@@ -105,7 +108,11 @@ impl LlmEngine {
     /// model is gone too) and the block is freed.
     pub fn load(&mut self, file: Block) -> Result<()> {
         self.unload();
-        let loaded = LoadedModel::new(file, self.context_request)?;
+        let options = LoadOptions {
+            context: self.context_request,
+            quantize: self.quantize_request,
+        };
+        let loaded = LoadedModel::new(file, options)?;
         self.chat = Chat::for_model(loaded.chat_template_source(), loaded.tokenizer.as_ref());
         self.stream = StreamDecoder::new();
         self.loaded = Some(loaded);
@@ -219,6 +226,27 @@ impl LlmEngine {
                 .float32("rope_base", c.rope_base)
                 .float32("rms_eps", c.rms_eps)
                 .uint("kv_cache_bytes", m.kv_cache_bytes() as u64);
+            // The attention of each layer, the window and local RoPE base where there are
+            // local layers, the activation, and the bytes of matrices quantized at load.
+            o.strings(
+                "layer_kinds",
+                (0..c.n_layers).map(|l| match c.layer_kind(l) {
+                    LayerKind::Local => "local",
+                    LayerKind::Global => "global",
+                }),
+            );
+            if c.sliding_window > 0 {
+                o.uint("sliding_window", c.sliding_window as u64)
+                    .float32("rope_base_local", c.rope_base_local);
+            }
+            o.string(
+                "activation",
+                match c.activation {
+                    Activation::Silu => "silu",
+                    Activation::GeluTanh => "gelu_tanh",
+                },
+            )
+            .uint("quantized_at_load_bytes", m.quantized_bytes as u64);
         }
         // Tensor types and how many tensors of each.
         let mut counts: Vec<(&str, u64)> = Vec::new();

@@ -18,6 +18,16 @@ pub enum Arch {
     Llama,
     /// Qwen2 / Qwen2.5: biases on q, k, v; RoPE on the two halves (NeoX style).
     Qwen2,
+    /// Qwen3: no biases, an RMS norm on each head of q and k before RoPE, NeoX RoPE, a head
+    /// width (`attention.key_length`) independent of `dim / heads`.
+    Qwen3,
+    /// Gemma 3: embeddings scaled by sqrt(dim), q/k head norms, norms after attention and after
+    /// the feed-forward too, GELU (tanh) gating, output tied to the embeddings, and five
+    /// sliding-window layers for each global one, each kind with its own RoPE base.
+    Gemma3,
+    /// Phi-3 / 3.5: q, k, v in one fused `attn_qkv` matrix, gate and up in one `ffn_up` (gate
+    /// rows first), NeoX RoPE.
+    Phi3,
 }
 
 impl Arch {
@@ -25,8 +35,30 @@ impl Arch {
         match self {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
+            Arch::Gemma3 => "gemma3",
+            Arch::Phi3 => "phi3",
         }
     }
+}
+
+/// The feed-forward's gate activation: `down(act(gate x) * up x)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// `x * sigmoid(x)` (SwiGLU).
+    Silu,
+    /// GELU, tanh approximation (GeGLU), through ggml's f16 table (see `ops::gelu`).
+    GeluTanh,
+}
+
+/// Which positions a layer attends to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayerKind {
+    /// Every earlier position.
+    Global,
+    /// The last `sliding_window` positions, the current one included (llama.cpp's "standard"
+    /// SWA: key `k` is visible from query `q` when `q - k < window`).
+    Local,
 }
 
 /// Which elements RoPE rotates together.
@@ -57,6 +89,28 @@ pub struct Config {
     /// Dimensions of each head that RoPE rotates (the first `rope_dims`).
     pub rope_dims: usize,
     pub rope_style: RopeStyle,
+    /// Linear RoPE scaling of global layers (`rope.scaling.type = linear`): angles divided by it.
+    pub rope_linear_factor: f32,
+    /// Gemma 3: the RoPE base of the sliding-window layers (llama.cpp fixes it at 10000).
+    pub rope_base_local: f32,
+    /// Positions a local layer sees (0: no local layers).
+    pub sliding_window: usize,
+    /// Every `swa_pattern`-th layer is global, the others local (0: all global).
+    pub swa_pattern: usize,
+    /// Scores are `q · k * attn_scale`.
+    pub attn_scale: f32,
+    /// Embedding rows are multiplied by this (Gemma: sqrt(dim)).
+    pub embed_scale: f32,
+    pub activation: Activation,
+    /// RMS norms on each q and k head (`attn_q_norm`, `attn_k_norm`).
+    pub qk_norm: bool,
+    /// Gemma's norms of the attention and feed-forward outputs (`post_attention_norm`,
+    /// `post_ffw_norm`) before they join the residual stream.
+    pub post_norms: bool,
+    /// Biases on q, k, v (qwen2).
+    pub qkv_bias: bool,
+    /// q, k, v in one `attn_qkv` and gate|up in one `ffn_up` (phi3).
+    pub fused: bool,
 }
 
 impl Config {
@@ -66,15 +120,39 @@ impl Config {
     pub fn kv_dim(&self) -> usize {
         self.n_kv_heads * self.head_dim
     }
+    /// `(dim, q_dim, kv_dim, ffn_dim, head_dim)`: the widths the forward pass works in.
+    pub fn widths(&self) -> (usize, usize, usize, usize, usize) {
+        (
+            self.dim,
+            self.q_dim(),
+            self.kv_dim(),
+            self.ffn_dim,
+            self.head_dim,
+        )
+    }
+    /// Whether layer `l` attends globally or through the sliding window.
+    pub fn layer_kind(&self, l: usize) -> LayerKind {
+        if self.sliding_window > 0
+            && self.swa_pattern > 0
+            && l % self.swa_pattern < self.swa_pattern - 1
+        {
+            LayerKind::Local
+        } else {
+            LayerKind::Global
+        }
+    }
 
     pub fn from_gguf(g: &Gguf<'_>) -> Result<Config> {
         let arch_name = g.get_str("general.architecture")?;
         let arch = match arch_name {
             "llama" => Arch::Llama,
             "qwen2" => Arch::Qwen2,
+            "qwen3" => Arch::Qwen3,
+            "gemma3" => Arch::Gemma3,
+            "phi3" => Arch::Phi3,
             other => bail!(
                 Status::Unsupported,
-                "architecture {:?} (supported: llama, qwen2)",
+                "architecture {:?} (supported: llama, qwen2, qwen3, gemma3, phi3)",
                 other
             ),
         };
@@ -178,12 +256,38 @@ impl Config {
             Some(v) => v as usize,
             None => head_dim,
         };
-        if let Some(scaling) = g.get_str_opt(&key("rope.scaling.type"))?
-            && scaling != "none"
-            && scaling != "llama3"
-        {
-            bail!(Status::Unsupported, "rope scaling {:?}", scaling);
+        let mut rope_linear_factor = 1.0;
+        if let Some(scaling) = g.get_str_opt(&key("rope.scaling.type"))? {
+            match scaling {
+                "none" | "llama3" => {}
+                "linear" => {
+                    let f = g.get_f32_opt(&key("rope.scaling.factor"))?.unwrap_or(1.0);
+                    if !(f.is_finite() && f >= 1.0) {
+                        bail!(
+                            Status::BadFormat,
+                            "rope.scaling.factor {} is out of range",
+                            f
+                        );
+                    }
+                    rope_linear_factor = f;
+                }
+                _ => bail!(Status::Unsupported, "rope scaling {:?}", scaling),
+            }
         }
+        if arch == Arch::Phi3 && g.tensor("rope_factors_long.weight").is_some() {
+            // Phi-3 128k (LongRoPE): per-dimension factors chosen by context length, and an
+            // attention factor; not implemented.
+            bail!(
+                Status::Unsupported,
+                "phi3 with LongRoPE factors (the 128k-context variants)"
+            );
+        }
+        let (sliding_window, swa_pattern) = if arch == Arch::Gemma3 {
+            let w = bounded("attention.sliding_window", MAX_CONTEXT)?;
+            (w, 6)
+        } else {
+            (0, 0)
+        };
         // The vocabulary size is the embedding's row count (checked in the weights).
         let embd = g
             .tensor("token_embd.weight")
@@ -191,8 +295,17 @@ impl Config {
         let vocab = embd.dims[1] as usize;
         let rope_style = match arch {
             Arch::Llama => RopeStyle::AdjacentPairs,
-            Arch::Qwen2 => RopeStyle::Halves,
+            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma3 | Arch::Phi3 => RopeStyle::Halves,
         };
+        // llama.cpp: Gemma 3 27B (62 layers) scales by dim / heads, every other model by the
+        // head width.
+        let scale_width = if arch == Arch::Gemma3 && n_layers == 62 {
+            dim / n_heads
+        } else {
+            head_dim
+        };
+        let attn_scale = 1.0 / super::ops::sqrtf(scale_width as f32);
+        let gemma = arch == Arch::Gemma3;
         Ok(Config {
             arch,
             dim,
@@ -207,6 +320,25 @@ impl Config {
             rope_base,
             rope_dims,
             rope_style,
+            rope_linear_factor,
+            rope_base_local: 10_000.0,
+            sliding_window,
+            swa_pattern,
+            attn_scale,
+            embed_scale: if gemma {
+                super::ops::sqrtf(dim as f32)
+            } else {
+                1.0
+            },
+            activation: if gemma {
+                Activation::GeluTanh
+            } else {
+                Activation::Silu
+            },
+            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3),
+            post_norms: gemma,
+            qkv_bias: arch == Arch::Qwen2,
+            fused: arch == Arch::Phi3,
         })
     }
 }

@@ -1,19 +1,25 @@
-//! The llama-family forward pass: weights where they lie in the GGUF file, a KV cache, and a
-//! batched step that turns token ids into logits.
+//! The llama-family forward pass (llama, qwen2, qwen3, gemma3, phi3): weights where they lie in
+//! the GGUF file (or quantized to Q8_0 as they are read), a KV cache, and a batched step that
+//! turns token ids into logits.
 //!
-//! One token, top to bottom (shapes per token; `B` tokens go through together in a batch):
+//! One token, top to bottom (shapes per token; `B` tokens go through together in a batch;
+//! bracketed steps belong to some architectures only):
 //! ```text
-//! x = token_embd[id]                                   (dim,)
+//! x = token_embd[id] [* sqrt(dim)]                     (dim,)           [gemma3]
 //! for each layer:
 //!     xb = rmsnorm(x) * attn_norm                      (dim,)
 //!     q, k, v = Wq xb (+bq), Wk xb (+bk), Wv xb (+bv)  (q_dim,), (kv_dim,), (kv_dim,)
+//!     [q_h, k_h = rmsnorm(q_h) * q_norm, rmsnorm(k_h) * k_norm]         [qwen3, gemma3]
 //!     rope(q, k, pos); k, v -> cache[layer][pos]       (f16-rounded, as llama.cpp's cache)
-//!     per head h: att = softmax(q_h · K[..=pos] / sqrt(hd)); o_h = att · V[..=pos]
-//!     x += Wo o                                        (dim,)
+//!     per head h: att = softmax(q_h · K[lo..=pos] * scale); o_h = att · V[lo..=pos]
+//!                 (lo = 0, or pos + 1 - window in a sliding-window layer)
+//!     x += [post_attn_norm *] Wo o                     (dim,)
 //!     xb = rmsnorm(x) * ffn_norm
-//!     x += Wdown (silu(Wgate xb) * (Wup xb))           (ffn,) -> (dim,)
+//!     x += [post_ffn_norm *] Wdown (act(Wgate xb) * (Wup xb))  act: silu, or gelu [gemma3]
 //! logits = Wout (rmsnorm(x) * output_norm)             (vocab,)
 //! ```
+//! phi3 stores Wq|Wk|Wv as one matrix and Wgate|Wup as another: the loader takes row ranges of
+//! them as separate matrices, so the pass is the same.
 //! Every matrix product and the attention heads are split across the thread pool; each output
 //! element is computed by one thread in a fixed order, so logits do not depend on thread count.
 
@@ -28,8 +34,8 @@ use crate::gguf::{Gguf, TensorInfo};
 use crate::pool::{self, Disjoint};
 use crate::quant::{self, ActivationBuf, GgmlType};
 use crate::{bail, err, math};
-pub use config::{Arch, Config};
-use ops::{RopeTable, rmsnorm, try_vec};
+pub use config::{Activation, Arch, Config, LayerKind};
+use ops::{RopeTable, rmsnorm, rmsnorm_in_place, try_vec};
 
 /// Tokens that go through the layers together in one prefill batch.
 pub const MAX_BATCH: usize = 32;
@@ -51,16 +57,7 @@ pub struct Matrix<'a> {
 
 impl<'a> Matrix<'a> {
     fn from_tensor(t: &TensorInfo<'a>, rows: usize, cols: usize) -> Result<Matrix<'a>> {
-        if t.n_dims > 2 || t.dims[0] as usize != cols || t.dims[1] as usize != rows {
-            bail!(
-                Status::BadFormat,
-                "tensor {} has shape {:?}, expected [{}, {}]",
-                t.name,
-                &t.dims[..t.n_dims],
-                cols,
-                rows
-            );
-        }
+        check_shape(t, &[cols as u64, rows as u64])?;
         if !quant::is_supported(t.ty) {
             bail!(
                 Status::Unsupported,
@@ -82,20 +79,74 @@ impl<'a> Matrix<'a> {
     fn row(&self, r: usize) -> &'a [u8] {
         &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]
     }
+
+    /// Rows `rows` of this matrix as a matrix of their own (fused tensors).
+    fn rows(&self, rows: Range<usize>) -> Matrix<'a> {
+        Matrix {
+            data: &self.data[rows.start * self.row_bytes..rows.end * self.row_bytes],
+            rows: rows.len(),
+            ..*self
+        }
+    }
+}
+
+/// Fails with the tensor's name unless its shape is `want` (GGUF order: the row length first).
+fn check_shape(t: &TensorInfo<'_>, want: &[u64]) -> Result<()> {
+    let dims = &t.dims[..t.n_dims];
+    // GGUF may write trailing 1s ([256, 1] for a vector): they do not change the shape.
+    let trimmed = |d: &[u64]| -> usize { d.iter().rposition(|&x| x != 1).map_or(0, |i| i + 1) };
+    if dims[..trimmed(dims)] != want[..trimmed(want)] {
+        bail!(
+            Status::BadFormat,
+            "{}: shape {:?}, expected {:?}",
+            t.name,
+            dims,
+            want
+        );
+    }
+    Ok(())
 }
 
 struct Layer<'a> {
+    kind: LayerKind,
     attn_norm: Vec<f32>,
     wq: Matrix<'a>,
     wk: Matrix<'a>,
     wv: Matrix<'a>,
     /// qwen2 only: biases of q, k, v.
     bias: Option<[Vec<f32>; 3]>,
+    /// qwen3, gemma3: the norms of each q head and each k head, `(head_dim,)` each.
+    qk_norm: Option<[Vec<f32>; 2]>,
     wo: Matrix<'a>,
+    /// gemma3: the norm of the attention output.
+    post_attn_norm: Option<Vec<f32>>,
     ffn_norm: Vec<f32>,
     w_gate: Matrix<'a>,
     w_up: Matrix<'a>,
     w_down: Matrix<'a>,
+    /// gemma3: the norm of the feed-forward output.
+    post_ffn_norm: Option<Vec<f32>>,
+}
+
+/// How to load a model.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LoadOptions {
+    /// KV cache length (0: the model's own context length, capped at 4096).
+    pub context: usize,
+    /// `Some(Q8_0)`: F32, F16 and BF16 matrices become Q8_0 blocks as they are read (ggml's
+    /// rounding: the bytes `llama-quantize --pure` writes). Norms and other vectors stay f32.
+    pub quantize: Option<GgmlType>,
+}
+
+/// Called with each position's index in the batch and its logits, when all are wanted.
+pub type OnLogits<'f> = Option<&'f mut dyn FnMut(usize, &[f32])>;
+
+/// Where a layer's K and V rows are in the caches.
+struct LayerCache {
+    /// First row.
+    offset: usize,
+    /// Rows: `context`, or a sliding window plus a batch.
+    slots: usize,
 }
 
 /// Activations of one batch: every buffer is `(MAX_BATCH, width)`.
@@ -116,9 +167,6 @@ struct Scratch {
     acts2: ActivationBuf,
 }
 
-/// Called with each position's logits when a forward pass asks for all of them.
-pub type OnLogits<'f> = &'f mut dyn FnMut(usize, &[f32]);
-
 pub struct Model<'a> {
     pub cfg: Config,
     /// Positions the KV cache holds.
@@ -128,9 +176,27 @@ pub struct Model<'a> {
     output_norm: Vec<f32>,
     output: Matrix<'a>,
     rope: RopeTable,
-    /// (n_layers, context, kv_dim) each.
+    /// gemma3: the RoPE of the sliding-window layers (their own base).
+    rope_local: Option<RopeTable>,
+    /// Matrices quantized at load; the `Matrix` views above point into these. Never touched
+    /// after `load`, so the views stay valid for the model's life (moving a Vec does not move
+    /// its heap block).
+    _owned: Vec<Vec<u8>>,
+    /// Bytes of weights quantized at load (in `_owned`).
+    pub quantized_bytes: usize,
+    /// Every layer's K and V rows, layer after layer: layer `l` has `cache[l].slots` rows of
+    /// `kv_dim` from `cache[l].offset` (rows, not floats). Position `p` lives in row `p % slots`:
+    /// a global layer has `context` slots (no wrap), a sliding-window layer only its window plus
+    /// a batch (a ring: each batch writes its keys before any of its queries reads).
     k_cache: Vec<f32>,
     v_cache: Vec<f32>,
+    cache: Vec<LayerCache>,
+    /// One past the highest position written to the caches since the last rebuild: ring rows
+    /// of positions below `written - slots` are gone (see `truncate`).
+    written: usize,
+    /// The ids at positions `0..pos` (to rebuild the rings when `truncate` goes back further
+    /// than they reach).
+    ids: Vec<u32>,
     /// Tokens in the cache.
     pub pos: usize,
     scratch: Scratch,
@@ -143,15 +209,7 @@ fn vector(g: &Gguf<'_>, name: &str, n: usize) -> Result<Vec<f32>> {
     let t = g
         .tensor(name)
         .ok_or_else(|| err!(Status::BadFormat, "tensor {} is missing", name))?;
-    if t.n_elements() != n as u64 {
-        bail!(
-            Status::BadFormat,
-            "tensor {} has {} values, expected {}",
-            name,
-            t.n_elements(),
-            n
-        );
-    }
+    check_shape(t, &[n as u64])?;
     let mut out = try_vec(n)?;
     match t.ty {
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
@@ -167,29 +225,116 @@ fn vector(g: &Gguf<'_>, name: &str, n: usize) -> Result<Vec<f32>> {
     Ok(out)
 }
 
-fn matrix<'a>(g: &Gguf<'a>, name: &str, rows: usize, cols: usize) -> Result<Matrix<'a>> {
-    let t = g
-        .tensor(name)
-        .ok_or_else(|| err!(Status::BadFormat, "tensor {} is missing", name))?;
-    Matrix::from_tensor(t, rows, cols)
+/// Reads the matrices of a file, quantizing them when asked; owns what it quantized.
+struct Loader<'g, 'a> {
+    g: &'g Gguf<'a>,
+    quantize: Option<GgmlType>,
+    owned: Vec<Vec<u8>>,
+    quantized_bytes: usize,
+}
+
+impl<'a> Loader<'_, 'a> {
+    /// The `rows x cols` matrix `name`, checked against that shape.
+    fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<Matrix<'a>> {
+        let t = self
+            .g
+            .tensor(name)
+            .ok_or_else(|| err!(Status::BadFormat, "tensor {} is missing", name))?;
+        let m = Matrix::from_tensor(t, rows, cols)?;
+        match self.quantize {
+            Some(GgmlType::Q8_0)
+                if matches!(m.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+                    && cols.is_multiple_of(32) =>
+            {
+                self.quantize_q8_0(&m)
+            }
+            _ => Ok(m),
+        }
+    }
+
+    /// `m` as Q8_0 blocks in a buffer of our own: row by row, dequantized to f32 and rounded
+    /// as ggml's `quantize_row_q8_0_ref` does.
+    fn quantize_q8_0(&mut self, m: &Matrix<'a>) -> Result<Matrix<'a>> {
+        let row_bytes = m.cols / 32 * 34;
+        let total = m
+            .rows
+            .checked_mul(row_bytes)
+            .ok_or_else(|| err!(Status::OutOfMemory, "quantized matrix"))?;
+        let mut out: Vec<u8> = Vec::new();
+        out.try_reserve_exact(total).map_err(|_| {
+            err!(
+                Status::OutOfMemory,
+                "cannot allocate {} bytes for Q8_0",
+                total
+            )
+        })?;
+        out.resize(total, 0);
+        self.owned
+            .try_reserve(1)
+            .map_err(|_| err!(Status::OutOfMemory, "quantized matrices"))?;
+        let mut row = try_vec(m.cols)?;
+        for (r, q) in out.chunks_exact_mut(row_bytes).enumerate() {
+            quant::dequantize_row(m.ty, m.row(r), &mut row)?;
+            quant::quantize_row_q8_0(&row, q);
+        }
+        // SAFETY: the heap block of `out` is never freed, resized or written again while the
+        // model lives: it moves into `Model::_owned` with this loader, and the model's matrices
+        // (which never leave the model) are the only readers.
+        let data: &'a [u8] = unsafe { core::slice::from_raw_parts(out.as_ptr(), total) };
+        self.owned.push(out);
+        self.quantized_bytes += total;
+        Ok(Matrix {
+            ty: GgmlType::Q8_0,
+            data,
+            rows: m.rows,
+            cols: m.cols,
+            row_bytes,
+        })
+    }
 }
 
 impl<'a> Model<'a> {
     /// Builds a model over a parsed file. `context` is the KV cache length (0: the model's own,
     /// capped at 4096).
     pub fn load(g: &Gguf<'a>, context: usize) -> Result<Model<'a>> {
+        Model::load_with(
+            g,
+            LoadOptions {
+                context,
+                quantize: None,
+            },
+        )
+    }
+
+    /// Builds a model over a parsed file, checking every tensor's shape against the
+    /// architecture's (the error names the tensor).
+    pub fn load_with(g: &Gguf<'a>, opts: LoadOptions) -> Result<Model<'a>> {
         let cfg = Config::from_gguf(g)?;
-        let context = match context {
+        let context = match opts.context {
             0 => cfg.train_context.min(4096),
             n => n,
         };
         if context > (1 << 20) {
             bail!(Status::InvalidArgument, "context {} is too large", context);
         }
-        let (dim, q_dim, kv_dim, ffn) = (cfg.dim, cfg.q_dim(), cfg.kv_dim(), cfg.ffn_dim);
-        let token_embd = matrix(g, "token_embd.weight", cfg.vocab, dim)?;
+        match opts.quantize {
+            None | Some(GgmlType::Q8_0) => {}
+            Some(other) => bail!(
+                Status::Unsupported,
+                "quantizing at load to {} (supported: Q8_0)",
+                other.name()
+            ),
+        }
+        let mut ld = Loader {
+            g,
+            quantize: opts.quantize,
+            owned: Vec::new(),
+            quantized_bytes: 0,
+        };
+        let (dim, q_dim, kv_dim, ffn, hd) = cfg.widths();
+        let token_embd = ld.matrix("token_embd.weight", cfg.vocab, dim)?;
         let output = match g.tensor("output.weight") {
-            Some(t) => Matrix::from_tensor(t, cfg.vocab, dim)?,
+            Some(_) => ld.matrix("output.weight", cfg.vocab, dim)?,
             None => token_embd,
         };
         let mut layers = Vec::new();
@@ -198,7 +343,7 @@ impl<'a> Model<'a> {
             .map_err(|_| err!(Status::OutOfMemory, "layers"))?;
         for l in 0..cfg.n_layers {
             let nm = |suffix: &str| alloc::format!("blk.{l}.{suffix}");
-            let bias = if cfg.arch == Arch::Qwen2 {
+            let bias = if cfg.qkv_bias {
                 Some([
                     vector(g, &nm("attn_q.bias"), q_dim)?,
                     vector(g, &nm("attn_k.bias"), kv_dim)?,
@@ -207,17 +352,53 @@ impl<'a> Model<'a> {
             } else {
                 None
             };
+            let qk_norm = if cfg.qk_norm {
+                Some([
+                    vector(g, &nm("attn_q_norm.weight"), hd)?,
+                    vector(g, &nm("attn_k_norm.weight"), hd)?,
+                ])
+            } else {
+                None
+            };
+            let post = |name: &str| -> Result<Option<Vec<f32>>> {
+                match cfg.post_norms {
+                    true => Ok(Some(vector(g, &nm(name), dim)?)),
+                    false => Ok(None),
+                }
+            };
+            let (wq, wk, wv, w_gate, w_up);
+            if cfg.fused {
+                // Rows: q, then k, then v; gate, then up (ggml's swiglu takes the first half
+                // as the gate).
+                let qkv = ld.matrix(&nm("attn_qkv.weight"), q_dim + 2 * kv_dim, dim)?;
+                wq = qkv.rows(0..q_dim);
+                wk = qkv.rows(q_dim..q_dim + kv_dim);
+                wv = qkv.rows(q_dim + kv_dim..q_dim + 2 * kv_dim);
+                let gate_up = ld.matrix(&nm("ffn_up.weight"), 2 * ffn, dim)?;
+                w_gate = gate_up.rows(0..ffn);
+                w_up = gate_up.rows(ffn..2 * ffn);
+            } else {
+                wq = ld.matrix(&nm("attn_q.weight"), q_dim, dim)?;
+                wk = ld.matrix(&nm("attn_k.weight"), kv_dim, dim)?;
+                wv = ld.matrix(&nm("attn_v.weight"), kv_dim, dim)?;
+                w_gate = ld.matrix(&nm("ffn_gate.weight"), ffn, dim)?;
+                w_up = ld.matrix(&nm("ffn_up.weight"), ffn, dim)?;
+            }
             layers.push(Layer {
+                kind: cfg.layer_kind(l),
                 attn_norm: vector(g, &nm("attn_norm.weight"), dim)?,
-                wq: matrix(g, &nm("attn_q.weight"), q_dim, dim)?,
-                wk: matrix(g, &nm("attn_k.weight"), kv_dim, dim)?,
-                wv: matrix(g, &nm("attn_v.weight"), kv_dim, dim)?,
+                wq,
+                wk,
+                wv,
                 bias,
-                wo: matrix(g, &nm("attn_output.weight"), dim, q_dim)?,
+                qk_norm,
+                wo: ld.matrix(&nm("attn_output.weight"), dim, q_dim)?,
+                post_attn_norm: post("post_attention_norm.weight")?,
                 ffn_norm: vector(g, &nm("ffn_norm.weight"), dim)?,
-                w_gate: matrix(g, &nm("ffn_gate.weight"), ffn, dim)?,
-                w_up: matrix(g, &nm("ffn_up.weight"), ffn, dim)?,
-                w_down: matrix(g, &nm("ffn_down.weight"), dim, ffn)?,
+                w_gate,
+                w_up,
+                w_down: ld.matrix(&nm("ffn_down.weight"), dim, ffn)?,
+                post_ffn_norm: post("post_ffw_norm.weight")?,
             });
         }
         let output_norm = vector(g, "output_norm.weight", dim)?;
@@ -225,14 +406,45 @@ impl<'a> Model<'a> {
             Some(_) => Some(vector(g, "rope_freqs.weight", cfg.rope_dims / 2)?),
             None => None,
         };
-        let rope = RopeTable::new(&cfg, context, factors.as_deref())?;
-        let cache = cfg
-            .n_layers
-            .checked_mul(context)
-            .and_then(|n| n.checked_mul(kv_dim))
+        let linear = 1.0 / cfg.rope_linear_factor as f64;
+        let rope = RopeTable::new(&cfg, context, factors.as_deref(), cfg.rope_base, linear)?;
+        // llama.cpp: sliding-window layers have their own base and no scaling.
+        let rope_local = match cfg.sliding_window {
+            0 => None,
+            _ => Some(RopeTable::new(
+                &cfg,
+                context,
+                factors.as_deref(),
+                cfg.rope_base_local,
+                1.0,
+            )?),
+        };
+        let mut cache = Vec::new();
+        cache
+            .try_reserve_exact(cfg.n_layers)
+            .map_err(|_| err!(Status::OutOfMemory, "layers"))?;
+        let mut rows = 0usize;
+        for layer in &layers {
+            let slots = match layer.kind {
+                LayerKind::Global => context,
+                LayerKind::Local => context.min(cfg.sliding_window + MAX_BATCH - 1),
+            };
+            cache.push(LayerCache {
+                offset: rows,
+                slots,
+            });
+            rows = rows
+                .checked_add(slots)
+                .ok_or_else(|| err!(Status::OutOfMemory, "KV cache size overflows"))?;
+        }
+        let floats = rows
+            .checked_mul(kv_dim)
             .ok_or_else(|| err!(Status::OutOfMemory, "KV cache size overflows"))?;
-        let k_cache = try_vec(cache)?;
-        let v_cache = try_vec(cache)?;
+        let k_cache = try_vec(floats)?;
+        let v_cache = try_vec(floats)?;
+        let mut ids = Vec::new();
+        ids.try_reserve_exact(context)
+            .map_err(|_| err!(Status::OutOfMemory, "cannot allocate {} ids", context))?;
         let b = MAX_BATCH;
         let score_rows = b * cfg.n_heads;
         let scratch = Scratch {
@@ -257,8 +469,14 @@ impl<'a> Model<'a> {
             output_norm,
             output,
             rope,
+            rope_local,
+            _owned: ld.owned,
+            quantized_bytes: ld.quantized_bytes,
             k_cache,
             v_cache,
+            cache,
+            written: 0,
+            ids,
             pos: 0,
             scratch,
             logits,
@@ -273,9 +491,13 @@ impl<'a> Model<'a> {
     /// Forgets the cache.
     pub fn reset(&mut self) {
         self.pos = 0;
+        self.written = 0;
+        self.ids.clear();
     }
 
-    /// Keeps only the first `n` cached tokens.
+    /// Keeps only the first `n` cached tokens. When a sliding-window layer's ring no longer
+    /// holds the window before position `n` (it has moved on by more than a batch), the cache
+    /// is rebuilt by running the first `n` ids again.
     pub fn truncate(&mut self, n: usize) -> Result<()> {
         if n > self.pos {
             bail!(
@@ -285,13 +507,29 @@ impl<'a> Model<'a> {
                 self.pos
             );
         }
+        let window = self.cfg.sliding_window;
+        let lost = self.cache.iter().zip(&self.layers).any(|(c, layer)| {
+            // The next query (position n) reads positions n + 1 - window ..= n.
+            layer.kind == LayerKind::Local
+                && (n + 1).saturating_sub(window) + c.slots < self.written
+        });
         self.pos = n;
+        self.ids.truncate(n);
+        if lost {
+            let ids = core::mem::take(&mut self.ids);
+            self.pos = 0;
+            self.written = 0;
+            let r = self.run(&ids, false, None);
+            self.ids = ids;
+            self.ids.truncate(self.pos); // all of them, unless the run failed part way
+            r?;
+        }
         Ok(())
     }
 
     /// Runs `ids` at positions `pos..pos + ids.len()`. After it, `logits` holds the last token's
     /// logits; with `all_logits`, `on_logits(i, logits)` is called for every position `i`.
-    pub fn forward(&mut self, ids: &[u32], mut on_logits: Option<OnLogits<'_>>) -> Result<()> {
+    pub fn forward(&mut self, ids: &[u32], on_logits: OnLogits<'_>) -> Result<()> {
         if ids.is_empty() {
             return Ok(());
         }
@@ -314,6 +552,12 @@ impl<'a> Model<'a> {
                 );
             }
         }
+        self.run(ids, true, on_logits)
+    }
+
+    /// `forward` after its checks; `record`: append each batch's ids to `self.ids` once it has
+    /// run (within the capacity reserved at load, `context`).
+    fn run(&mut self, ids: &[u32], record: bool, mut on_logits: OnLogits<'_>) -> Result<()> {
         let mut done = 0;
         while done < ids.len() {
             let n = (ids.len() - done).min(MAX_BATCH);
@@ -324,6 +568,9 @@ impl<'a> Model<'a> {
                     f(done + i, l)
                 }
             })?;
+            if record {
+                self.ids.extend_from_slice(batch);
+            }
             done += n;
         }
         Ok(())
@@ -337,21 +584,15 @@ impl<'a> Model<'a> {
     ) -> Result<()> {
         let n = ids.len();
         let cfg = self.cfg.clone();
-        let (dim, q_dim, kv_dim, ffn, hd) = (
-            cfg.dim,
-            cfg.q_dim(),
-            cfg.kv_dim(),
-            cfg.ffn_dim,
-            cfg.head_dim,
-        );
+        let (dim, q_dim, kv_dim, ffn, hd) = cfg.widths();
         let pos0 = self.pos;
         for (t, &id) in ids.iter().enumerate() {
             let row = self.token_embd.row(id as usize);
-            quant::dequantize_row(
-                self.token_embd.ty,
-                row,
-                &mut self.scratch.x[t * dim..(t + 1) * dim],
-            )?;
+            let x = &mut self.scratch.x[t * dim..(t + 1) * dim];
+            quant::dequantize_row(self.token_embd.ty, row, x)?;
+            if cfg.embed_scale != 1.0 {
+                x.iter_mut().for_each(|v| *v *= cfg.embed_scale);
+            }
         }
         for l in 0..cfg.n_layers {
             let layer = &self.layers[l];
@@ -386,9 +627,23 @@ impl<'a> Model<'a> {
                     ops::axpy(k, 1.0, bk);
                     ops::axpy(v, 1.0, bv);
                 }
-                self.rope.apply(q, hd, pos0 + t);
-                self.rope.apply(k, hd, pos0 + t);
-                let at = (l * self.context + pos0 + t) * kv_dim;
+                if let Some([nq, nk]) = &layer.qk_norm {
+                    for head in q.chunks_exact_mut(hd) {
+                        rmsnorm_in_place(head, nq, cfg.rms_eps);
+                    }
+                    for head in k.chunks_exact_mut(hd) {
+                        rmsnorm_in_place(head, nk, cfg.rms_eps);
+                    }
+                }
+                let rope = match (layer.kind, &self.rope_local) {
+                    (LayerKind::Local, Some(r)) => r,
+                    _ => &self.rope,
+                };
+                rope.apply(q, hd, pos0 + t);
+                rope.apply(k, hd, pos0 + t);
+                let c = &self.cache[l];
+                let at = (c.offset + (pos0 + t) % c.slots) * kv_dim;
+                self.written = self.written.max(pos0 + t + 1);
                 for i in 0..kv_dim {
                     self.k_cache[at + i] = quant::f16_to_f32(quant::f32_to_f16(k[i]));
                     self.v_cache[at + i] = quant::f16_to_f32(quant::f32_to_f16(v[i]));
@@ -405,6 +660,11 @@ impl<'a> Model<'a> {
                 &mut s.acts,
                 &mut s.acts2,
             )?;
+            if let Some(w) = &layer.post_attn_norm {
+                for xb in s.xb[..n * dim].chunks_exact_mut(dim) {
+                    rmsnorm_in_place(xb, w, cfg.rms_eps);
+                }
+            }
             ops::axpy(&mut s.x[..n * dim], 1.0, &s.xb[..n * dim]);
             for t in 0..n {
                 rmsnorm(
@@ -424,9 +684,11 @@ impl<'a> Model<'a> {
                 &mut s.acts,
                 &mut s.acts2,
             )?;
-            math::silu_in_place(&mut s.gate[..n * ffn]);
-            for (g, &u) in s.gate[..n * ffn].iter_mut().zip(&s.up[..n * ffn]) {
-                *g *= u;
+            match cfg.activation {
+                Activation::Silu => ops::swiglu_in_place(&mut s.gate[..n * ffn], &s.up[..n * ffn]),
+                Activation::GeluTanh => {
+                    ops::geglu_in_place(&mut s.gate[..n * ffn], &s.up[..n * ffn])
+                }
             }
             matmul_group(
                 &mut [(&layer.w_down, &mut s.xb[..n * dim])],
@@ -435,6 +697,11 @@ impl<'a> Model<'a> {
                 &mut s.acts,
                 &mut s.acts2,
             )?;
+            if let Some(w) = &layer.post_ffn_norm {
+                for xb in s.xb[..n * dim].chunks_exact_mut(dim) {
+                    rmsnorm_in_place(xb, w, cfg.rms_eps);
+                }
+            }
             ops::axpy(&mut s.x[..n * dim], 1.0, &s.xb[..n * dim]);
         }
         self.pos += n;
@@ -469,15 +736,17 @@ impl<'a> Model<'a> {
     /// (token, head).
     fn attention(&mut self, l: usize, n: usize, pos0: usize) {
         let cfg = &self.cfg;
-        let layer = l * self.context * cfg.kv_dim()..(l + 1) * self.context * cfg.kv_dim();
+        let ring = &self.cache[l];
+        let rows = ring.offset * cfg.kv_dim()..(ring.offset + ring.slots) * cfg.kv_dim();
         let score_stride = self.context + SCORE_ROW_PAD;
         let s = &mut self.scratch;
         let args = AttentionArgs {
             q: &s.q[..n * cfg.q_dim()],
             out: Disjoint::new(&mut s.att_out[..n * cfg.q_dim()]),
             scores: Disjoint::new(&mut s.scores[..n * cfg.n_heads * score_stride]),
-            k_cache: &self.k_cache[layer.clone()],
-            v_cache: &self.v_cache[layer],
+            k_cache: &self.k_cache[rows.clone()],
+            v_cache: &self.v_cache[rows],
+            slots: ring.slots,
             n_heads: cfg.n_heads,
             group: cfg.n_heads / cfg.n_kv_heads,
             head_dim: cfg.head_dim,
@@ -485,7 +754,11 @@ impl<'a> Model<'a> {
             kv_dim: cfg.kv_dim(),
             score_stride,
             pos0,
-            scale: 1.0 / ops::sqrtf(cfg.head_dim as f32),
+            scale: cfg.attn_scale,
+            window: match self.layers[l].kind {
+                LayerKind::Local => cfg.sliding_window,
+                LayerKind::Global => usize::MAX,
+            },
         };
         pool::par_for(&args, n * cfg.n_heads, 1, attention_kernel);
     }
@@ -498,9 +771,10 @@ struct AttentionArgs<'a> {
     out: Disjoint<'a, f32>,
     /// (n * n_heads, score_stride): item `i` owns row `i`.
     scores: Disjoint<'a, f32>,
-    /// This layer's cache, (context, kv_dim); positions `0..=pos` are filled.
+    /// This layer's rows, (slots, kv_dim): position `p` at row `p % slots`.
     k_cache: &'a [f32],
     v_cache: &'a [f32],
+    slots: usize,
     n_heads: usize,
     group: usize,
     head_dim: usize,
@@ -509,6 +783,8 @@ struct AttentionArgs<'a> {
     score_stride: usize,
     pos0: usize,
     scale: f32,
+    /// Positions each query sees, itself included (`usize::MAX`: all).
+    window: usize,
 }
 
 fn attention_kernel(a: &AttentionArgs<'_>, items: Range<usize>) {
@@ -516,20 +792,24 @@ fn attention_kernel(a: &AttentionArgs<'_>, items: Range<usize>) {
     for item in items {
         let (t, h) = (item / a.n_heads, item % a.n_heads);
         let pos = a.pos0 + t;
+        // Positions lo..=pos: score j belongs to position lo + j (a ring keeps window + batch - 1
+        // positions, so all of them are there).
+        let lo = (pos + 1).saturating_sub(a.window);
         let kvh = h / a.group;
         let q = &a.q[t * a.q_dim + h * hd..][..hd];
         // SAFETY: score row `item` and this head's slice of token t's output belong to this
         // item alone.
         let (scores, out) = unsafe {
+            let row = item * a.score_stride;
             (
-                a.scores
-                    .slice(item * a.score_stride..item * a.score_stride + pos + 1),
+                a.scores.slice(row..row + pos + 1 - lo),
                 a.out
                     .slice(t * a.q_dim + h * hd..t * a.q_dim + (h + 1) * hd),
             )
         };
-        let key = |s: usize| &a.k_cache[s * a.kv_dim + kvh * hd..][..hd];
-        let value = |s: usize| &a.v_cache[s * a.kv_dim + kvh * hd..][..hd];
+        let at = |j: usize| (lo + j) % a.slots * a.kv_dim + kvh * hd;
+        let key = |j: usize| &a.k_cache[at(j)..][..hd];
+        let value = |j: usize| &a.v_cache[at(j)..][..hd];
         // Four positions at a time; each score is the same `dot` either way.
         let body = scores.len() / 4 * 4;
         for s in (0..body).step_by(4) {

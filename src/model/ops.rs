@@ -5,7 +5,7 @@ use alloc::vec::Vec;
 
 use super::config::{Config, RopeStyle};
 use crate::error::{Result, Status};
-use crate::{err, math};
+use crate::{err, math, quant};
 
 /// `out = x / sqrt(mean(x²) + eps) * w`, with `x, w, out: (dim,)`.
 /// The sum of squares is accumulated in f64, as ggml does, then scaled in f32.
@@ -16,6 +16,52 @@ pub fn rmsnorm(out: &mut [f32], x: &[f32], w: &[f32], eps: f32) {
     let scale = 1.0 / sqrtf(mean + eps);
     for ((o, &v), &g) in out.iter_mut().zip(x).zip(w) {
         *o = (v * scale) * g;
+    }
+}
+
+/// `x = x / sqrt(mean(x²) + eps) * w` in place: the same operations as [`rmsnorm`].
+pub fn rmsnorm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
+    debug_assert!(w.len() == x.len());
+    let sum: f64 = x.iter().map(|&v| (v * v) as f64).sum();
+    let mean = (sum / x.len() as f64) as f32;
+    let scale = 1.0 / sqrtf(mean + eps);
+    for (v, &g) in x.iter_mut().zip(w) {
+        *v = (*v * scale) * g;
+    }
+}
+
+/// GELU, tanh approximation, in f32: `0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x²)))`.
+pub fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    const COEF_A: f32 = 0.044_715;
+    let u = SQRT_2_OVER_PI * x * (1.0 + COEF_A * x * x);
+    // tanh(u) = 1 - 2 / (e^2u + 1): exact limits at both ends (e^2u is 0 or inf there).
+    let t = 1.0 - 2.0 / (math::expf(2.0 * u) + 1.0);
+    0.5 * x * (1.0 + t)
+}
+
+/// `gate[i] = gelu(gate[i]) * up[i]` as ggml's CPU backend computes it (`GGML_GELU_FP16`): the
+/// input rounded to f16, GELU of that read from a table of f16 values (computed here), the
+/// identity above 10 and 0 below -10.
+pub fn geglu_in_place(gate: &mut [f32], up: &[f32]) {
+    debug_assert_eq!(gate.len(), up.len());
+    for (g, &u) in gate.iter_mut().zip(up) {
+        let x = *g;
+        *g = if x <= -10.0 {
+            0.0
+        } else if x >= 10.0 {
+            x * u
+        } else {
+            quant::round_to_f16(gelu_tanh(quant::round_to_f16(x))) * u
+        };
+    }
+}
+
+/// `gate[i] = silu(gate[i]) * up[i]` (SwiGLU).
+pub fn swiglu_in_place(gate: &mut [f32], up: &[f32]) {
+    math::silu_in_place(gate);
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g *= u;
     }
 }
 
@@ -36,9 +82,16 @@ pub struct RopeTable {
 }
 
 impl RopeTable {
-    /// Angle of pair `i` at position `p`: `p * base^(-2i / rope_dims) / factor[i]`, computed in
-    /// f64 with our own `exp`/`log`/`sin`/`cos` (`factor` is Llama 3's `rope_freqs`, or 1).
-    pub fn new(cfg: &Config, context: usize, factors: Option<&[f32]>) -> Result<RopeTable> {
+    /// Angle of pair `i` at position `p`: `p * base^(-2i / rope_dims) / factor[i] * scale`,
+    /// computed in f64 with our own `exp`/`log`/`sin`/`cos` (`factor` is Llama 3's `rope_freqs`,
+    /// or 1; `scale` is 1 / the linear scaling factor, or 1).
+    pub fn new(
+        cfg: &Config,
+        context: usize,
+        factors: Option<&[f32]>,
+        base: f32,
+        scale: f64,
+    ) -> Result<RopeTable> {
         let pairs = cfg.rope_dims / 2;
         if let Some(f) = factors
             && f.len() != pairs
@@ -55,14 +108,14 @@ impl RopeTable {
             .ok_or_else(|| err!(Status::OutOfMemory, "RoPE table"))?;
         let mut cos = try_vec(n)?;
         let mut sin = try_vec(n)?;
-        let ln_base = math::log(cfg.rope_base as f64);
+        let ln_base = math::log(base as f64);
         let mut freq: Vec<f64> = Vec::new();
         freq.try_reserve_exact(pairs)
             .map_err(|_| err!(Status::OutOfMemory, "RoPE table"))?;
         for i in 0..pairs {
             let f = math::exp(-((2 * i) as f64) / cfg.rope_dims as f64 * ln_base);
             let factor = factors.map_or(1.0, |fs| fs[i] as f64);
-            freq.push(f / factor);
+            freq.push(f / factor * scale);
         }
         for p in 0..context {
             for (i, &f) in freq.iter().enumerate() {
@@ -148,37 +201,25 @@ pub fn axpy4_ref(y: &mut [f32], p: [f32; 4], v: [&[f32]; 4]) {
 /// See [`dot_ref`]; bit-identical.
 #[inline]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    return simd128::dot_n(a, [b])[0];
-    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
-    dot_ref(a, b)
+    simd128_or!(simd128::dot_n(a, [b])[0], dot_ref(a, b))
 }
 
 /// See [`axpy_ref`]; bit-identical.
 #[inline]
 pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    simd128::axpy_n(y, [a], [x]);
-    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
-    axpy_ref(y, a, x)
+    simd128_or!(simd128::axpy_n(y, [a], [x]), axpy_ref(y, a, x));
 }
 
 /// See [`dot4_ref`]; bit-identical.
 #[inline]
 pub fn dot4(q: &[f32], k: [&[f32]; 4]) -> [f32; 4] {
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    return simd128::dot_n(q, k);
-    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
-    dot4_ref(q, k)
+    simd128_or!(simd128::dot_n(q, k), dot4_ref(q, k))
 }
 
 /// See [`axpy4_ref`]; bit-identical.
 #[inline]
 pub fn axpy4(y: &mut [f32], p: [f32; 4], v: [&[f32]; 4]) {
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    simd128::axpy_n(y, p, v);
-    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
-    axpy4_ref(y, p, v)
+    simd128_or!(simd128::axpy_n(y, p, v), axpy4_ref(y, p, v));
 }
 
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]

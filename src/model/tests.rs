@@ -1,10 +1,12 @@
 //! The forward pass against llama.cpp on the tiny random-weight models (every tensor type, and
 //! qwen2 with attention biases): `../shared/models/tiny/tiny-reference.json`.
 
+use std::string::String;
 use std::vec::Vec;
 
-use super::Model;
+use super::{LoadOptions, Model};
 use crate::gguf::Gguf;
+use crate::quant::GgmlType;
 
 const SHARED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared");
 /// Positions where llama.cpp's top two logits are this far apart must have the same argmax.
@@ -133,4 +135,256 @@ fn a_full_context_is_an_error_not_a_write_past_the_end() {
     );
     let e = model.forward(&[100_000], None);
     assert!(e.is_err());
+}
+
+/// qwen3, gemma3 (16-token window: the 48 positions cross it) and phi3 against llama.cpp:
+/// `../shared/models/tiny/tiny-arch-reference.json` (top-5 ids, top-two margins, last-4 logits).
+fn check_arch_file(r: &serde_json::Value, file: &str, logits: &[Vec<f32>]) -> Option<String> {
+    let m = &r["models"][file];
+    let n = logits.len();
+    let top5 = m["top5"].as_array().unwrap();
+    let margins = m["margins"].as_array().unwrap();
+    let (mut decisive, mut agree) = (0, 0);
+    for (p, row) in logits.iter().enumerate() {
+        if margins[p].as_f64().unwrap() as f32 >= DECISIVE_MARGIN {
+            decisive += 1;
+            if argmax(row) as u64 == top5[p][0].as_u64().unwrap() {
+                agree += 1;
+            }
+        }
+    }
+    let mut max_diff = 0.0f32;
+    for (k, want) in m["last4_logits"].as_array().unwrap().iter().enumerate() {
+        let got = &logits[n - 4 + k];
+        for (i, w) in want.as_array().unwrap().iter().enumerate() {
+            max_diff = max_diff.max((got[i] - w.as_f64().unwrap() as f32).abs());
+        }
+    }
+    let tol = if file.contains("F32") {
+        FLOAT_TOLERANCE
+    } else {
+        QUANT_TOLERANCE
+    };
+    std::println!(
+        "{file:24} decisive argmax {agree}/{decisive}  last-4 max |dlogit| {max_diff:.4} (tolerance {tol})"
+    );
+    (agree != decisive || max_diff > tol).then(|| file.into())
+}
+
+fn arch_reference() -> (serde_json::Value, Vec<u32>) {
+    let path = std::format!("{SHARED}/models/tiny/tiny-arch-reference.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let r: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let ids = r["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
+    (r, ids)
+}
+
+#[test]
+fn qwen3_gemma3_phi3_match_llama_cpp() {
+    let (r, ids) = arch_reference();
+    let mut failures = Vec::new();
+    for file in r["models"].as_object().unwrap().keys() {
+        let logits = run(file, &ids, 64);
+        failures.extend(check_arch_file(&r, file, &logits));
+    }
+    assert!(failures.is_empty(), "differ from llama.cpp: {failures:?}");
+}
+
+/// Every matrix of a model, by name, with its type and bytes.
+fn matrices<'m>(m: &'m Model<'_>) -> Vec<(String, GgmlType, &'m [u8])> {
+    let mut out = std::vec![
+        ("token_embd".into(), m.token_embd.ty, m.token_embd.data),
+        ("output".into(), m.output.ty, m.output.data),
+    ];
+    for (l, layer) in m.layers.iter().enumerate() {
+        for (name, w) in [
+            ("q", &layer.wq),
+            ("k", &layer.wk),
+            ("v", &layer.wv),
+            ("o", &layer.wo),
+            ("gate", &layer.w_gate),
+            ("up", &layer.w_up),
+            ("down", &layer.w_down),
+        ] {
+            out.push((std::format!("blk.{l}.{name}"), w.ty, w.data));
+        }
+    }
+    out
+}
+
+/// Quantize-at-load of each `tiny-*-F32.gguf` gives, matrix for matrix, the bytes that
+/// `llama-quantize --pure` wrote to the matching `tiny-*-Q8_0.gguf`, and so the same logits.
+#[test]
+fn quantize_at_load_equals_llama_quantize() {
+    let (r, ids) = arch_reference();
+    for arch in ["llama", "qwen2", "qwen3", "gemma3", "phi3"] {
+        let dense =
+            std::fs::read(std::format!("{SHARED}/models/tiny/tiny-{arch}-F32.gguf")).unwrap();
+        let q8 = std::fs::read(std::format!("{SHARED}/models/tiny/tiny-{arch}-Q8_0.gguf")).unwrap();
+        let (gd, gq) = (Gguf::parse(&dense).unwrap(), Gguf::parse(&q8).unwrap());
+        let opts = LoadOptions {
+            context: 64,
+            quantize: Some(GgmlType::Q8_0),
+        };
+        let mut ours = Model::load_with(&gd, opts).unwrap();
+        let mut theirs = Model::load(&gq, 64).unwrap();
+        let (a, b) = (matrices(&ours), matrices(&theirs));
+        let mut bytes = 0;
+        for ((name, ty_a, da), (_, ty_b, db)) in a.iter().zip(&b) {
+            assert_eq!(ty_a, ty_b, "{arch} {name}: type");
+            assert!(
+                da == db,
+                "{arch} {name}: bytes differ from llama-quantize's"
+            );
+            bytes += da.len();
+        }
+        assert!(ours.quantized_bytes > 0);
+        std::println!(
+            "tiny-{arch}: {} matrices, {bytes} bytes identical to the Q8_0 file ({} quantized at load)",
+            a.len(),
+            ours.quantized_bytes
+        );
+        let (mut la, mut lb) = (Vec::new(), Vec::new());
+        ours.forward(&ids, Some(&mut |_, l: &[f32]| la.push(l.to_vec())))
+            .unwrap();
+        theirs
+            .forward(&ids, Some(&mut |_, l: &[f32]| lb.push(l.to_vec())))
+            .unwrap();
+        assert!(la == lb, "{arch}: logits differ from the Q8_0 file's");
+        if r["models"]
+            .get(std::format!("tiny-{arch}-Q8_0.gguf"))
+            .is_some()
+        {
+            let f = std::format!("tiny-{arch}-Q8_0.gguf");
+            assert!(check_arch_file(&r, &f, &la).is_none());
+        }
+    }
+}
+
+#[test]
+fn quantize_at_load_refuses_other_types() {
+    let bytes = std::fs::read(std::format!("{SHARED}/models/tiny/tiny-qwen3-F32.gguf")).unwrap();
+    let g = Gguf::parse(&bytes).unwrap();
+    let opts = LoadOptions {
+        context: 16,
+        quantize: Some(GgmlType::Q4_0),
+    };
+    let e = Model::load_with(&g, opts).err().unwrap();
+    assert_eq!(e.status, crate::error::Status::Unsupported);
+}
+
+/// `file` with the tensor info of `name` changed: its dims replaced by `dims` (same count of
+/// dims) or, when `dims` is empty, its name's last byte changed (the tensor goes missing).
+fn patched(file: &str, name: &str, dims: &[u64]) -> Vec<u8> {
+    let mut bytes = std::fs::read(std::format!("{SHARED}/models/tiny/{file}")).unwrap();
+    let mut key = (name.len() as u64).to_le_bytes().to_vec();
+    key.extend_from_slice(name.as_bytes());
+    let at = bytes
+        .windows(key.len())
+        .position(|w| w == key)
+        .unwrap_or_else(|| panic!("{name} not in {file}"))
+        + key.len();
+    if dims.is_empty() {
+        bytes[at - 1] ^= 0x20;
+        return bytes;
+    }
+    let n = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    assert_eq!(n, dims.len());
+    for (i, d) in dims.iter().enumerate() {
+        let p = at + 4 + 8 * i;
+        bytes[p..p + 8].copy_from_slice(&d.to_le_bytes());
+    }
+    bytes
+}
+
+/// A wrong tensor fails the load with its name and both shapes; never a panic.
+#[test]
+fn wrong_tensor_shapes_are_named() {
+    let cases: [(&str, &str, &[u64], &str); 5] = [
+        (
+            "tiny-qwen3-F32.gguf",
+            "blk.3.attn_q.weight",
+            &[128, 512],
+            "blk.3.attn_q.weight: shape [128, 512], expected [256, 256]",
+        ),
+        (
+            "tiny-qwen3-F32.gguf",
+            "blk.1.attn_k_norm.weight",
+            &[],
+            "tensor blk.1.attn_k_norm.weight is missing",
+        ),
+        (
+            "tiny-phi3-F32.gguf",
+            "blk.0.attn_qkv.weight",
+            &[512, 256],
+            "blk.0.attn_qkv.weight: shape [512, 256], expected [256, 512]",
+        ),
+        (
+            "tiny-gemma3-Q8_0.gguf",
+            "blk.5.ffn_gate.weight",
+            &[512, 256],
+            "blk.5.ffn_gate.weight: shape [512, 256], expected [256, 512]",
+        ),
+        (
+            "tiny-gemma3-F32.gguf",
+            "blk.2.post_ffw_norm.weight",
+            &[],
+            "tensor blk.2.post_ffw_norm.weight is missing",
+        ),
+    ];
+    for (file, name, dims, want) in cases {
+        let bytes = patched(file, name, dims);
+        let g = Gguf::parse(&bytes).unwrap();
+        let e = Model::load(&g, 16).err().unwrap();
+        assert_eq!(e.status, crate::error::Status::BadFormat, "{file} {name}");
+        assert!(
+            e.message.as_str().contains(want),
+            "{file} {name}: {:?} does not say {want:?}",
+            e.message.as_str()
+        );
+    }
+}
+
+/// Gemma 3's sliding-window layers keep a ring of window + batch - 1 positions (47 of the 64
+/// here): one token at a time, and after truncating back (within the ring, and past it: the
+/// cache is rebuilt from the ids), the logits are those of one batched run.
+#[test]
+fn sliding_window_ring_steps_and_truncation() {
+    let (_, ids) = arch_reference();
+    let file = "tiny-gemma3-Q8_0.gguf";
+    let batched = run(file, &ids, 64);
+    let bytes = std::fs::read(std::format!("{SHARED}/models/tiny/{file}")).unwrap();
+    let g = Gguf::parse(&bytes).unwrap();
+    let mut model = Model::load(&g, 64).unwrap();
+    let full = Model::load(&g, 4096).unwrap(); // the global layers' share grows with context
+    assert!(model.kv_cache_bytes() < 6 * 64 * 128 * 2 * 4);
+    assert!(full.kv_cache_bytes() < 6 * 4096 * 128 * 2 * 4 / 5);
+    let close = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-4);
+    for (p, &id) in ids.iter().enumerate() {
+        model.forward(&[id], None).unwrap();
+        assert!(close(&model.logits, &batched[p]), "step {p}");
+    }
+    for back in [40, 33, 10, 0] {
+        model.truncate(back).unwrap();
+        assert_eq!(model.pos, back);
+        let mut rows = Vec::new();
+        model
+            .forward(
+                &ids[back..],
+                Some(&mut |_, l: &[f32]| rows.push(l.to_vec())),
+            )
+            .unwrap();
+        for (i, row) in rows.iter().enumerate() {
+            assert!(
+                close(row, &batched[back + i]),
+                "truncated to {back}, position {}",
+                back + i
+            );
+        }
+    }
 }

@@ -170,7 +170,8 @@ use core::ops::Range;
 pub use activation::{
     ActivationBuf, ActivationKind, quantize_activation, quantize_activations, stored_index,
 };
-pub use half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+pub use half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16, round_to_f16};
+pub use q8::quantize_row_q8_0;
 
 use crate::bail;
 use crate::error::{Result, Status};

@@ -35,6 +35,27 @@ const _: () = assert!(size_of::<BlockQ8_1>() == 36);
 // SAFETY: repr(C), only byte arrays and `F16` (a byte pair): alignment 1, no invalid bit patterns.
 unsafe impl Block for BlockQ8_0 {}
 
+/// Quantizes `x` (whole blocks of 32) to Q8_0 weight blocks in `out` (34 bytes per block), as
+/// ggml's `quantize_row_q8_0_ref` (what `llama-quantize` writes): `d = amax / 127` stored as
+/// f16, `q = round(x / d)` (halves away from zero) with `1 / d` computed from the unrounded `d`.
+pub fn quantize_row_q8_0(x: &[f32], out: &mut [u8]) {
+    debug_assert!(x.len().is_multiple_of(32) && out.len() == x.len() / 32 * 34);
+    for (x, blk) in x
+        .as_chunks::<32>()
+        .0
+        .iter()
+        .zip(out.as_chunks_mut::<34>().0)
+    {
+        let amax = x.iter().fold(0.0f32, |m, &v| m.max(libm::fabsf(v)));
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        blk[..2].copy_from_slice(&super::f32_to_f16(d).to_le_bytes());
+        for (q, &v) in blk[2..].iter_mut().zip(x) {
+            *q = libm::roundf(v * id) as i8 as u8;
+        }
+    }
+}
+
 /// Q8_0 weights.
 pub(crate) struct Q8_0;
 

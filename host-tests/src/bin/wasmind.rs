@@ -45,7 +45,8 @@ commands:
 chat options: --template NAME (instead of the model's own), --think (let a model that can reason
          think: no empty <think> block for Qwen3)
 options: --threads N (default 1, chat/generate: the CPU count up to 8; 0 = the single-threaded
-         module), --ctx N (KV cache length; chat: 2048)
+         module), --ctx N (KV cache length; chat: 2048), --quantize q8_0 (F32/F16/BF16
+         matrices become Q8_0 as the model loads, as llama-quantize would write them)
 sampling: --temp T (0 = greedy; default 0.2) --top-k K (40) --top-p P (0.95) --min-p M (0.05)
           --repeat-penalty R (1.1) --repeat-window N (64) --seed S (default: from the clock)
 ";
@@ -122,9 +123,20 @@ fn open(args: &Args) -> Result<Wasmind, String> {
     let threads = args.number("--threads", 1)?;
     let mut w = Wasmind::with_threads(threads).map_err(s)?;
     let model = PathBuf::from(args.required("--model")?);
+    quantize_option(args, &mut w)?;
     w.load_model_file(&model, args.number("--ctx", 0)?)
         .map_err(s)?;
     Ok(w)
+}
+
+/// `--quantize q8_0` (or `none`): what the next load does with F32/F16/BF16 matrices.
+fn quantize_option(args: &Args, w: &mut Wasmind) -> Result<(), String> {
+    let ty = match args.value("--quantize") {
+        None | Some("none") => return Ok(()),
+        Some(v) if v.eq_ignore_ascii_case("q8_0") => 8,
+        Some(v) => return Err(format!("--quantize {v:?}: supported are q8_0 and none")),
+    };
+    w.set_quantize(ty).map_err(s)
 }
 
 fn modules() -> Result<(), String> {
@@ -424,6 +436,7 @@ fn open_chat(args: &Args, default_ctx: u32) -> Result<(Wasmind, PathBuf, Samplin
     let model = model_path(args)?;
     let threads = args.number("--threads", default_threads())?;
     let mut w = Wasmind::with_threads(threads).map_err(s)?;
+    quantize_option(args, &mut w)?;
     w.load_model_file(&model, args.number("--ctx", default_ctx)?)
         .map_err(s)?;
     let sampling = sampling(args)?;
