@@ -140,7 +140,7 @@ const FIM_TEXTS: &[&str] = &[
 /// A vocabulary and everything needed to encode and decode with it. Owns its data (a few MB;
 /// the GGUF bytes may be dropped after [`Tokenizer::from_gguf`]).
 pub struct Tokenizer {
-    model: Algorithm,
+    algorithm: Algorithm,
     /// Token texts as stored in the file (GPT-2 spelling or `▁` for spaces).
     texts: Texts,
     by_text: TokenTable,
@@ -177,7 +177,7 @@ static INSTANCES: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32:
 impl core::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Tokenizer")
-            .field("model", &self.model)
+            .field("algorithm", &self.algorithm)
             .field("n_vocab", &self.n_vocab())
             .field("bos", &self.bos)
             .field("eos", &self.eos)
@@ -196,282 +196,21 @@ pub const MAX_TOKEN_BYTES: usize = 1 << 16;
 impl Tokenizer {
     /// Builds the tokenizer a GGUF file describes (`tokenizer.ggml.*` keys).
     pub fn from_gguf(g: &Gguf<'_>) -> Result<Tokenizer> {
-        let model_name = g.get_str("tokenizer.ggml.model")?;
-        let pre_name = g.get_str_opt("tokenizer.ggml.pre")?;
-
-        // 1. The model and its defaults (llama.cpp's `llama_vocab::impl::load`).
-        let mut add_bos;
-        let mut add_eos = false;
-        let (mut bos, mut eos, mut unk): (Option<u32>, Option<u32>, Option<u32>);
-        let mut model = match model_name {
-            "gpt2" => {
-                let name = pre_name.unwrap_or("default");
-                let (pre, llama3_family) = PreTokenizer::from_name(name).ok_or_else(|| {
-                    err!(
-                        Status::Unsupported,
-                        "tokenizer.ggml.pre '{}' is not supported",
-                        name
-                    )
-                })?;
-                add_bos = llama3_family;
-                (bos, eos, unk) = (Some(11), Some(11), None);
-                Algorithm::Bpe {
-                    pre,
-                    ignore_merges: llama3_family,
-                }
-            }
-            "llama" => {
-                add_bos = true;
-                (bos, eos, unk) = (Some(1), Some(2), Some(0));
-                Algorithm::Spm {
-                    add_space_prefix: true,
-                }
-            }
-            "none" | "no_vocab" => bail!(
-                Status::Unsupported,
-                "the file has no vocabulary (tokenizer.ggml.model = '{}')",
-                model_name
-            ),
-            other => bail!(
-                Status::Unsupported,
-                "tokenizer.ggml.model '{}' is not supported (gpt2 and llama are)",
-                other
-            ),
-        };
-        if let Some(v) = g.get_bool_opt("tokenizer.ggml.add_space_prefix")?
-            && let Algorithm::Spm { add_space_prefix } = &mut model
-        {
-            *add_space_prefix = v;
-        }
-
-        // 2. Token texts, scores and types.
-        let tokens = g.get_array("tokenizer.ggml.tokens")?;
-        let strings = tokens.strings().ok_or_else(|| {
-            err!(
-                Status::BadFormat,
-                "tokenizer.ggml.tokens is an array of {}, expected strings",
-                tokens.elem_type().name()
-            )
-        })?;
-        let n = tokens.len();
-        if n == 0 || n > MAX_VOCAB {
-            bail!(
-                Status::BadFormat,
-                "tokenizer.ggml.tokens has {} tokens (expected 1..={})",
-                n,
-                MAX_VOCAB
-            );
-        }
-        let mut texts = Texts::with_capacity(n, tokens.raw_bytes().len())?;
-        for (i, s) in strings.enumerate() {
-            if s.len() > MAX_TOKEN_BYTES {
-                bail!(
-                    Status::BadFormat,
-                    "tokenizer.ggml.tokens[{}] is {} bytes long",
-                    i,
-                    s.len()
-                );
-            }
-            texts.push_with(|buf| {
-                if s.is_empty() {
-                    // llama.cpp's name for an empty token, so that it can never match text.
-                    buf.extend_from_slice(b"[EMPTY_");
-                    push_decimal(buf, i as u32);
-                    buf.push(b']');
-                } else {
-                    buf.extend_from_slice(s);
-                }
-            })?;
-        }
-        let by_text = match TokenTable::build(&texts)? {
-            Ok(t) => t,
-            Err((a, b)) => bail!(
-                Status::BadFormat,
-                "duplicate token in vocabulary: ids {} and {} have the same text",
-                a,
-                b
-            ),
-        };
-
-        let scores = match g.get_array_opt("tokenizer.ggml.scores")? {
-            None => Vec::new(),
-            Some(a) => {
-                if a.len() < n {
-                    bail!(
-                        Status::BadFormat,
-                        "tokenizer.ggml.scores has {} entries for {} tokens",
-                        a.len(),
-                        n
-                    );
-                }
-                let mut v = Vec::new();
-                v.try_reserve_exact(n)
-                    .map_err(|_| err!(Status::OutOfMemory, "tokenizer scores"))?;
-                match a.elem_type() {
-                    ValueType::F32 => v.extend(a.f32s().into_iter().flatten().take(n)),
-                    ValueType::I32 => {
-                        v.extend(a.i32s().into_iter().flatten().take(n).map(|s| s as f32))
-                    }
-                    t => bail!(
-                        Status::BadFormat,
-                        "tokenizer.ggml.scores is an array of {}, expected f32",
-                        t.name()
-                    ),
-                }
-                v
-            }
-        };
-
-        let mut attrs = Vec::new();
-        attrs
-            .try_reserve_exact(n)
-            .map_err(|_| err!(Status::OutOfMemory, "tokenizer attributes"))?;
-        match g.get_array_opt("tokenizer.ggml.token_type")? {
-            None => attrs.resize(n, attr::NORMAL),
-            Some(a) => {
-                if a.len() < n {
-                    bail!(
-                        Status::BadFormat,
-                        "tokenizer.ggml.token_type has {} entries for {} tokens",
-                        a.len(),
-                        n
-                    );
-                }
-                let types = a.i32s().ok_or_else(|| {
-                    err!(
-                        Status::BadFormat,
-                        "tokenizer.ggml.token_type is an array of {}, expected i32",
-                        a.elem_type().name()
-                    )
-                })?;
-                attrs.extend(types.take(n).map(|t| match t {
-                    1 => attr::NORMAL,
-                    2 => attr::UNKNOWN,
-                    3 => attr::CONTROL,
-                    4 => attr::USER_DEFINED,
-                    5 => attr::UNUSED,
-                    6 => attr::BYTE,
-                    _ => 0,
-                }));
-            }
-        }
-
-        // 3. Special ids and the BOS/EOS rule.
-        let in_vocab = |id: Option<u32>| id.filter(|&i| (i as usize) < n);
-        (bos, eos, unk) = (in_vocab(bos), in_vocab(eos), in_vocab(unk));
-        let key_id = |key: &str, default: Option<u32>| -> Result<Option<u32>> {
-            Ok(match g.get_u32_opt(key)? {
-                Some(id) if (id as usize) < n => Some(id),
-                _ => default,
-            })
-        };
-        bos = key_id("tokenizer.ggml.bos_token_id", bos)?;
-        eos = key_id("tokenizer.ggml.eos_token_id", eos)?;
-        unk = key_id("tokenizer.ggml.unknown_token_id", unk)?;
-        let mut eot = key_id("tokenizer.ggml.eot_token_id", None)?;
-        let eom = key_id("tokenizer.ggml.eom_token_id", None)?;
-        let pad = key_id("tokenizer.ggml.padding_token_id", None)?;
-        if let Some(v) = g.get_bool_opt("tokenizer.ggml.add_bos_token")? {
-            add_bos = v;
-        }
-        if let Some(v) = g.get_bool_opt("tokenizer.ggml.add_eos_token")? {
-            add_eos = v;
-        }
-        if add_bos && bos.is_none() {
-            bail!(
-                Status::BadFormat,
-                "tokenizer.ggml.add_bos_token is true but there is no BOS token"
-            );
-        }
-        if add_eos && eos.is_none() {
-            bail!(
-                Status::BadFormat,
-                "tokenizer.ggml.add_eos_token is true but there is no EOS token"
-            );
-        }
-
-        // 4. Tokens llama.cpp recognises by their text: end-of-turn, end-of-generation and
-        //    fill-in-the-middle markers become control tokens.
+        let (algorithm, defaults) = algorithm_from_gguf(g)?;
+        let (texts, by_text) = read_token_texts(g)?;
+        let n = texts.len();
+        let scores = read_scores(g, n)?;
+        let mut attrs = read_token_types(g, n)?;
+        let ids = SpecialIds::from_gguf(g, n, defaults)?;
         let find = |t: &str| by_text.get(&texts, t.as_bytes());
-        for t in EOG_TEXTS.iter().chain(FIM_TEXTS).chain(EOT_TEXTS) {
-            if let Some(id) = find(t) {
-                attrs[id as usize] |= attr::CONTROL;
-            }
-        }
-        for t in ["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"] {
-            if let Some(id) = find(t) {
-                attrs[id as usize] = attr::USER_DEFINED;
-            }
-        }
-        if eot.is_none() {
-            eot = EOT_TEXTS.iter().find_map(|t| find(t));
-        }
-        let mut eog: Vec<u32> = EOG_TEXTS.iter().filter_map(|t| find(t)).collect();
-        eog.extend([eos, eot, eom].into_iter().flatten());
-        eog.sort_unstable();
-        eog.dedup();
-
-        // 5. The special-token matcher: control, user-defined and unknown tokens.
-        let mut specials: Vec<(u32, bool)> = Vec::new();
-        for (id, &a) in attrs.iter().enumerate() {
-            // Texts that are not UTF-8 are left out (never in a real vocabulary): UTF-8 texts
-            // found in UTF-8 input start and end on character boundaries, so the plain text
-            // between them stays valid `str`.
-            if a & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0
-                && core::str::from_utf8(texts.get(id as u32)).is_ok()
-            {
-                let always = a & (attr::CONTROL | attr::UNKNOWN) == 0;
-                specials.push((id as u32, always));
-            }
-        }
-        let special = SpecialTokens::new(&texts, &specials);
-
-        // 6. Algorithm tables: merges (BPE), byte tokens.
-        let mut byte_token = [bpe::NONE; 256];
-        let merges = match model {
-            Algorithm::Bpe { .. } => {
-                let mut ch = Vec::new();
-                for (b, slot) in byte_token.iter_mut().enumerate() {
-                    ch.clear();
-                    bpe::push_byte_char(b as u8, &mut ch);
-                    *slot = by_text.get(&texts, &ch).unwrap_or(bpe::NONE);
-                }
-                build_merges(g, &texts, &by_text)?
-            }
-            Algorithm::Spm { .. } => {
-                for (b, slot) in byte_token.iter_mut().enumerate() {
-                    let hex = byte_token_text(b as u8);
-                    *slot = by_text
-                        .get(&texts, &hex)
-                        .or_else(|| by_text.get(&texts, &[b as u8]))
-                        .unwrap_or(bpe::NONE);
-                }
-                PairTable::with_capacity(0)?
-            }
-        };
-
-        let mut short_pairs = Vec::new();
-        if let Algorithm::Spm { .. } = model {
-            short_pairs
-                .try_reserve_exact(SHORT * SHORT)
-                .map_err(|_| err!(Status::OutOfMemory, "tokenizer pair table"))?;
-            let mut s = Vec::new();
-            for i in 0..SHORT * SHORT {
-                s.clear();
-                push_short_char(i / SHORT, &mut s);
-                push_short_char(i % SHORT, &mut s);
-                short_pairs.push(match by_text.get(&texts, &s) {
-                    Some(id) => (id, scores.get(id as usize).copied().unwrap_or(0.0)),
-                    None => (bpe::NONE, 0.0),
-                });
-            }
-        }
-
-        // 7. Pieces: the bytes each token stands for.
-        let pieces = build_pieces(&model, &texts, &attrs)?;
-
+        let (eot, eog) = mark_recognised_tokens(&mut attrs, ids, find);
+        let special = special_matcher(&texts, &attrs);
+        let (byte_token, merges) = byte_tokens_and_merges(g, algorithm, &texts, &by_text)?;
+        let short_pairs = short_pair_table(algorithm, &texts, &by_text, &scores)?;
+        // Pieces: the bytes each token stands for.
+        let pieces = build_pieces(&algorithm, &texts, &attrs)?;
         Ok(Tokenizer {
-            model,
+            algorithm,
             texts,
             by_text,
             pieces,
@@ -481,13 +220,13 @@ impl Tokenizer {
             short_pairs,
             byte_token,
             special,
-            bos,
-            eos,
+            bos: ids.bos,
+            eos: ids.eos,
             eot,
-            unk,
-            pad,
-            add_bos,
-            add_eos,
+            unk: ids.unk,
+            pad: ids.pad,
+            add_bos: ids.add_bos,
+            add_eos: ids.add_eos,
             eog,
             instance: INSTANCES.fetch_add(1, core::sync::atomic::Ordering::Relaxed),
         })
@@ -541,7 +280,7 @@ impl Tokenizer {
             out.extend(self.bos);
         }
         let fragments = core::mem::take(&mut work.fragments);
-        match self.model {
+        match self.algorithm {
             Algorithm::Bpe { pre, ignore_merges } => {
                 for f in &fragments {
                     match *f {
@@ -730,7 +469,7 @@ impl Tokenizer {
         self.attrs.len()
     }
     pub fn algorithm(&self) -> Algorithm {
-        self.model
+        self.algorithm
     }
     /// The token's text as stored in the vocabulary (GPT-2 spelling / `▁`).
     pub fn token_text(&self, id: u32) -> &[u8] {
@@ -855,7 +594,7 @@ impl StreamDecoder {
             self.started = true;
             if let Algorithm::Spm {
                 add_space_prefix: true,
-            } = tok.model
+            } = tok.algorithm
             {
                 piece = piece.strip_prefix(b" ").unwrap_or(piece);
             }
@@ -902,6 +641,366 @@ fn valid_prefix(s: &[u8]) -> bool {
 /// Characters of the SentencePiece short-pair table: ASCII (0..128) and `▁` (128).
 const SHORT: usize = 129;
 const ESCAPED_SPACE: &[u8] = "▁".as_bytes();
+
+// ---------------------------------------------------------------------------------------------
+// Building a tokenizer from GGUF metadata, step by step (llama.cpp's `llama_vocab::impl::load`)
+
+/// The special ids and the BOS/EOS rule: the algorithm's defaults, then the file's keys.
+#[derive(Clone, Copy)]
+struct SpecialIds {
+    bos: Option<u32>,
+    eos: Option<u32>,
+    unk: Option<u32>,
+    eot: Option<u32>,
+    eom: Option<u32>,
+    pad: Option<u32>,
+    add_bos: bool,
+    add_eos: bool,
+}
+
+/// Step 1: the algorithm and its defaults.
+fn algorithm_from_gguf(g: &Gguf<'_>) -> Result<(Algorithm, SpecialIds)> {
+    let model_name = g.get_str("tokenizer.ggml.model")?;
+    let pre_name = g.get_str_opt("tokenizer.ggml.pre")?;
+    let none = SpecialIds {
+        bos: None,
+        eos: None,
+        unk: None,
+        eot: None,
+        eom: None,
+        pad: None,
+        add_bos: false,
+        add_eos: false,
+    };
+    let (mut algorithm, defaults) = match model_name {
+        "gpt2" => {
+            let name = pre_name.unwrap_or("default");
+            let (pre, llama3_family) = PreTokenizer::from_name(name).ok_or_else(|| {
+                err!(
+                    Status::Unsupported,
+                    "tokenizer.ggml.pre '{}' is not supported",
+                    name
+                )
+            })?;
+            let algorithm = Algorithm::Bpe {
+                pre,
+                ignore_merges: llama3_family,
+            };
+            let ids = SpecialIds {
+                bos: Some(11),
+                eos: Some(11),
+                add_bos: llama3_family,
+                ..none
+            };
+            (algorithm, ids)
+        }
+        "llama" => {
+            let algorithm = Algorithm::Spm {
+                add_space_prefix: true,
+            };
+            let ids = SpecialIds {
+                bos: Some(1),
+                eos: Some(2),
+                unk: Some(0),
+                add_bos: true,
+                ..none
+            };
+            (algorithm, ids)
+        }
+        "none" | "no_vocab" => bail!(
+            Status::Unsupported,
+            "the file has no vocabulary (tokenizer.ggml.model = '{}')",
+            model_name
+        ),
+        other => bail!(
+            Status::Unsupported,
+            "tokenizer.ggml.model '{}' is not supported (gpt2 and llama are)",
+            other
+        ),
+    };
+    if let Some(v) = g.get_bool_opt("tokenizer.ggml.add_space_prefix")?
+        && let Algorithm::Spm { add_space_prefix } = &mut algorithm
+    {
+        *add_space_prefix = v;
+    }
+    Ok((algorithm, defaults))
+}
+
+/// Step 2: the token texts (an empty one gets llama.cpp's name for it, so it never matches
+/// text) and the index by text (duplicates refused).
+fn read_token_texts(g: &Gguf<'_>) -> Result<(Texts, TokenTable)> {
+    let tokens = g.get_array("tokenizer.ggml.tokens")?;
+    let strings = tokens.strings().ok_or_else(|| {
+        err!(
+            Status::BadFormat,
+            "tokenizer.ggml.tokens is an array of {}, expected strings",
+            tokens.elem_type().name()
+        )
+    })?;
+    let n = tokens.len();
+    if n == 0 || n > MAX_VOCAB {
+        bail!(
+            Status::BadFormat,
+            "tokenizer.ggml.tokens has {} tokens (expected 1..={})",
+            n,
+            MAX_VOCAB
+        );
+    }
+    let mut texts = Texts::with_capacity(n, tokens.raw_bytes().len())?;
+    for (i, s) in strings.enumerate() {
+        if s.len() > MAX_TOKEN_BYTES {
+            bail!(
+                Status::BadFormat,
+                "tokenizer.ggml.tokens[{}] is {} bytes long",
+                i,
+                s.len()
+            );
+        }
+        texts.push_with(|buf| {
+            if s.is_empty() {
+                // llama.cpp's name for an empty token, so that it can never match text.
+                buf.extend_from_slice(b"[EMPTY_");
+                push_decimal(buf, i as u32);
+                buf.push(b']');
+            } else {
+                buf.extend_from_slice(s);
+            }
+        })?;
+    }
+    let by_text = match TokenTable::build(&texts)? {
+        Ok(t) => t,
+        Err((a, b)) => bail!(
+            Status::BadFormat,
+            "duplicate token in vocabulary: ids {} and {} have the same text",
+            a,
+            b
+        ),
+    };
+    Ok((texts, by_text))
+}
+
+/// Step 2: SentencePiece scores (empty when the file has none).
+fn read_scores(g: &Gguf<'_>, n: usize) -> Result<Vec<f32>> {
+    Ok(match g.get_array_opt("tokenizer.ggml.scores")? {
+        None => Vec::new(),
+        Some(a) => {
+            if a.len() < n {
+                bail!(
+                    Status::BadFormat,
+                    "tokenizer.ggml.scores has {} entries for {} tokens",
+                    a.len(),
+                    n
+                );
+            }
+            let mut v = Vec::new();
+            v.try_reserve_exact(n)
+                .map_err(|_| err!(Status::OutOfMemory, "tokenizer scores"))?;
+            match a.elem_type() {
+                ValueType::F32 => v.extend(a.f32s().into_iter().flatten().take(n)),
+                ValueType::I32 => {
+                    v.extend(a.i32s().into_iter().flatten().take(n).map(|s| s as f32))
+                }
+                t => bail!(
+                    Status::BadFormat,
+                    "tokenizer.ggml.scores is an array of {}, expected f32",
+                    t.name()
+                ),
+            }
+            v
+        }
+    })
+}
+
+/// Step 2: token types as attribute bits (normal when the file has none).
+fn read_token_types(g: &Gguf<'_>, n: usize) -> Result<Vec<u16>> {
+    let mut attrs = Vec::new();
+    attrs
+        .try_reserve_exact(n)
+        .map_err(|_| err!(Status::OutOfMemory, "tokenizer attributes"))?;
+    match g.get_array_opt("tokenizer.ggml.token_type")? {
+        None => attrs.resize(n, attr::NORMAL),
+        Some(a) => {
+            if a.len() < n {
+                bail!(
+                    Status::BadFormat,
+                    "tokenizer.ggml.token_type has {} entries for {} tokens",
+                    a.len(),
+                    n
+                );
+            }
+            let types = a.i32s().ok_or_else(|| {
+                err!(
+                    Status::BadFormat,
+                    "tokenizer.ggml.token_type is an array of {}, expected i32",
+                    a.elem_type().name()
+                )
+            })?;
+            attrs.extend(types.take(n).map(|t| match t {
+                1 => attr::NORMAL,
+                2 => attr::UNKNOWN,
+                3 => attr::CONTROL,
+                4 => attr::USER_DEFINED,
+                5 => attr::UNUSED,
+                6 => attr::BYTE,
+                _ => 0,
+            }));
+        }
+    }
+    Ok(attrs)
+}
+
+impl SpecialIds {
+    /// Step 3: the file's special ids over the defaults (ids outside the vocabulary are
+    /// ignored), and the BOS/EOS rule, which needs those tokens.
+    fn from_gguf(g: &Gguf<'_>, n: usize, defaults: SpecialIds) -> Result<SpecialIds> {
+        let in_vocab = |id: Option<u32>| id.filter(|&i| (i as usize) < n);
+        let key_id = |key: &str, default: Option<u32>| -> Result<Option<u32>> {
+            Ok(match g.get_u32_opt(key)? {
+                Some(id) if (id as usize) < n => Some(id),
+                _ => default,
+            })
+        };
+        let bos = key_id("tokenizer.ggml.bos_token_id", in_vocab(defaults.bos))?;
+        let eos = key_id("tokenizer.ggml.eos_token_id", in_vocab(defaults.eos))?;
+        let unk = key_id("tokenizer.ggml.unknown_token_id", in_vocab(defaults.unk))?;
+        let eot = key_id("tokenizer.ggml.eot_token_id", None)?;
+        let eom = key_id("tokenizer.ggml.eom_token_id", None)?;
+        let pad = key_id("tokenizer.ggml.padding_token_id", None)?;
+        let add_bos = g
+            .get_bool_opt("tokenizer.ggml.add_bos_token")?
+            .unwrap_or(defaults.add_bos);
+        let add_eos = g
+            .get_bool_opt("tokenizer.ggml.add_eos_token")?
+            .unwrap_or(defaults.add_eos);
+        if add_bos && bos.is_none() {
+            bail!(
+                Status::BadFormat,
+                "tokenizer.ggml.add_bos_token is true but there is no BOS token"
+            );
+        }
+        if add_eos && eos.is_none() {
+            bail!(
+                Status::BadFormat,
+                "tokenizer.ggml.add_eos_token is true but there is no EOS token"
+            );
+        }
+        Ok(SpecialIds {
+            bos,
+            eos,
+            unk,
+            eot,
+            eom,
+            pad,
+            add_bos,
+            add_eos,
+        })
+    }
+}
+
+/// Step 4: tokens llama.cpp recognises by their text: end-of-turn, end-of-generation and
+/// fill-in-the-middle markers become control tokens. Returns the end-of-turn token and the
+/// sorted end-of-generation set.
+fn mark_recognised_tokens(
+    attrs: &mut [u16],
+    ids: SpecialIds,
+    find: impl Fn(&str) -> Option<u32>,
+) -> (Option<u32>, Vec<u32>) {
+    let mut eot = ids.eot;
+    for t in EOG_TEXTS.iter().chain(FIM_TEXTS).chain(EOT_TEXTS) {
+        if let Some(id) = find(t) {
+            attrs[id as usize] |= attr::CONTROL;
+        }
+    }
+    for t in ["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"] {
+        if let Some(id) = find(t) {
+            attrs[id as usize] = attr::USER_DEFINED;
+        }
+    }
+    if eot.is_none() {
+        eot = EOT_TEXTS.iter().find_map(|t| find(t));
+    }
+    let mut eog: Vec<u32> = EOG_TEXTS.iter().filter_map(|t| find(t)).collect();
+    eog.extend([ids.eos, eot, ids.eom].into_iter().flatten());
+    eog.sort_unstable();
+    eog.dedup();
+    (eot, eog)
+}
+
+/// Step 5: the special-token matcher: control, user-defined and unknown tokens.
+fn special_matcher(texts: &Texts, attrs: &[u16]) -> SpecialTokens {
+    let mut specials: Vec<(u32, bool)> = Vec::new();
+    for (id, &a) in attrs.iter().enumerate() {
+        // Texts that are not UTF-8 are left out (never in a real vocabulary): UTF-8 texts
+        // found in UTF-8 input start and end on character boundaries, so the plain text
+        // between them stays valid `str`.
+        if a & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0
+            && core::str::from_utf8(texts.get(id as u32)).is_ok()
+        {
+            let always = a & (attr::CONTROL | attr::UNKNOWN) == 0;
+            specials.push((id as u32, always));
+        }
+    }
+    SpecialTokens::new(texts, &specials)
+}
+
+/// Step 6: each byte's token, and the BPE merges (an empty table for SentencePiece).
+fn byte_tokens_and_merges(
+    g: &Gguf<'_>,
+    algorithm: Algorithm,
+    texts: &Texts,
+    by_text: &TokenTable,
+) -> Result<([u32; 256], PairTable)> {
+    let mut byte_token = [bpe::NONE; 256];
+    let merges = match algorithm {
+        Algorithm::Bpe { .. } => {
+            let mut ch = Vec::new();
+            for (b, slot) in byte_token.iter_mut().enumerate() {
+                ch.clear();
+                bpe::push_byte_char(b as u8, &mut ch);
+                *slot = by_text.get(texts, &ch).unwrap_or(bpe::NONE);
+            }
+            build_merges(g, texts, by_text)?
+        }
+        Algorithm::Spm { .. } => {
+            for (b, slot) in byte_token.iter_mut().enumerate() {
+                let hex = byte_token_text(b as u8);
+                *slot = by_text
+                    .get(texts, &hex)
+                    .or_else(|| by_text.get(texts, &[b as u8]))
+                    .unwrap_or(bpe::NONE);
+            }
+            PairTable::with_capacity(0)?
+        }
+    };
+    Ok((byte_token, merges))
+}
+
+/// Step 6: SentencePiece's `(id, score)` of every two-character string over ASCII and `▁`
+/// (empty for BPE).
+fn short_pair_table(
+    algorithm: Algorithm,
+    texts: &Texts,
+    by_text: &TokenTable,
+    scores: &[f32],
+) -> Result<Vec<(u32, f32)>> {
+    let mut short_pairs = Vec::new();
+    if let Algorithm::Spm { .. } = algorithm {
+        short_pairs
+            .try_reserve_exact(SHORT * SHORT)
+            .map_err(|_| err!(Status::OutOfMemory, "tokenizer pair table"))?;
+        let mut s = Vec::new();
+        for i in 0..SHORT * SHORT {
+            s.clear();
+            push_short_char(i / SHORT, &mut s);
+            push_short_char(i % SHORT, &mut s);
+            short_pairs.push(match by_text.get(texts, &s) {
+                Some(id) => (id, scores.get(id as usize).copied().unwrap_or(0.0)),
+                None => (bpe::NONE, 0.0),
+            });
+        }
+    }
+    Ok(short_pairs)
+}
 
 /// Appends short character `i` (see [`SHORT`]).
 fn push_short_char(i: usize, out: &mut Vec<u8>) {
