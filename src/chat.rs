@@ -207,7 +207,13 @@ pub struct Chat {
 impl Chat {
     /// A new conversation for a loaded file: the template its metadata names.
     pub fn for_model(template_source: Option<&str>, tok: Option<&Tokenizer>) -> Chat {
-        let (template, mut warning) = Template::detect(template_source);
+        let (template, mut warning) = match (template_source, tok) {
+            (None, Some(t)) => {
+                let (template, warning) = Template::for_vocabulary(|s| t.token_id(s).is_some());
+                (template, Some(warning))
+            }
+            _ => Template::detect(template_source),
+        };
         if warning.is_none() && tok.is_some_and(|t| t.token_id(template.marker()).is_none()) {
             warning = Some("the chat template's control tokens are not in the vocabulary".into());
         }
@@ -583,17 +589,8 @@ impl Chat {
 mod tests {
     use super::*;
     use crate::gguf::Gguf;
+    use crate::testutil::read_shared as read;
     use alloc::vec;
-    use std::path::PathBuf;
-
-    fn shared(p: &str) -> PathBuf {
-        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared")).join(p)
-    }
-
-    fn read(p: &str) -> std::vec::Vec<u8> {
-        let path = shared(p);
-        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-    }
 
     fn tokenizer(p: &str) -> Tokenizer {
         let bytes = read(p);
@@ -606,6 +603,26 @@ mod tests {
 
     fn g_array(r: &serde_json::Value) -> &Vec<serde_json::Value> {
         r["greedy"].as_array().unwrap()
+    }
+
+    /// A file without a chat template gets its family's template from its vocabulary's turn
+    /// markers (Gemma 3's vocabulary: `<start_of_turn>`), or ChatML, with a warning either way.
+    #[test]
+    fn a_file_without_a_template_is_read_by_its_vocabulary() {
+        let gemma = Chat::for_model(None, Some(&tokenizer("models/vocab/vocab-spm-gemma3.gguf")));
+        assert_eq!(gemma.template.name(), "gemma");
+        assert!(
+            gemma
+                .warning
+                .as_deref()
+                .unwrap()
+                .contains("<start_of_turn>")
+        );
+        let smollm = Chat::for_model(None, Some(&tokenizer("models/vocab/vocab-bpe-smollm.gguf")));
+        assert_eq!(smollm.template.name(), "chatml");
+        let none = Chat::for_model(None, None);
+        assert_eq!(none.template.name(), "chatml");
+        assert!(none.warning.is_some());
     }
 
     fn msgs(list: &[(Role, &str)]) -> Vec<Message> {

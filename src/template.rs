@@ -616,6 +616,31 @@ impl Template {
         }
     }
 
+    /// For a file without `tokenizer.chat_template` (a base model, often): the first of a few
+    /// families whose control token the vocabulary has (a base model's vocabulary still carries
+    /// its family's turn markers: Gemma 3 270M's has `<start_of_turn>`), else ChatML. Returns
+    /// the template and the warning that says how it was chosen.
+    pub fn for_vocabulary(has_token: impl Fn(&str) -> bool) -> (Template, String) {
+        for name in ["chatml", "gemma", "llama3", "phi3"] {
+            let Some(t) = Template::from_name(name) else {
+                continue;
+            };
+            if has_token(t.marker()) {
+                let mut w = String::new();
+                let _ = write!(
+                    w,
+                    "the model has no tokenizer.chat_template; using {name}, whose {} is in its vocabulary",
+                    t.marker()
+                );
+                return (t, w);
+            }
+        }
+        (
+            Template::CHATML,
+            "the model has no tokenizer.chat_template; using ChatML".into(),
+        )
+    }
+
     /// A control token the template writes, to check that the vocabulary has it.
     pub fn marker(self) -> &'static str {
         self.spec().marker
