@@ -62,10 +62,10 @@ fn minilm_128_vq_matches_model2vec() {
 
 #[test]
 fn bad_embedder_inputs_are_errors() {
-    let dir = shared("models/m2v-minilm-128-vq");
-    let st = std::fs::read(dir.join("model.safetensors")).unwrap();
-    let tok = std::fs::read(dir.join("tokenizer.json")).unwrap();
-    let cfg = std::fs::read(dir.join("config.json")).unwrap();
+    let dir = "models/m2v-minilm-128-vq";
+    let st = read(&format!("{dir}/model.safetensors"));
+    let tok = read(&format!("{dir}/tokenizer.json"));
+    let cfg = read(&format!("{dir}/config.json"));
     let mut w = Wasmind::single_threaded().unwrap();
     assert!(w.embed(b"hello", 128).is_err(), "embed without a model");
     for cut in [0, 1, 7, 8, 100, st.len() / 2, st.len() - 1] {

@@ -137,7 +137,7 @@ fn load_is_refused(w: &mut Wasmind, bytes: &[u8], what: &str) {
 
 #[test]
 fn hostile_files_are_errors_not_traps() {
-    let file = std::fs::read(shared("models/tiny/tiny-llama-Q4_K.gguf")).unwrap();
+    let file = read("models/tiny/tiny-llama-Q4_K.gguf");
     let mut w = Wasmind::single_threaded().unwrap();
     // Metadata and tensor table: everything before the data section (a few KiB here).
     let header_end = 4096.min(file.len());
@@ -194,7 +194,7 @@ fn hostile_files_are_errors_not_traps() {
 #[test]
 fn unsupported_tensor_types_name_the_tensor_and_type() {
     // Rewrite the type id of the first tensor of a tiny file to IQ2_XXS (16).
-    let mut file = std::fs::read(shared("models/tiny/tiny-llama-Q8_0.gguf")).unwrap();
+    let mut file = read("models/tiny/tiny-llama-Q8_0.gguf");
     let name = b"token_embd.weight";
     let at = file
         .windows(name.len())
@@ -241,7 +241,7 @@ fn peak_memory_is_within_file_plus_kv_cache_plus_32_mib() {
     // The file is copied into linear memory once and the weights are used where they lie.
     for ctx in [512u32, 4096] {
         let mut w = Wasmind::single_threaded().unwrap();
-        let file = std::fs::read(shared(SMOLLM2)).unwrap();
+        let file = read(SMOLLM2);
         w.load_model_bytes(&file, ctx).unwrap();
         let info: serde_json::Value = serde_json::from_str(&w.model_info().unwrap()).unwrap();
         let kv = info["kv_cache_bytes"].as_u64().unwrap() as usize;

@@ -7,10 +7,20 @@ pub fn shared(path: &str) -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared")).join(path)
 }
 
-pub fn json(path: &str) -> serde_json::Value {
+/// The bytes of `../shared/<path>`, or a panic that names the file and where it comes from.
+pub fn read(path: &str) -> Vec<u8> {
     let p = shared(path);
-    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    serde_json::from_str(&text).unwrap()
+    std::fs::read(&p).unwrap_or_else(|e| {
+        panic!(
+            "test fixture {}: {e}. The host tests read models and llama.cpp's/model2vec's \
+             references from ../shared beside the checkout (see ../shared/README.md).",
+            p.display()
+        )
+    })
+}
+
+pub fn json(path: &str) -> serde_json::Value {
+    serde_json::from_slice(&read(path)).unwrap()
 }
 
 pub fn u32s(v: &serde_json::Value) -> Vec<u32> {
