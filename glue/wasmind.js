@@ -101,12 +101,12 @@ export async function load({ threads, threaded = canUseThreads(), maxMemory = 25
   threads = threaded ? Math.max(1, Math.min(MAX_HELPERS + 1, threads ?? await defaultThreads())) : 1;
   const bytes = await readBytes(new URL(threaded ? 'wasmind-mt.wasm' : 'wasmind.wasm', dist));
   const module = await WebAssembly.compile(bytes);
-  if (!threaded) return new Wasmind(module, (await WebAssembly.instantiate(module)).exports, null, []);
+  if (!threaded) return new WasmindModule(module, (await WebAssembly.instantiate(module)).exports, null, []);
   const minimum = importedMemoryMinimum(bytes);
   const maximum = Math.min(MAX_PAGES, Math.max(minimum, Math.ceil(maxMemory / PAGE)));
   const memory = new WebAssembly.Memory({ initial: minimum, maximum, shared: true });
   const driver = (await WebAssembly.instantiate(module, { env: { memory } })).exports;
-  const wm = new Wasmind(module, driver, memory, []);
+  const wm = new WasmindModule(module, driver, memory, []);
   try {
     for (let id = 0; id < threads - 1; id++) await wm.startHelper(id);
     await wm.untilReady(threads - 1);
@@ -121,7 +121,7 @@ export async function load({ threads, threaded = canUseThreads(), maxMemory = 25
 }
 
 /** One loaded module (the driver) and its helpers. Only call it from the thread that loaded it. */
-export class Wasmind {
+export class WasmindModule {
   constructor(module, exports, memory, helpers) {
     this.module = module; this.exports = exports; this.helpers = helpers;
     this.memory = memory ?? exports.memory; this.threaded = exports.is_threaded() === 1;
@@ -191,6 +191,32 @@ export class Wasmind {
     this.check(this.exports.set_context(context));
     this.check(this.exports.load_model(this.put(gguf), gguf.byteLength)); // the module owns the block
     return this.modelInfo();
+  }
+  /** Loads a GGUF of `total` bytes without a copy of it in JS: one alloc(total) up front (the
+   *  memory grows once), `write(chunk)` puts each chunk at its offset (a fresh view each time),
+   *  `finish(options)` hands the block to load_model (as loadModel; returns modelInfo()),
+   *  `abort()` frees it. Threaded: the shared memory's maximum must hold it (memoryFor(total)). */
+  beginLoad(total) {
+    const ptr = this.exports.alloc(total);
+    if (ptr === 0) throw new WasmindError(2, `alloc(${total}) failed: the model does not fit in memory`);
+    let at = 0, open = true;
+    const end = () => { if (!open) throw new Error('this load is over'); open = false; };
+    return {
+      ptr, total, get loaded() { return at; },
+      write: (chunk) => {
+        if (!open) throw new Error('this load is over');
+        if (at + chunk.byteLength > total) throw new WasmindError(1, `more than the ${total} bytes announced`);
+        this.copyIn(ptr + at, chunk); at += chunk.byteLength;
+      },
+      finish: ({ context = 0 } = {}) => {
+        if (at !== total) { this.free(ptr, total); end(); throw new WasmindError(3, `truncated: ${at} of ${total} bytes`); }
+        end();
+        this.check(this.exports.set_context(context));
+        this.check(this.exports.load_model(ptr, total)); // the module owns the block
+        return this.modelInfo();
+      },
+      abort: () => { if (open) { end(); this.free(ptr, total); } },
+    };
   }
   modelInfo() { return JSON.parse(this.resultText(this.exports.model_info())); }
   /** Sampling for the next replies (module defaults below); temperature 0 is greedy. */
