@@ -40,14 +40,44 @@ const yieldNow = isNode ? () => new Promise((r) => setImmediate(r)) : (() => {
   return () => new Promise((r) => { waiting.push(r); ch.port2.postMessage(0); });
 })();
 
+// The stopper (threaded module): a tiny worker that holds the shared memory and stores 1 at the
+// stop flag when index.js posts to its port, so a stop lands even while this thread is blocked
+// in a prompt (the module checks the flag between prompt chunks and before every token). The
+// page itself never holds the memory: a page keeps what it was sent until its own garbage
+// collection, which can be long after unload() (measured: 120 MB kept per load/unload cycle).
+const STOPPER = `const go = ({ memory, index, port }) => { const flag = new Int32Array(memory.buffer);
+  port.onmessage = () => Atomics.store(flag, index, 1); port.start?.(); };
+if (typeof self === 'object' && typeof self.postMessage === 'function' && typeof require !== 'function') self.onmessage = (e) => (e.data === 'close' ? self.close() : go(e.data));
+else require('node:worker_threads').parentPort.once('message', go);`;
+let stopper = null;
+
+async function startStopper() {
+  stopper?.terminate(); stopper = null;
+  if (!wm.threaded) return null;
+  const { port1, port2 } = isNode ? new (await import('node:worker_threads')).MessageChannel() : new MessageChannel();
+  if (isNode) {
+    const w = new (await import('node:worker_threads')).Worker(STOPPER, { eval: true });
+    w.unref(); port2.unref?.();
+    w.postMessage({ ...wm.stopFlag(), port: port2 }, [port2]);
+    stopper = { terminate: () => w.postMessage('close') }; // it ends itself (see close)
+  } else {
+    const url = URL.createObjectURL(new Blob([STOPPER], { type: 'text/javascript' }));
+    const w = new Worker(url, { name: 'wasmind-stopper' });
+    URL.revokeObjectURL(url);
+    w.postMessage({ ...wm.stopFlag(), port: port2 }, [port2]);
+    stopper = { terminate: () => w.postMessage('close') }; // it ends itself (see close)
+  }
+  return port1;
+}
+
 async function start(bytes) {
   capacity = bytes;
   wm = await load({ threads: config.threads, threaded: config.threaded, dist: config.dist, maxMemory: memoryFor(bytes) });
-  post({ event: 'module', ...describe() });
+  const stopPort = await startStopper();
+  post({ event: 'module', ...describe(), stopPort }, stopPort ? [stopPort] : []);
 }
 function describe() {
-  return { threaded: wm.threaded, threads: wm.threaded ? wm.exports.pool_threads() : 1,
-    stopFlag: wm.threaded ? wm.stopFlag() : null };
+  return { threaded: wm.threaded, threads: wm.threaded ? wm.exports.pool_threads() : 1 };
 }
 
 /** Makes sure the memory can hold `bytes` more than what it holds now (threaded: a new, larger
@@ -75,18 +105,29 @@ function jsHeap() {
 }
 let peakLoadHeap = null, loadHeapBase = null, chunkMax = 0;
 
+/** The whole body of a source without a length, as chunks (the documented fallback). */
+async function gather(opened) {
+  const got = []; let total = 0;
+  try {
+    for await (const c of chunks(opened.body)) { got.push(c.slice()); total += c.byteLength; }
+  } catch (e) { throw downloadFailed(opened, e); }
+  return { chunks: got, total };
+}
+const downloadFailed = (opened, e) => (e?.name === 'AbortError' || e instanceof SourceError || e instanceof WasmindError ? e
+  : new SourceError('NETWORK', `${opened.url ?? 'the source'}: the download failed (${e?.message ?? e})`));
+
 /** Streams `opened` (source.js) into a block from beginLoad (the writer), sampling the heap. */
-async function pump(opened, writer, onChunk) {
+async function pump(opened, writer, onChunk, gathered) {
   loadHeapBase = peakLoadHeap = jsHeap(); chunkMax = 0;
   try {
-    for await (const c of chunks(opened.body)) {
+    for await (const c of gathered ?? chunks(opened.body)) {
       writer.write(c); onChunk(c.byteLength);
       chunkMax = Math.max(chunkMax, c.byteLength);
       const h = jsHeap();
       if (h !== null && h > peakLoadHeap) peakLoadHeap = h;
     }
   } catch (e) {
-    writer.abort(); opened.cancel?.(e); throw e;
+    writer.abort(); opened.cancel?.(e); throw downloadFailed(opened, e);
   }
 }
 
@@ -106,15 +147,12 @@ async function loadModel({ id, source, options = {}, reload = false }) {
   const parts = typeof source === 'string' ? splitParts(source) : null;
   if (parts) throw new WasmindError(4, `split GGUF files are not supported yet (${parts.length} parts): join them with llama-gguf-split --merge`);
   const opened = await open(source, { cache, size });
-  let total = opened.total, body = opened.body;
-  if (total === null) { // no length announced: gather the chunks first (one JS copy)
-    const got = []; total = 0;
-    for await (const c of chunks(body)) { got.push(c); total += c.byteLength; }
-    body = got;
-  }
-  if (!reload) await ensureRoom(total, { keepModel: false, keepEmbedder: true });
+  let total = opened.total, gathered = null;
+  if (total === null) gathered = await gather(opened); // no length announced: one JS copy
+  else if (!reload) await ensureRoom(total, { keepModel: false, keepEmbedder: true }); // before the body is read
+  if (gathered) { total = gathered.total; if (!reload) await ensureRoom(total, { keepModel: false, keepEmbedder: true }); }
   const writer = wm.beginLoad(total);
-  await pump({ ...opened, body }, writer, progress(id, total));
+  await pump(opened, writer, progress(id, total), gathered?.chunks);
   const stored = await opened.stored;
   if (quantize !== undefined && typeof wm.exports.set_quantize === 'function') {
     const q = typeof quantize === 'number' ? quantize : ({ keep: 0, q8_0: 8 })[String(quantize).toLowerCase()];
@@ -143,15 +181,15 @@ async function loadEmbedder({ id, files, options = {}, reload = false }) {
   }
   const [tokenizer, cfg] = await Promise.all([readAll(files.tokenizer, { cache }), readAll(files.config, { cache })]);
   const opened = await open(files.safetensors, { cache });
-  let total = opened.total, body = opened.body;
-  if (total === null) { const got = []; total = 0; for await (const c of chunks(body)) { got.push(c); total += c.byteLength; } body = got; }
+  const gathered = opened.total === null ? await gather(opened) : null;
+  const total = gathered?.total ?? opened.total;
   if (!reload) { embedder = null; await ensureRoom(total + tokenizer.byteLength, { keepModel: true, keepEmbedder: false }); }
   // The safetensors block is the module's from load_embedder on (as load_model's).
   const ptr = wm.exports.alloc(total);
   if (ptr === 0) throw new WasmindError(2, `alloc(${total}) failed: the embedder does not fit in memory`);
   let at = 0;
   const writer = { write: (c) => { wm.copyIn(ptr + at, c); at += c.byteLength; }, abort: () => wm.free(ptr, total) };
-  await pump({ ...opened, body }, writer, id !== undefined ? progress(id, total) : () => {});
+  await pump(opened, writer, id !== undefined ? progress(id, total) : () => {}, gathered?.chunks);
   await opened.stored;
   const tok = wm.put(tokenizer), cf = wm.put(cfg);
   try {
@@ -199,7 +237,15 @@ const ops = {
   tokens: () => ({ ids: wm.chatTokens(), last: wm.exports.chat_last_token() }),
   reset: () => { wm.resetChat(); return true; },
   deleteCached: ({ url }) => deleteCached(url),
-  async close() { if (wm) await wm.close(); wm = null; return true; },
+  async close() {
+    stopper?.terminate(); stopper = null;
+    if (wm) await wm.close();
+    wm = null;
+    // Chromium: a driver terminated right after it terminated nested workers that shared its
+    // memory sometimes never ends (and keeps the memory). Let them end by themselves first.
+    if (!isNode) await new Promise((r) => setTimeout(r, 100));
+    return true;
+  },
 };
 
 function serialize(e) {
@@ -217,6 +263,7 @@ const onMessage = (m) => {
       const r = await ops[m.op](m);
       if (r && typeof r === 'object' && 'transfer' in r) post({ id: m.id, value: r.value }, r.transfer);
       else post({ id: m.id, value: r });
+      if (m.op === 'close' && !isNode) self.close(); // end now, do not wait for terminate()
     } catch (e) {
       post({ id: m.id, error: serialize(e) });
     }

@@ -9,10 +9,10 @@
 // (glue/wasmind.js, the low-level glue) and, on a cross-origin isolated page, its helper workers
 // on one shared memory; without isolation it runs the single-threaded module. Nothing here blocks,
 // so the page's main thread is a fine place to call it from. A URL is streamed by the driver
-// straight into the module's memory and kept in the Cache API (source.js).
+// straight into the module's memory and kept in the origin private file system (source.js).
 
 import { WasmindError } from './wasmind.js';
-import { deleteCached, CACHE_NAME } from './source.js';
+import { deleteCached, cached, CACHE_NAME } from './source.js';
 
 const isNode = typeof process === 'object' && !!process.versions?.node;
 const DIST = new URL('../dist/', import.meta.url).href;
@@ -45,6 +45,8 @@ async function spawnDriver() {
     ref: () => {} };
 }
 
+/** A URL string or URL as an absolute URL (against the page); other values as they are. */
+const absolute = (s) => (s instanceof URL ? s.href : typeof s === 'string' && !isNode ? new URL(s, globalThis.location?.href).href : s);
 const same = (a, b) => a && b && a.role === b.role && a.content === b.content;
 
 export class Wasmind {
@@ -60,13 +62,16 @@ export class Wasmind {
   }
 
   /** Deletes a cached file (a URL given to load/loadEmbedder), or every cached file. */
-  static deleteCached(url) { return deleteCached(url); }
+  static deleteCached(url) { return deleteCached(url === undefined ? undefined : absolute(url)); }
+
+  /** The cached copy of a URL as { size }, or null. */
+  static async cached(url) { const f = await cached(absolute(url)); return f && { size: f.size }; }
 
   #options; #driver = null; #starting = null; #next = 1; #pending = new Map();
   #history = [];      // the messages the module holds, its replies included; null: unknown
   #chatting = null;   // id of the reply in progress
   #stats = null;
-  #stopFlag = null;
+  #stopPort = null;   // threaded: a port to the driver's stopper worker, which stores the stop flag
 
   constructor(options) {
     this.#options = { threads: options.threads, threaded: options.threaded,
@@ -91,7 +96,8 @@ export class Wasmind {
   }
 
   #module(m) {
-    this.threaded = m.threaded; this.threads = m.threads; this.#stopFlag = m.stopFlag;
+    this.threaded = m.threaded; this.threads = m.threads;
+    if (m.stopPort !== undefined) { this.#stopPort?.close(); this.#stopPort = m.stopPort; this.#stopPort?.unref?.(); }
   }
 
   #receive(m, listening) {
@@ -124,14 +130,13 @@ export class Wasmind {
   /**
    * Loads a GGUF model: `source` is a URL (a Hugging Face `resolve` URL too), a Blob/File, or
    * bytes. Options: `onProgress({ loaded, total })`, `cache` (URLs; default true: kept in the
-   * Cache API and reused while the server reports the same length), `context` (KV tokens; 0 =
+   * origin private file system and reused while the server reports the same length), `context` (KV tokens; 0 =
    * the model's, at most 4096), `size` (the expected length: a cached copy is checked against it
    * without a HEAD request), `quantize`, `template`. Resolves with the model info.
    */
   async load(source, { onProgress, cache = true, context = 0, size, quantize, template } = {}) {
     await this.#start();
-    if (typeof source === 'string' && !isNode) source = new URL(source, globalThis.location?.href).href;
-    if (source instanceof URL) source = source.href;
+    source = absolute(source);
     this.#history = [];
     this.model = null;
     const info = await this.#call('load', { source, options: { cache, context, size, quantize, template } },
@@ -186,7 +191,7 @@ export class Wasmind {
   stop() {
     const id = this.#chatting;
     if (id === null || !this.#driver) return;
-    if (this.#stopFlag) Atomics.store(new Int32Array(this.#stopFlag.memory.buffer), this.#stopFlag.index, 1);
+    this.#stopPort?.postMessage(1); // threaded: lands even inside a prompt
     this.#driver.post({ op: 'stop', target: id });
   }
 
@@ -208,9 +213,8 @@ export class Wasmind {
    *  or { safetensors, tokenizer, config }, each a URL, Blob or bytes. Resolves with { dim }. */
   async loadEmbedder(source, { cache = true, onProgress } = {}) {
     await this.#start();
-    const abs = (s) => (typeof s === 'string' && !isNode ? new URL(s, globalThis.location?.href).href : s instanceof URL ? s.href : s);
-    const files = typeof source === 'string' || source instanceof URL ? abs(source)
-      : { safetensors: abs(source.safetensors), tokenizer: abs(source.tokenizer), config: abs(source.config) };
+    const files = typeof source === 'string' || source instanceof URL ? absolute(source)
+      : { safetensors: absolute(source.safetensors), tokenizer: absolute(source.tokenizer), config: absolute(source.config) };
     const r = await this.#call('loadEmbedder', { files, options: { cache } },
       (m) => m.event === 'progress' && onProgress?.({ loaded: m.loaded, total: m.total }));
     this.embedDim = r.dim;
@@ -234,7 +238,7 @@ export class Wasmind {
     const d = this.#driver;
     if (!d) return;
     try { await this.#call('close'); } catch { /* ending anyway */ }
-    this.#driver = null; this.#stopFlag = null; this.#history = []; this.model = null; this.embedDim = 0;
+    this.#driver = null; this.#stopPort?.close(); this.#stopPort = null; this.#history = []; this.model = null; this.embedDim = 0;
     for (const p of this.#pending.values()) p.reject(new WasmindError(5, 'unloaded'));
     this.#pending.clear();
     await d.terminate();
