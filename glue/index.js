@@ -30,6 +30,12 @@ function revive(e) {
   return err;
 }
 
+/** A blob: module that imports `url`: a blob worker gets the page's service worker (Chromium
+ *  fetches a Worker's own script past it, so a page served offline could not start one). */
+export function bootstrap(url) {
+  return URL.createObjectURL(new Blob([`import ${JSON.stringify(String(url))};`], { type: 'text/javascript' }));
+}
+
 async function spawnDriver() {
   const url = new URL('./driver.js', import.meta.url);
   if (isNode) {
@@ -39,7 +45,7 @@ async function spawnDriver() {
       listen: (f, fail) => { w.on('message', f); w.on('error', fail); w.on('exit', (c) => fail(new Error(`the wasmind driver exited (${c})`))); },
       ref: (on) => (on ? w.ref() : w.unref()) };
   }
-  const w = new Worker(url, { type: 'module', name: 'wasmind-driver' });
+  const w = new Worker(bootstrap(url), { type: 'module', name: 'wasmind-driver' });
   return { post: (m) => w.postMessage(m), terminate: () => w.terminate(),
     listen: (f, fail) => { w.onmessage = (e) => f(e.data); w.onerror = (e) => { e.preventDefault?.(); fail(new Error(e.message ?? 'the wasmind driver failed')); }; },
     ref: () => {} };

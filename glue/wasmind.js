@@ -75,9 +75,11 @@ export function importedMemoryMinimum(bytes) {
 async function spawnHelper() {
   const url = new URL('./worker.js', import.meta.url);
   if (!isNode) {
-    const w = new Worker(url, { type: 'module', name: 'wasmind-helper' });
+    // A blob: module importing worker.js, so the page's service worker serves it (offline pages).
+    const boot = URL.createObjectURL(new Blob([`import ${JSON.stringify(url.href)};`], { type: 'text/javascript' }));
+    const w = new Worker(boot, { type: 'module', name: 'wasmind-helper' });
     return { post: (m) => w.postMessage(m), terminate: () => w.terminate(),
-      on: (f, fail) => { w.onmessage = (e) => f(e.data); w.onerror = (e) => fail(new Error(e.message)); } };
+      on: (f, fail) => { w.onmessage = (e) => f(e.data); w.onerror = (e) => fail(new Error(e.message || 'a helper worker failed to start')); } };
   }
   const w = new (await import('node:worker_threads')).Worker(url);
   return { post: (m) => w.postMessage(m), terminate: () => w.terminate(),

@@ -3,8 +3,8 @@
 // `?isolated=0` on a request leaves them out, to see the single-threaded fallback. `files` maps
 // extra URL paths to files outside the root (the CLI maps the default model there when it is only
 // in ../shared/models).
-//   node glue/demo/serve.js [port]   then open http://localhost:8080/glue/demo/ (pool self-test)
-//                                    or http://localhost:8080/glue/demo/chat.html (a chat)
+//   cargo xtask serve [--no-isolation] [--port N]   (= node glue/demo/serve.js …), then open
+//   http://localhost:8080/glue/demo/chat.html (chat), search.html (semantic search), or / (pool self-test)
 import { createServer } from 'node:http';
 import { stat } from 'node:fs/promises';
 import { createReadStream, existsSync } from 'node:fs';
@@ -55,9 +55,22 @@ export function serve({ port = 8080, host = '127.0.0.1', root = ROOT, files = {}
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  const shared = fileURLToPath(new URL(`../../../shared${DEFAULT_MODEL}`, import.meta.url));
-  const files = !existsSync(join(ROOT, DEFAULT_MODEL)) && existsSync(shared) ? { [DEFAULT_MODEL]: shared } : {};
-  const server = await serve({ port: Number(process.argv[2] ?? 8080), files });
-  console.log(`http://localhost:${server.address().port}/glue/demo/ (pool self-test)`);
-  console.log(`http://localhost:${server.address().port}/glue/demo/chat.html (chat; ?model=URL, ?threads=N)`);
+  // `cargo xtask serve [--no-isolation] [--port N]` runs this. The demo models come from
+  // models/ or, when they are not there, ../shared/models/.
+  const args = process.argv.slice(2);
+  const isolation = !args.includes('--no-isolation');
+  const portAt = args.indexOf('--port');
+  const port = Number(portAt >= 0 ? args[portAt + 1] : args.find((a) => /^\d+$/.test(a)) ?? 8080);
+  const shared = (p) => fileURLToPath(new URL(`../../../shared${p}`, import.meta.url));
+  const files = !existsSync(join(ROOT, DEFAULT_MODEL)) && existsSync(shared(DEFAULT_MODEL)) ? { [DEFAULT_MODEL]: shared(DEFAULT_MODEL) } : {};
+  const mounts = {};
+  for (const dir of ['/models/m2v-minilm-256/']) {
+    if (!existsSync(join(ROOT, dir)) && existsSync(shared(dir))) mounts[dir] = shared(dir);
+  }
+  const server = await serve({ port, files, mounts, isolation });
+  const base = `http://localhost:${server.address().port}/glue/demo/`;
+  console.log(`${isolation ? 'cross-origin isolated (COOP/COEP): threaded module' : 'not isolated (--no-isolation): single-threaded module'}`);
+  console.log(`${base}chat.html    chat (?model=URL&threads=N&ctx=N&temp=T)`);
+  console.log(`${base}search.html  semantic search (Model2Vec)`);
+  console.log(`${base}             thread pool self-test`);
 }

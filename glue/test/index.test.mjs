@@ -53,7 +53,9 @@ for (const [name, create] of [['single-threaded', { threaded: false }], ['2 thre
         if (++n === 5) ai.stop();
       }
       assert.equal(ai.stats().state, 'stopped');
-      assert.ok(ai.stats().tokens <= 6, `${ai.stats().tokens} tokens`);
+      // stop() came after the 5th piece arrived; the driver may be a few tokens ahead of the
+      // consumer (pieces in flight between the threads, more so on a loaded machine).
+      assert.ok(ai.stats().tokens <= 10, `${ai.stats().tokens} tokens`);
       const ac = new AbortController();
       n = 0;
       await assert.rejects(async () => {

@@ -91,7 +91,8 @@ for (const isolated of [true, false]) {
       });
       t.diagnostic(`stop: ${JSON.stringify(stopping)}`);
       assert.equal(stopping.stopped.state, 'stopped');
-      assert.ok(stopping.stopped.tokens <= 6, `${stopping.stopped.tokens} tokens after stop at 5 pieces`);
+      // The driver may be a few tokens ahead of the page (pieces in flight).
+      assert.ok(stopping.stopped.tokens <= 10, `${stopping.stopped.tokens} tokens after stop at 5 pieces`);
       assert.equal(stopping.error, 'AbortError');
       assert.equal(stopping.aborted.state, 'stopped');
 
