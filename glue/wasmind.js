@@ -75,9 +75,11 @@ export function importedMemoryMinimum(bytes) {
 async function spawnHelper() {
   const url = new URL('./worker.js', import.meta.url);
   if (!isNode) {
-    const w = new Worker(url, { type: 'module', name: 'wasmind-helper' });
+    // A blob: module importing worker.js, so the page's service worker serves it (offline pages).
+    const boot = URL.createObjectURL(new Blob([`import ${JSON.stringify(url.href)};`], { type: 'text/javascript' }));
+    const w = new Worker(boot, { type: 'module', name: 'wasmind-helper' });
     return { post: (m) => w.postMessage(m), terminate: () => w.terminate(),
-      on: (f, fail) => { w.onmessage = (e) => f(e.data); w.onerror = (e) => fail(new Error(e.message)); } };
+      on: (f, fail) => { w.onmessage = (e) => f(e.data); w.onerror = (e) => fail(new Error(e.message || 'a helper worker failed to start')); } };
   }
   const w = new (await import('node:worker_threads')).Worker(url);
   return { post: (m) => w.postMessage(m), terminate: () => w.terminate(),
@@ -101,12 +103,12 @@ export async function load({ threads, threaded = canUseThreads(), maxMemory = 25
   threads = threaded ? Math.max(1, Math.min(MAX_HELPERS + 1, threads ?? await defaultThreads())) : 1;
   const bytes = await readBytes(new URL(threaded ? 'wasmind-mt.wasm' : 'wasmind.wasm', dist));
   const module = await WebAssembly.compile(bytes);
-  if (!threaded) return new Wasmind(module, (await WebAssembly.instantiate(module)).exports, null, []);
+  if (!threaded) return new WasmindModule(module, (await WebAssembly.instantiate(module)).exports, null, []);
   const minimum = importedMemoryMinimum(bytes);
   const maximum = Math.min(MAX_PAGES, Math.max(minimum, Math.ceil(maxMemory / PAGE)));
   const memory = new WebAssembly.Memory({ initial: minimum, maximum, shared: true });
   const driver = (await WebAssembly.instantiate(module, { env: { memory } })).exports;
-  const wm = new Wasmind(module, driver, memory, []);
+  const wm = new WasmindModule(module, driver, memory, []);
   try {
     for (let id = 0; id < threads - 1; id++) await wm.startHelper(id);
     await wm.untilReady(threads - 1);
@@ -121,7 +123,7 @@ export async function load({ threads, threaded = canUseThreads(), maxMemory = 25
 }
 
 /** One loaded module (the driver) and its helpers. Only call it from the thread that loaded it. */
-export class Wasmind {
+export class WasmindModule {
   constructor(module, exports, memory, helpers) {
     this.module = module; this.exports = exports; this.helpers = helpers;
     this.memory = memory ?? exports.memory; this.threaded = exports.is_threaded() === 1;
@@ -197,11 +199,45 @@ export class Wasmind {
     this.check(this.exports.load_model(this.put(gguf), gguf.byteLength)); // the module owns the block
     return this.modelInfo();
   }
+  /** Loads a GGUF of `total` bytes without a copy of it in JS: one alloc(total) up front (the
+   *  memory grows once), `write(chunk)` puts each chunk at its offset (a fresh view each time),
+   *  `finish(options)` hands the block to load_model (as loadModel; returns modelInfo()),
+   *  `abort()` frees it. Threaded: the shared memory's maximum must hold it (memoryFor(total)). */
+  beginLoad(total) {
+    const ptr = this.exports.alloc(total);
+    if (ptr === 0) throw new WasmindError(2, `alloc(${total}) failed: the model does not fit in memory`);
+    let at = 0, open = true;
+    const end = () => { if (!open) throw new Error('this load is over'); open = false; };
+    return {
+      ptr, total, get loaded() { return at; },
+      write: (chunk) => {
+        if (!open) throw new Error('this load is over');
+        if (at + chunk.byteLength > total) throw new WasmindError(1, `more than the ${total} bytes announced`);
+        this.copyIn(ptr + at, chunk); at += chunk.byteLength;
+      },
+      finish: ({ context = 0 } = {}) => {
+        if (at !== total) { this.free(ptr, total); end(); throw new WasmindError(3, `truncated: ${at} of ${total} bytes`); }
+        end();
+        this.check(this.exports.set_context(context));
+        this.check(this.exports.load_model(ptr, total)); // the module owns the block
+        return this.modelInfo();
+      },
+      abort: () => { if (open) { end(); this.free(ptr, total); } },
+    };
+  }
   modelInfo() { return JSON.parse(this.resultText(this.exports.model_info())); }
-  /** Sampling for the next replies (module defaults below); temperature 0 is greedy. */
-  setSampler({ temperature = 0.2, topK = 40, topP = 0.95, minP = 0.05, repeatPenalty = 1.1,
-    repeatWindow = 64, seed = 0 } = {}) {
-    this.check(this.exports.sampler_set(temperature, topK, topP, minP, repeatPenalty, repeatWindow, seed >>> 0));
+  /** The module's sampler defaults: { temperature, top_k, top_p, min_p, repeat_penalty,
+   *  repeat_window, seed } (what a fresh module uses; the one place they are written is the module). */
+  samplerDefaults() {
+    this.samplerDefaultsJson ??= JSON.parse(this.resultText(this.exports.sampler_defaults()));
+    return this.samplerDefaultsJson;
+  }
+  /** Sampling for the next replies; what is not given is the module's default
+   *  (samplerDefaults()). temperature 0 is greedy. */
+  setSampler({ temperature, topK, topP, minP, repeatPenalty, repeatWindow, seed } = {}) {
+    const d = this.samplerDefaults();
+    this.check(this.exports.sampler_set(temperature ?? d.temperature, topK ?? d.top_k, topP ?? d.top_p,
+      minP ?? d.min_p, repeatPenalty ?? d.repeat_penalty, repeatWindow ?? d.repeat_window, (seed ?? d.seed) >>> 0));
   }
   /** Appends a message ('system', 'user', 'assistant' or 'raw'); returns the message count. */
   addMessage(role, text) {

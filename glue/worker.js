@@ -12,6 +12,7 @@ port.addEventListener('message', async ({ data: { module, memory, id, stackTop }
     exports.__stack_pointer.value = stackTop; // never share the driver's shadow stack
     port.postMessage({ running: true });
     port.postMessage({ rc: exports.helper_loop(id) }); // blocks until pool_shutdown
+    if (port === globalThis) globalThis.close(); // a browser worker ends itself (see driver.js, close)
   } catch (e) {
     port.postMessage({ error: `helper ${id}: ${e?.stack ?? e}` });
   }

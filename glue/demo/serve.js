@@ -3,11 +3,11 @@
 // `?isolated=0` on a request leaves them out, to see the single-threaded fallback. `files` maps
 // extra URL paths to files outside the root (the CLI maps the default model there when it is only
 // in ../shared/models).
-//   node glue/demo/serve.js [port]   then open http://localhost:8080/glue/demo/ (pool self-test)
-//                                    or http://localhost:8080/glue/demo/chat.html (a chat)
+//   cargo xtask serve [--no-isolation] [--port N]   (= node glue/demo/serve.js …), then open
+//   http://localhost:8080/glue/demo/chat.html (chat), search.html (semantic search), or / (pool self-test)
 import { createServer } from 'node:http';
-import { readFile } from 'node:fs/promises';
-import { existsSync } from 'node:fs';
+import { stat } from 'node:fs/promises';
+import { createReadStream, existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { extname, join, normalize, sep } from 'node:path';
 
@@ -18,15 +18,19 @@ const TYPES = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript', '
 export const DEFAULT_MODEL = '/models/SmolLM2-135M-Instruct.Q4_1.gguf';
 
 /** `files`: URL path -> file; `mounts`: URL prefix (ending in '/') -> folder (ending in the
- *  separator); `pages`: URL path -> HTML text. Everything else comes from `root`. */
-export function serve({ port = 8080, host = '127.0.0.1', root = ROOT, files = {}, mounts = {}, pages = {} } = {}) {
+ *  separator); `pages`: URL path -> HTML text. Everything else comes from `root`. `isolation`
+ *  false never sends COOP/COEP. `intercept(req, res, url, headers)` may answer a request first
+ *  (return true). Files stream with their Content-Length; HEAD gets the headers only. */
+export function serve({ port = 8080, host = '127.0.0.1', root = ROOT, files = {}, mounts = {}, pages = {},
+  isolation = true, intercept } = {}) {
   const server = createServer(async (req, res) => {
     const url = new URL(req.url, 'http://x');
     const headers = { 'Cache-Control': 'no-store', 'Cross-Origin-Resource-Policy': 'same-origin' };
-    if (url.searchParams.get('isolated') !== '0') {
+    if (isolation && url.searchParams.get('isolated') !== '0') {
       headers['Cross-Origin-Opener-Policy'] = 'same-origin';
       headers['Cross-Origin-Embedder-Policy'] = 'require-corp';
     }
+    if (intercept && await intercept(req, res, url, headers)) return;
     if (Object.hasOwn(pages, url.pathname)) {
       res.writeHead(200, { ...headers, 'Content-Type': TYPES['.html'] }).end(pages[url.pathname]);
       return;
@@ -39,20 +43,34 @@ export function serve({ port = 8080, host = '127.0.0.1', root = ROOT, files = {}
       if (!path || !(path + sep).startsWith(base)) { res.writeHead(400, headers).end('bad path'); return; }
     }
     if (url.pathname.endsWith('/')) path = join(path, 'index.html');
-    try {
-      const body = await readFile(path);
-      res.writeHead(200, { ...headers, 'Content-Type': TYPES[extname(path)] ?? 'application/octet-stream' }).end(body);
-    } catch {
+    let size;
+    try { const st = await stat(path); if (!st.isFile()) throw new Error('not a file'); size = st.size; } catch {
       res.writeHead(404, headers).end('not found');
+      return;
     }
+    res.writeHead(200, { ...headers, 'Content-Type': TYPES[extname(path)] ?? 'application/octet-stream', 'Content-Length': size });
+    if (req.method === 'HEAD') res.end(); else createReadStream(path).pipe(res);
   });
   return new Promise((ok) => server.listen(port, host, () => ok(server)));
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  const shared = fileURLToPath(new URL(`../../../shared${DEFAULT_MODEL}`, import.meta.url));
-  const files = !existsSync(join(ROOT, DEFAULT_MODEL)) && existsSync(shared) ? { [DEFAULT_MODEL]: shared } : {};
-  const server = await serve({ port: Number(process.argv[2] ?? 8080), files });
-  console.log(`http://localhost:${server.address().port}/glue/demo/ (pool self-test)`);
-  console.log(`http://localhost:${server.address().port}/glue/demo/chat.html (chat; ?model=URL, ?threads=N)`);
+  // `cargo xtask serve [--no-isolation] [--port N]` runs this. The demo models come from
+  // models/ or, when they are not there, ../shared/models/.
+  const args = process.argv.slice(2);
+  const isolation = !args.includes('--no-isolation');
+  const portAt = args.indexOf('--port');
+  const port = Number(portAt >= 0 ? args[portAt + 1] : args.find((a) => /^\d+$/.test(a)) ?? 8080);
+  const shared = (p) => fileURLToPath(new URL(`../../../shared${p}`, import.meta.url));
+  const files = !existsSync(join(ROOT, DEFAULT_MODEL)) && existsSync(shared(DEFAULT_MODEL)) ? { [DEFAULT_MODEL]: shared(DEFAULT_MODEL) } : {};
+  const mounts = {};
+  for (const dir of ['/models/m2v-minilm-256/']) {
+    if (!existsSync(join(ROOT, dir)) && existsSync(shared(dir))) mounts[dir] = shared(dir);
+  }
+  const server = await serve({ port, files, mounts, isolation });
+  const base = `http://localhost:${server.address().port}/glue/demo/`;
+  console.log(`${isolation ? 'cross-origin isolated (COOP/COEP): threaded module' : 'not isolated (--no-isolation): single-threaded module'}`);
+  console.log(`${base}chat.html    chat (?model=URL&threads=N&ctx=N&temp=T)`);
+  console.log(`${base}search.html  semantic search (Model2Vec)`);
+  console.log(`${base}             thread pool self-test`);
 }

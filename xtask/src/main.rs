@@ -7,6 +7,7 @@
 //!   WASI), the wasmtime host tests, and the Node and Chromium tests of the glue.
 //! - `bench`: throughput of the modules beside their peers (wllama, llama.cpp, model2vec-rs,
 //!   model2vec), measured in one run; tables and `target/bench/*.json` (src/bench.rs).
+//! - `serve`: the demos (chat, semantic search) with COOP/COEP; `--no-isolation` without.
 
 mod bench;
 
@@ -22,9 +23,10 @@ fn main() -> ExitCode {
         Some("lint") => lint(),
         Some("test") => test(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
+        Some("serve") => serve(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask dist | lint | test | bench [--only llm,tokenize,embed] [--no-peers]"
+                "usage: cargo xtask dist | lint | test | bench [--only llm,tokenize,embed] [--no-peers] | serve [--no-isolation] [--port N]"
             );
             return ExitCode::from(2);
         }
@@ -50,6 +52,22 @@ fn dist() -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// Builds dist/ if it is missing, then serves the demos (glue/demo/serve.js: COOP/COEP headers
+/// unless `--no-isolation`) until interrupted.
+fn serve(extra: &[String]) -> Result<(), String> {
+    let root = workspace_root();
+    if !root.join("dist/wasmind.wasm").is_file() || !root.join("dist/wasmind-mt.wasm").is_file() {
+        dist()?;
+    }
+    run(
+        "demo server (Ctrl-C ends it)",
+        Command::new("node")
+            .current_dir(&root)
+            .arg("glue/demo/serve.js")
+            .args(extra),
+    )
 }
 
 fn run(step: &str, cmd: &mut Command) -> Result<(), String> {

@@ -1,0 +1,273 @@
+// driver.js: the wasmind driver behind glue/index.js. It runs in a module Worker (browser: the
+// driver blocks in memory.atomic.wait32 while helpers work, which a page's main thread may not)
+// or a worker_threads Worker (Node), owns the module (glue/wasmind.js) and its helpers, and
+// answers index.js's requests one at a time: { id, op, ...args } -> { id, value } or
+// { id, error }, with { id, event } messages (progress, pieces) in between.
+//
+// Memory: the threaded module's shared memory has a fixed maximum, sized from what it must hold
+// (memoryFor(model + embedder bytes)). The driver starts with memoryFor(0); when a load needs
+// more, it shuts the pool down and starts the module again on a larger memory (reloading an
+// embedder it held), before the first byte is written. Model bytes are streamed into one alloc'd
+// block (beginLoad), never assembled in JS, except when the length is unknown (no
+// Content-Length): then the chunks are gathered first (one JS copy), documented in the README.
+//
+// Between tokens the reply loop yields to the event loop, so a `stop` message is seen within one
+// token in the single-threaded build too (the threaded one can also be stopped by a store to
+// the stop flag in the shared memory, which index.js does).
+import { load, memoryFor, WasmindError, STATUS } from './wasmind.js';
+import { open, chunks, readAll, splitParts, deleteCached, SourceError } from './source.js';
+
+const isNode = typeof process === 'object' && !!process.versions?.node;
+const port = isNode ? (await import('node:worker_threads')).parentPort : globalThis;
+const post = (m, transfer) => port.postMessage(m, transfer ?? []);
+const E_CONTEXT_FULL = 6, E_STOPPED = 10, E_END = 11;
+const TEMPLATES = { auto: 0, chatml: 1, llama3: 2, gemma: 3, llama2: 4, mistral: 5 };
+
+let wm = null;            // the WasmindModule
+let config = null;        // Wasmind.create's options
+let capacity = 0;         // bytes the current memory was sized for (threaded)
+let modelBytes = 0;       // the loaded model's size
+let model = null;         // { source, options } of the loaded model when it can be read again (URL, Blob)
+let embedder = null;      // { files: { safetensors, tokenizer, config } sources, size } to reload
+const stopped = new Set(); // ids of chat requests asked to stop
+let active = null;        // id of the reply being generated
+const SPARE = 64 << 20;   // room sized in for an embedder loaded after a model
+
+// A macrotask boundary (not clamped like setTimeout): messages queued meanwhile are handled.
+const yieldNow = isNode ? () => new Promise((r) => setImmediate(r)) : (() => {
+  const ch = new MessageChannel(), waiting = [];
+  ch.port1.onmessage = () => waiting.shift()?.();
+  return () => new Promise((r) => { waiting.push(r); ch.port2.postMessage(0); });
+})();
+
+// The stopper (threaded module): a tiny worker that holds the shared memory and stores 1 at the
+// stop flag when index.js posts to its port, so a stop lands even while this thread is blocked
+// in a prompt (the module checks the flag between prompt chunks and before every token). The
+// page itself never holds the memory: a page keeps what it was sent until its own garbage
+// collection, which can be long after unload() (measured: 120 MB kept per load/unload cycle).
+const STOPPER = `const go = ({ memory, index, port }) => { const flag = new Int32Array(memory.buffer);
+  port.onmessage = () => Atomics.store(flag, index, 1); port.start?.(); };
+if (typeof self === 'object' && typeof self.postMessage === 'function' && typeof require !== 'function') self.onmessage = (e) => (e.data === 'close' ? self.close() : go(e.data));
+else require('node:worker_threads').parentPort.once('message', go);`;
+let stopper = null;
+
+async function startStopper() {
+  stopper?.terminate(); stopper = null;
+  if (!wm.threaded) return null;
+  const { port1, port2 } = isNode ? new (await import('node:worker_threads')).MessageChannel() : new MessageChannel();
+  if (isNode) {
+    const w = new (await import('node:worker_threads')).Worker(STOPPER, { eval: true });
+    w.unref(); port2.unref?.();
+    w.postMessage({ ...wm.stopFlag(), port: port2 }, [port2]);
+    stopper = { terminate: () => w.postMessage('close') }; // it ends itself (see close)
+  } else {
+    const url = URL.createObjectURL(new Blob([STOPPER], { type: 'text/javascript' }));
+    const w = new Worker(url, { name: 'wasmind-stopper' });
+    URL.revokeObjectURL(url);
+    w.postMessage({ ...wm.stopFlag(), port: port2 }, [port2]);
+    stopper = { terminate: () => w.postMessage('close') }; // it ends itself (see close)
+  }
+  return port1;
+}
+
+async function start(bytes) {
+  capacity = bytes;
+  wm = await load({ threads: config.threads, threaded: config.threaded, dist: config.dist, maxMemory: memoryFor(bytes) });
+  const stopPort = await startStopper();
+  post({ event: 'module', ...describe(), stopPort }, stopPort ? [stopPort] : []);
+}
+function describe() {
+  return { threaded: wm.threaded, threads: wm.threaded ? wm.exports.pool_threads() : 1 };
+}
+
+/** Makes sure the memory can hold `bytes` more than what it holds now (threaded: a new, larger
+ *  shared memory, i.e. a new module; what it held is loaded again from its sources). */
+async function ensureRoom(bytes, { keepModel, keepEmbedder }) {
+  if (!wm.threaded) return;
+  const held = (keepModel ? modelBytes : 0) + (keepEmbedder && embedder ? embedder.size : 0);
+  if (held + bytes <= capacity) return;
+  if (keepModel && modelBytes && !model) {
+    throw new WasmindError(2, 'the memory cannot grow while this model is loaded: load the embedder before the model, or load the model from a URL or Blob');
+  }
+  const reload = keepModel && modelBytes ? model : null;
+  await wm.close();
+  wm = null; modelBytes = 0;
+  await start(held + bytes + SPARE);
+  if (keepEmbedder && embedder) await loadEmbedder({ files: embedder.files, reload: true });
+  if (reload) await loadModel({ source: reload.source, options: reload.options, reload: true });
+}
+
+/** The JS heap of this worker where the engine reports it (Node: heap + ArrayBuffers; Chromium:
+ *  performance.memory, without ArrayBuffers), or null. */
+function jsHeap() {
+  if (isNode) { const m = process.memoryUsage(); return m.heapUsed + m.arrayBuffers; }
+  return globalThis.performance?.memory?.usedJSHeapSize ?? null;
+}
+let peakLoadHeap = null, loadHeapBase = null, chunkMax = 0;
+
+/** The whole body of a source without a length, as chunks (the documented fallback). */
+async function gather(opened) {
+  const got = []; let total = 0;
+  try {
+    for await (const c of chunks(opened.body)) { got.push(c.slice()); total += c.byteLength; }
+  } catch (e) { throw downloadFailed(opened, e); }
+  return { chunks: got, total };
+}
+const downloadFailed = (opened, e) => (e?.name === 'AbortError' || e instanceof SourceError || e instanceof WasmindError ? e
+  : new SourceError('NETWORK', `${opened.url ?? 'the source'}: the download failed (${e?.message ?? e})`));
+
+/** Streams `opened` (source.js) into a block from beginLoad (the writer), sampling the heap. */
+async function pump(opened, writer, onChunk, gathered) {
+  loadHeapBase = peakLoadHeap = jsHeap(); chunkMax = 0;
+  try {
+    for await (const c of gathered ?? chunks(opened.body)) {
+      writer.write(c); onChunk(c.byteLength);
+      chunkMax = Math.max(chunkMax, c.byteLength);
+      const h = jsHeap();
+      if (h !== null && h > peakLoadHeap) peakLoadHeap = h;
+    }
+  } catch (e) {
+    writer.abort(); opened.cancel?.(e); throw downloadFailed(opened, e);
+  }
+}
+
+/** Progress events, at most one per 50 ms (and the last one always). */
+function progress(id, total) {
+  let loaded = 0, last = 0;
+  return (n) => {
+    loaded += n;
+    const now = Date.now();
+    if (now - last >= 50 || loaded === total) { last = now; post({ id, event: 'progress', loaded, total }); }
+  };
+}
+
+async function loadModel({ id, source, options = {}, reload = false }) {
+  const { cache = true, context = 0, size, quantize, template } = options;
+  wm.exports.unload_model(); modelBytes = 0; model = null; // frees the old file before the new one is allocated
+  const parts = typeof source === 'string' ? splitParts(source) : null;
+  if (parts) throw new WasmindError(4, `split GGUF files are not supported yet (${parts.length} parts): join them with llama-gguf-split --merge`);
+  const opened = await open(source, { cache, size });
+  let total = opened.total, gathered = null;
+  if (total === null) gathered = await gather(opened); // no length announced: one JS copy
+  else if (!reload) await ensureRoom(total, { keepModel: false, keepEmbedder: true }); // before the body is read
+  if (gathered) { total = gathered.total; if (!reload) await ensureRoom(total, { keepModel: false, keepEmbedder: true }); }
+  const writer = wm.beginLoad(total);
+  await pump(opened, writer, progress(id, total), gathered?.chunks);
+  const stored = await opened.stored;
+  if (quantize !== undefined && typeof wm.exports.set_quantize === 'function') {
+    const q = typeof quantize === 'number' ? quantize : ({ keep: 0, q8_0: 8 })[String(quantize).toLowerCase()];
+    if (q === undefined) throw new WasmindError(1, `unknown quantize type ${quantize}`);
+    wm.check(wm.exports.set_quantize(q));
+  }
+  writer.finish({ context });
+  modelBytes = total;
+  if (typeof source === 'string' || (typeof Blob === 'function' && source instanceof Blob)) model = { source, options };
+  if (template !== undefined) setTemplate(template);
+  return { ...wm.modelInfo(), bytes: total, fromCache: opened.fromCache, cached: stored || opened.fromCache };
+}
+
+function setTemplate(name) {
+  if (typeof wm.setTemplate === 'function') return wm.setTemplate(name);
+  const t = typeof name === 'number' ? name : TEMPLATES[String(name).toLowerCase()];
+  if (t === undefined) throw new WasmindError(1, `unknown chat template ${name}`);
+  wm.check(wm.exports.chat_set_template(t));
+}
+
+async function loadEmbedder({ id, files, options = {}, reload = false }) {
+  const cache = options.cache ?? true;
+  if (typeof files === 'string') {
+    const dir = files.endsWith('/') ? files : `${files}/`;
+    files = { safetensors: `${dir}model.safetensors`, tokenizer: `${dir}tokenizer.json`, config: `${dir}config.json` };
+  }
+  const [tokenizer, cfg] = await Promise.all([readAll(files.tokenizer, { cache }), readAll(files.config, { cache })]);
+  const opened = await open(files.safetensors, { cache });
+  const gathered = opened.total === null ? await gather(opened) : null;
+  const total = gathered?.total ?? opened.total;
+  if (!reload) { embedder = null; await ensureRoom(total + tokenizer.byteLength, { keepModel: true, keepEmbedder: false }); }
+  // The safetensors block is the module's from load_embedder on (as load_model's).
+  const ptr = wm.exports.alloc(total);
+  if (ptr === 0) throw new WasmindError(2, `alloc(${total}) failed: the embedder does not fit in memory`);
+  let at = 0;
+  const writer = { write: (c) => { wm.copyIn(ptr + at, c); at += c.byteLength; }, abort: () => wm.free(ptr, total) };
+  await pump(opened, writer, id !== undefined ? progress(id, total) : () => {}, gathered?.chunks);
+  await opened.stored;
+  const tok = wm.put(tokenizer), cf = wm.put(cfg);
+  try {
+    wm.embedDim = wm.check(wm.exports.load_embedder(ptr, total, tok, tokenizer.byteLength, cf, cfg.byteLength));
+  } finally { wm.free(tok, tokenizer.byteLength); wm.free(cf, cfg.byteLength); }
+  embedder = { files, size: total + tokenizer.byteLength };
+  return { dim: wm.embedDim };
+}
+
+async function chat({ id, messages, reset, options = {} }) {
+  // Settings not given are the module's defaults (WasmindModule.setSampler).
+  const { maxTokens = 0, temperature, topK, topP, minP, repeatPenalty, repeatWindow, seed } = options;
+  if (reset) wm.resetChat();
+  wm.setSampler({ temperature, topK, topP, minP, repeatPenalty, repeatWindow, seed });
+  for (const m of messages) wm.addMessage(m.role, typeof m.content === 'string' ? m.content : String(m.content ?? ''));
+  const x = wm.exports;
+  wm.check(x.chat_start(maxTokens, performance.now()));
+  active = id;
+  try {
+    for (;;) {
+      if (stopped.has(id)) x.request_stop();
+      const n = x.chat_next(performance.now());
+      if (n === -E_END || n === -E_STOPPED || n === -E_CONTEXT_FULL) break;
+      if (wm.check(n) > 0) post({ id, event: 'piece', text: wm.resultText(n) });
+      await yieldNow(); // let a stop (or anything else) in
+    }
+  } finally { stopped.delete(id); active = null; }
+  return wm.chatStats();
+}
+
+function embed({ texts }) {
+  const vectors = wm.embed(texts);
+  return { value: vectors, transfer: vectors.map((v) => v.buffer) };
+}
+
+const ops = {
+  async init({ options }) { config = options; await start(0); return describe(); },
+  load: loadModel,
+  loadEmbedder,
+  chat,
+  embed,
+  stats: () => wm.chatStats(),
+  usage: () => ({ wasm: wm ? wm.memory.buffer.byteLength : 0, heap: jsHeap(), peakLoadHeap, loadHeapBase, chunkMax }),
+  info: () => wm.modelInfo(),
+  tokens: () => ({ ids: wm.chatTokens(), last: wm.exports.chat_last_token() }),
+  reset: () => { wm.resetChat(); return true; },
+  deleteCached: ({ url }) => deleteCached(url),
+  async close() {
+    stopper?.terminate(); stopper = null;
+    if (wm) await wm.close();
+    wm = null;
+    // Chromium: a driver terminated right after it terminated nested workers that shared its
+    // memory sometimes never ends (and keeps the memory). Let them end by themselves first.
+    if (!isNode) await new Promise((r) => setTimeout(r, 100));
+    return true;
+  },
+};
+
+function serialize(e) {
+  if (e instanceof WasmindError) return { name: 'WasmindError', message: e.message, code: e.code, status: e.status };
+  if (e instanceof SourceError) return { name: 'WasmindError', message: e.message, status: e.status };
+  if (e?.name === 'AbortError') return { name: 'AbortError', message: e.message };
+  return { name: e?.name ?? 'Error', message: String(e?.message ?? e), status: 'ERROR', stack: e?.stack };
+}
+
+let queue = Promise.resolve();
+const onMessage = (m) => {
+  if (m.op === 'stop') { stopped.add(m.target); if (wm && active === m.target) wm.exports.request_stop(); return; }
+  queue = queue.then(async () => {
+    try {
+      const r = await ops[m.op](m);
+      if (r && typeof r === 'object' && 'transfer' in r) post({ id: m.id, value: r.value }, r.transfer);
+      else post({ id: m.id, value: r });
+      if (m.op === 'close' && !isNode) self.close(); // end now, do not wait for terminate()
+    } catch (e) {
+      post({ id: m.id, error: serialize(e) });
+    }
+  });
+};
+if (isNode) port.on('message', onMessage); else port.onmessage = (e) => onMessage(e.data);
+post({ event: 'listening' });

@@ -1,0 +1,134 @@
+// Types of glue/index.js, the page API of wasmind.
+
+/** A Hugging Face URL, any URL, a File/Blob, or the bytes of the file. */
+export type Source = string | URL | Blob | ArrayBuffer | ArrayBufferView;
+
+export interface CreateOptions {
+  /** Threads, the driver included (threaded module only). Default: ¾ of the cores, at most 16. */
+  threads?: number;
+  /** URL of the folder with wasmind.wasm and wasmind-mt.wasm. Default: the package's dist/. */
+  dist?: string | URL;
+  /** Force the single-threaded (false) module. Default: threaded when shared memory is allowed
+   *  (a cross-origin isolated page, a Worker of one, or Node). */
+  threaded?: boolean;
+}
+
+export interface Progress {
+  /** Bytes written into the module so far. */
+  loaded: number;
+  /** The file's size. */
+  total: number;
+}
+
+export interface LoadOptions {
+  onProgress?: (progress: Progress) => void;
+  /** Keep a URL's file in the origin private file system and reuse it (default true). */
+  cache?: boolean;
+  /** KV cache length in tokens; 0 = the model's own, at most 4096. */
+  context?: number;
+  /** The expected size in bytes: a cached copy is checked against it without a HEAD request. */
+  size?: number;
+  /** Re-quantize weights on load where the module supports it: 'keep' | 'q8_0' or a ggml type id. */
+  quantize?: 'keep' | 'q8_0' | number;
+  /** Override the chat template: 'chatml' | 'llama3' | 'gemma' | 'llama2' | 'mistral' (or a name the module knows). */
+  template?: string;
+}
+
+/** model_info() of the module, plus where the bytes came from. */
+export interface ModelInfo {
+  name: string;
+  chat_template: string;
+  context: number;
+  /** The file's size in bytes. */
+  bytes: number;
+  /** Served from the cache (no download). */
+  fromCache: boolean;
+  /** The file is in the cache now. */
+  cached: boolean;
+  [key: string]: unknown;
+}
+
+export interface Message {
+  role: 'system' | 'user' | 'assistant' | 'raw';
+  content: string;
+}
+
+export interface ChatOptions {
+  /** Reply tokens at most; 0 = up to the context. */
+  maxTokens?: number;
+  /** 0 is greedy. Default: the module's (0.2; `sampler_defaults`). */
+  temperature?: number;
+  topK?: number;
+  topP?: number;
+  minP?: number;
+  repeatPenalty?: number;
+  repeatWindow?: number;
+  seed?: number;
+  /** Stops the reply; the iteration then throws the signal's reason (an AbortError). */
+  signal?: AbortSignal;
+}
+
+export interface ChatStats {
+  promptTokens: number;
+  tokens: number;
+  prefillTps: number;
+  decodeTps: number;
+  /** 'eog' (end token), 'limit' (maxTokens), 'stopped', 'context_full'. */
+  state: string;
+}
+
+export interface EmbedderFiles {
+  safetensors: Source;
+  tokenizer: Source;
+  config: Source;
+}
+
+/** Every failure: `status` is the module's status name (BAD_FORMAT, OUT_OF_MEMORY, NO_MODEL, …)
+ *  or NETWORK / HTTP / LENGTH for a download; `message` the module's message. */
+export class WasmindError extends Error {
+  code: number;
+  status: string;
+}
+
+export const CACHE_NAME: string;
+
+export class Wasmind {
+  /** Starts the driver worker (and helpers on a cross-origin isolated page); resolves when ready. */
+  static create(options?: CreateOptions): Promise<Wasmind>;
+  /** Deletes a cached URL's file, or (no argument) every cached file. */
+  static deleteCached(url?: string | URL): Promise<boolean>;
+  /** The cached copy of a URL, or null. */
+  static cached(url: string | URL): Promise<{ size: number } | null>;
+
+  /** Whether the threaded module runs. */
+  readonly threaded: boolean;
+  /** Threads in use, the driver included. */
+  readonly threads: number;
+  /** The loaded model's info, or null. */
+  readonly model: ModelInfo | null;
+  /** The embedder's vector size, or 0. */
+  readonly embedDim: number;
+
+  /** Loads a GGUF model (a URL is streamed into the module's memory, never held whole in JS). */
+  load(source: Source, options?: LoadOptions): Promise<ModelInfo>;
+  /** A reply to OpenAI-shaped messages, piece by piece; a history the module holds is not re-read. */
+  chat(messages: Message[], options?: ChatOptions): AsyncGenerator<string, void, undefined>;
+  /** Ends the reply in progress within one token. */
+  stop(): void;
+  /** The last reply's figures, or null. */
+  stats(): ChatStats | null;
+  /** Forgets the conversation. */
+  reset(): Promise<void>;
+  /** The token ids in the KV cache and the last sampled id (tests, debugging). */
+  tokens(): Promise<{ ids: number[]; last: number }>;
+  /** Loads a Model2Vec embedder: a folder URL, or its three files. */
+  loadEmbedder(source: string | URL | EmbedderFiles, options?: { cache?: boolean; onProgress?: (p: Progress) => void }): Promise<{ dim: number }>;
+  embed(text: string): Promise<Float32Array>;
+  embed(texts: string[]): Promise<Float32Array[]>;
+  /** Memory figures of the driver: wasm memory bytes, JS heap where known, the last load's peak. */
+  usage(): Promise<{ wasm: number; heap: number | null; peakLoadHeap: number | null; loadHeapBase: number | null; chunkMax: number }>;
+  /** Ends every worker and releases the memory; load() starts them again. */
+  unload(): Promise<void>;
+}
+
+export default Wasmind;

@@ -1,0 +1,254 @@
+// index.js: wasmind for a web page, a Worker or Node, in a few lines (no dependencies).
+//
+//   import { Wasmind } from 'wasmind';
+//   const ai = await Wasmind.create();
+//   await ai.load('https://huggingface.co/…/resolve/main/model.gguf', { onProgress: console.log });
+//   for await (const piece of ai.chat([{ role: 'user', content: 'Hi!' }])) out.textContent += piece;
+//
+// Every call goes to a driver Worker (driver.js; worker_threads in Node) that owns the module
+// (glue/wasmind.js, the low-level glue) and, on a cross-origin isolated page, its helper workers
+// on one shared memory; without isolation it runs the single-threaded module. Nothing here blocks,
+// so the page's main thread is a fine place to call it from. A URL is streamed by the driver
+// straight into the module's memory and kept in the origin private file system (source.js).
+
+import { WasmindError } from './wasmind.js';
+import { deleteCached, cached, CACHE_NAME } from './source.js';
+
+const isNode = typeof process === 'object' && !!process.versions?.node;
+const DIST = new URL('../dist/', import.meta.url).href;
+
+export { WasmindError, CACHE_NAME };
+
+/** Rebuilds a driver's error: a WasmindError with the module's status name and message, or the
+ *  AbortError of a cancelled call. */
+function revive(e) {
+  if (e.name === 'AbortError') return new DOMException(e.message, 'AbortError');
+  const err = new WasmindError(e.code ?? 0, e.message);
+  err.name = 'WasmindError';
+  if (e.status) err.status = e.status;
+  if (e.stack && e.status === 'ERROR') err.driverStack = e.stack;
+  return err;
+}
+
+/** A blob: module that imports `url`: a blob worker gets the page's service worker (Chromium
+ *  fetches a Worker's own script past it, so a page served offline could not start one). */
+export function bootstrap(url) {
+  return URL.createObjectURL(new Blob([`import ${JSON.stringify(String(url))};`], { type: 'text/javascript' }));
+}
+
+async function spawnDriver() {
+  const url = new URL('./driver.js', import.meta.url);
+  if (isNode) {
+    const w = new (await import('node:worker_threads')).Worker(url);
+    w.unref?.(); // an idle driver does not keep Node alive
+    return { post: (m) => w.postMessage(m), terminate: () => w.terminate(),
+      listen: (f, fail) => { w.on('message', f); w.on('error', fail); w.on('exit', (c) => fail(new Error(`the wasmind driver exited (${c})`))); },
+      ref: (on) => (on ? w.ref() : w.unref()) };
+  }
+  const w = new Worker(bootstrap(url), { type: 'module', name: 'wasmind-driver' });
+  return { post: (m) => w.postMessage(m), terminate: () => w.terminate(),
+    listen: (f, fail) => { w.onmessage = (e) => f(e.data); w.onerror = (e) => { e.preventDefault?.(); fail(new Error(e.message ?? 'the wasmind driver failed')); }; },
+    ref: () => {} };
+}
+
+/** A URL string or URL as an absolute URL (against the page); other values as they are. */
+const absolute = (s) => (s instanceof URL ? s.href : typeof s === 'string' && !isNode ? new URL(s, globalThis.location?.href).href : s);
+const same = (a, b) => a && b && a.role === b.role && a.content === b.content;
+
+export class Wasmind {
+  /**
+   * Starts the driver (and helpers on a cross-origin isolated page). Options: `threads` (driver
+   * included; default ¾ of the cores, at most 16), `dist` (URL of the folder with the .wasm
+   * files; default the package's dist/), `threaded` (default: when shared memory is allowed).
+   */
+  static async create(options = {}) {
+    const ai = new Wasmind(options);
+    await ai.#start();
+    return ai;
+  }
+
+  /** Deletes a cached file (a URL given to load/loadEmbedder), or every cached file. */
+  static deleteCached(url) { return deleteCached(url === undefined ? undefined : absolute(url)); }
+
+  /** The cached copy of a URL as { size }, or null. */
+  static async cached(url) { const f = await cached(absolute(url)); return f && { size: f.size }; }
+
+  #options; #driver = null; #starting = null; #next = 1; #pending = new Map();
+  #history = [];      // the messages the module holds, its replies included; null: unknown
+  #chatting = null;   // id of the reply in progress
+  #stats = null;
+  #stopPort = null;   // threaded: a port to the driver's stopper worker, which stores the stop flag
+
+  constructor(options) {
+    this.#options = { threads: options.threads, threaded: options.threaded,
+      dist: new URL(options.dist ?? DIST, globalThis.location?.href ?? import.meta.url).href };
+    this.threaded = false; this.threads = 1; this.model = null; this.embedDim = 0;
+  }
+
+  async #start() {
+    if (this.#driver) return;
+    if (this.#starting) return this.#starting;
+    this.#starting = (async () => {
+      const d = await spawnDriver();
+      let listening;
+      const up = new Promise((ok, fail) => { listening = { ok, fail }; });
+      d.listen((m) => this.#receive(m, listening), (e) => this.#fail(d, e, listening));
+      await up;
+      this.#driver = d;
+      const r = await this.#call('init', { options: this.#options });
+      this.#module(r);
+    })();
+    try { await this.#starting; } finally { this.#starting = null; }
+  }
+
+  #module(m) {
+    this.threaded = m.threaded; this.threads = m.threads;
+    if (m.stopPort !== undefined) { this.#stopPort?.close(); this.#stopPort = m.stopPort; this.#stopPort?.unref?.(); }
+  }
+
+  #receive(m, listening) {
+    if (m.event === 'listening') return listening.ok();
+    if (m.event === 'module') return this.#module(m);
+    const p = this.#pending.get(m.id);
+    if (!p) return;
+    if (m.event) return p.onEvent?.(m);
+    this.#pending.delete(m.id);
+    if (this.#pending.size === 0) this.#driver?.ref(false);
+    if (m.error) p.reject(revive(m.error)); else p.resolve(m.value);
+  }
+
+  #fail(d, e, listening) {
+    listening.fail(e);
+    if (this.#driver !== d) return; // an old driver ending after unload()
+    for (const p of this.#pending.values()) p.reject(e);
+    this.#pending.clear();
+    d.terminate(); this.#driver = null;
+  }
+
+  #call(op, args = {}, onEvent) {
+    const id = this.#next++;
+    const done = new Promise((resolve, reject) => this.#pending.set(id, { resolve, reject, onEvent }));
+    this.#driver.ref(true);
+    this.#driver.post({ id, op, ...args });
+    return Object.assign(done, { id });
+  }
+
+  /**
+   * Loads a GGUF model: `source` is a URL (a Hugging Face `resolve` URL too), a Blob/File, or
+   * bytes. Options: `onProgress({ loaded, total })`, `cache` (URLs; default true: kept in the
+   * origin private file system and reused while the server reports the same length), `context` (KV tokens; 0 =
+   * the model's, at most 4096), `size` (the expected length: a cached copy is checked against it
+   * without a HEAD request), `quantize`, `template`. Resolves with the model info.
+   */
+  async load(source, { onProgress, cache = true, context = 0, size, quantize, template } = {}) {
+    await this.#start();
+    source = absolute(source);
+    this.#history = [];
+    this.model = null;
+    const info = await this.#call('load', { source, options: { cache, context, size, quantize, template } },
+      (m) => m.event === 'progress' && onProgress?.({ loaded: m.loaded, total: m.total }));
+    return this.model = info;
+  }
+
+  /**
+   * A reply to OpenAI-shaped `messages` ([{ role, content }]), piece by piece. Options:
+   * `maxTokens` (0: up to the context), `temperature` (0: greedy), `topK`, `topP`, `minP`,
+   * `repeatPenalty`, `seed`, `signal` (an AbortSignal: the reply stops and the iteration throws
+   * its reason). When the messages extend the conversation the module holds (its own replies
+   * included), only the new ones are read and the KV cache is reused.
+   */
+  async *chat(messages, options = {}) {
+    const { signal, ...sampling } = options;
+    signal?.throwIfAborted();
+    if (!this.#driver) throw new WasmindError(5, 'no model is loaded (load)');
+    const held = this.#history;
+    const extends_ = held !== null && held.length <= messages.length && held.every((m, i) => same(m, messages[i]));
+    const fresh = (extends_ ? messages.slice(held.length) : messages).map((m) => ({ role: m.role, content: m.content }));
+    const queue = []; let wake = null, over = false, failure = null, all = '';
+    this.#history = null; // unknown until the reply is over
+    const req = this.#call('chat', { messages: fresh, reset: !extends_, options: sampling }, (m) => {
+      if (m.event === 'piece') { all += m.text; queue.push(m.text); wake?.(); }
+    });
+    this.#chatting = req.id;
+    req.then((stats) => {
+      this.#history = [...messages.map((m) => ({ role: m.role, content: m.content })), { role: 'assistant', content: all }];
+      this.#stats = stats;
+    }, (e) => { failure = e; }).finally(() => {
+      over = true; if (this.#chatting === req.id) this.#chatting = null; wake?.();
+    });
+    const onAbort = () => this.stop();
+    signal?.addEventListener('abort', onAbort, { once: true });
+    try {
+      for (;;) {
+        while (queue.length) yield queue.shift();
+        if (over) break;
+        await new Promise((r) => { wake = r; });
+        wake = null;
+      }
+      if (failure) throw failure;
+      signal?.throwIfAborted();
+    } finally {
+      signal?.removeEventListener('abort', onAbort);
+      if (!over) this.stop(); // the loop was left early: end the reply
+    }
+  }
+
+  /** Ends the reply in progress within one token (both modules). */
+  stop() {
+    const id = this.#chatting;
+    if (id === null || !this.#driver) return;
+    this.#stopPort?.postMessage(1); // threaded: lands even inside a prompt
+    this.#driver.post({ op: 'stop', target: id });
+  }
+
+  /** The last reply's { promptTokens, tokens, prefillTps, decodeTps, state }, or null. */
+  stats() {
+    const s = this.#stats;
+    return s && { promptTokens: s.prompt_tokens, tokens: s.tokens, prefillTps: s.prefill_tps,
+      decodeTps: s.decode_tps, state: s.state };
+  }
+
+  /** The token ids the KV cache holds (the conversation so far; the end token of the last reply
+   *  is not run) and `last`, the id sampled last. For tests and debugging. */
+  async tokens() { return this.#call('tokens'); }
+
+  /** Forgets the conversation (the next chat reads all its messages). */
+  async reset() { this.#history = []; if (this.#driver) await this.#call('reset'); }
+
+  /** Loads a Model2Vec embedder: a folder URL (model.safetensors, tokenizer.json, config.json)
+   *  or { safetensors, tokenizer, config }, each a URL, Blob or bytes. Resolves with { dim }. */
+  async loadEmbedder(source, { cache = true, onProgress } = {}) {
+    await this.#start();
+    const files = typeof source === 'string' || source instanceof URL ? absolute(source)
+      : { safetensors: absolute(source.safetensors), tokenizer: absolute(source.tokenizer), config: absolute(source.config) };
+    const r = await this.#call('loadEmbedder', { files, options: { cache } },
+      (m) => m.event === 'progress' && onProgress?.({ loaded: m.loaded, total: m.total }));
+    this.embedDim = r.dim;
+    return r;
+  }
+
+  /** A sentence vector (Float32Array) for a string, or one per string for an array. */
+  async embed(text) {
+    if (!this.#driver) throw new WasmindError(5, 'no embedder is loaded (loadEmbedder)');
+    const texts = Array.isArray(text) ? text : [text];
+    const vectors = await this.#call('embed', { texts });
+    return Array.isArray(text) ? vectors : vectors[0];
+  }
+
+  /** Memory figures from the driver: { wasm: bytes of the module's memory, heap: the driver's
+   *  JS heap (where the engine reports it), arrayBuffers (Node), peakLoadHeap }. */
+  async usage() { return this.#driver ? this.#call('usage') : { wasm: 0 }; }
+
+  /** Ends every worker and releases the memory; `load` starts them again. */
+  async unload() {
+    const d = this.#driver;
+    if (!d) return;
+    try { await this.#call('close'); } catch { /* ending anyway */ }
+    this.#driver = null; this.#stopPort?.close(); this.#stopPort = null; this.#history = []; this.model = null; this.embedDim = 0;
+    for (const p of this.#pending.values()) p.reject(new WasmindError(5, 'unloaded'));
+    this.#pending.clear();
+    await d.terminate();
+  }
+}
+
+export default Wasmind;

@@ -1,0 +1,72 @@
+// The demos in Chromium: the search page ranks the right sentence first as the query is typed;
+// and the offline proof (as seed 004 did it): visit the chat and the search pages, stop the
+// server, check that it is really gone, reload both, and chat and search still work (the service
+// worker serves the pages, the glue and the modules; the model and the embedder come from the
+// origin private file system, whose copies are kept when a HEAD cannot reach the server).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { skip, testServer, launch } from './harness.mjs';
+
+const PARIS = 'What is the capital of France?';
+
+async function ask(page, text) {
+  const n = await page.evaluate(() => window.wasmindChat.replies.length);
+  await page.fill('#text', text);
+  await page.press('#text', 'Enter');
+  await page.waitForFunction((k) => window.wasmindChat.replies.length > k || window.wasmindChat.error, n, { timeout: 120000 });
+  return page.evaluate((k) => ({ ...window.wasmindChat.replies[k], error: window.wasmindChat.error }), n);
+}
+async function openChat(page, origin) {
+  await page.goto(`${origin}/glue/demo/chat.html?threads=2&temp=0`);
+  await page.waitForFunction(() => window.wasmindChat?.ready || window.wasmindChat?.error, null, { timeout: 120000 });
+  return page.evaluate(() => ({ ...window.wasmindChat, isolated: crossOriginIsolated }));
+}
+async function search(page, origin, q) {
+  await page.goto(`${origin}/glue/demo/search.html?q=${encodeURIComponent(q)}`);
+  await page.waitForFunction(() => window.wasmindSearch?.results?.length || window.wasmindSearch?.error, null, { timeout: 120000 });
+  return page.evaluate(() => window.wasmindSearch);
+}
+
+test('demos in Chromium: search top hits, then chat and search offline (service worker + OPFS)', { skip, timeout: 300000 }, async (t) => {
+  const { server, origin } = await testServer();
+  const browser = await launch();
+  try {
+    const page = await browser.newPage();
+    const errors = [];
+    page.on('pageerror', (e) => errors.push(e.message));
+
+    const online = await openChat(page, origin);
+    assert.equal(online.error, undefined);
+    assert.deepEqual([online.isolated, online.threaded, online.threads], [true, true, 2]);
+    assert.equal((await ask(page, PARIS)).text, 'The capital of France is Paris.');
+    assert.ok(await page.evaluate(() => navigator.serviceWorker.ready.then((r) => !!r.active)), 'service worker active');
+
+    const s1 = await search(page, origin, 'how do plants make food');
+    assert.equal(s1.error, undefined);
+    assert.match(s1.results[0].text, /photosynthesis/);
+    await page.fill('#q', 'capital city of France');
+    await page.waitForFunction(() => window.wasmindSearch.query === 'capital city of France');
+    assert.match((await page.evaluate(() => window.wasmindSearch.results[0].text)), /^Paris/);
+    const shell = await page.evaluate(async () => (await (await caches.open('wasmind-demo-v1')).keys()).length);
+    t.diagnostic(`service worker cache: ${shell} files`);
+
+    // Offline: the server is gone (connections too), a fresh request fails.
+    server.closeAllConnections();
+    await new Promise((r) => server.close(r));
+    const probe = await page.evaluate(() => fetch(`/models/probe?${Date.now()}`).then((r) => r.status, (e) => String(e)));
+    t.diagnostic(`probe after stopping the server: ${probe}`);
+    assert.match(String(probe), /Failed to fetch|TypeError/);
+
+    const offline = await openChat(page, origin);
+    assert.equal(offline.error, undefined);
+    assert.deepEqual([offline.isolated, offline.threaded, offline.info.fromCache], [true, true, true]);
+    assert.equal((await ask(page, PARIS)).text, 'The capital of France is Paris.');
+    const s2 = await search(page, origin, 'what powers the sun and stars?');
+    assert.equal(s2.error, undefined);
+    assert.match(s2.results[0].text, /^Stars shine/);
+    assert.deepEqual(errors, []);
+  } finally {
+    await browser.close();
+    server.close();
+  }
+});

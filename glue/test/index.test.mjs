@@ -1,0 +1,94 @@
+// The page API (glue/index.js) under Node: the driver in a worker_threads Worker, the model
+// streamed from a file into the module's memory. Greedy replies equal llama.cpp's while it is
+// decisive (single-threaded and 2 threads), multi-turn reads only the new messages, stop() and
+// an AbortSignal end a reply within a token, embed() equals the Python package, failures carry
+// the module's status, unload() ends the driver and load() works again.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { Wasmind } from '../index.js';
+import { MODEL_PATH, EMBEDDER_DIR, smollm2, m2v, messagesOf, compareGreedy, cosine, REPLY_TOKENS } from './reference.mjs';
+
+const reference = smollm2();
+const GREEDY = { temperature: 0, repeatPenalty: 1, maxTokens: REPLY_TOKENS };
+
+async function reply(ai, messages, options = GREEDY) {
+  let text = '';
+  for await (const piece of ai.chat(messages, options)) text += piece;
+  return { text, ...ai.stats() };
+}
+
+for (const [name, create] of [['single-threaded', { threaded: false }], ['2 threads', { threads: 2 }]]) {
+  test(`index.js, ${name}: llama.cpp's greedy replies; a follow-up reads only its own tokens`, async () => {
+    const ai = await Wasmind.create(create);
+    try {
+      assert.equal(ai.threaded, name !== 'single-threaded');
+      let events = 0, last = null;
+      const info = await ai.load(MODEL_PATH, { context: 1024, onProgress: (p) => { events++; last = p; } });
+      assert.equal(info.chat_template, 'chatml');
+      assert.ok(events >= 1);
+      assert.deepEqual(last, { loaded: info.bytes, total: info.bytes });
+      let compared = 0;
+      for (const chat of reference.greedy) {
+        const r = await reply(ai, messagesOf(chat));
+        compared += compareGreedy(chat, { ...(await ai.tokens()), state: r.state, text: r.text });
+      }
+      assert.ok(compared >= 40, `compared ${compared} decisive tokens`);
+      const first = [{ role: 'user', content: 'What is the capital of France?' }];
+      const a = await reply(ai, first);
+      const b = await reply(ai, [...first, { role: 'assistant', content: a.text }, { role: 'user', content: 'And of Italy?' }]);
+      assert.ok(b.promptTokens < 20, `follow-up ran ${b.promptTokens} prompt tokens`);
+      assert.match(b.text, /Rome/);
+    } finally { await ai.unload(); }
+  });
+}
+
+for (const [name, create] of [['single-threaded', { threaded: false }], ['2 threads', { threads: 2 }]]) {
+  test(`index.js, ${name}: stop() and an AbortSignal end a reply within a token`, async () => {
+    const ai = await Wasmind.create(create);
+    try {
+      await ai.load(MODEL_PATH, { context: 512 });
+      let n = 0;
+      for await (const _ of ai.chat([{ role: 'user', content: 'Write a very long story about a dragon.' }], { temperature: 0 })) {
+        if (++n === 5) ai.stop();
+      }
+      assert.equal(ai.stats().state, 'stopped');
+      // stop() came after the 5th piece arrived; the driver may be a few tokens ahead of the
+      // consumer (pieces in flight between the threads, more so on a loaded machine).
+      assert.ok(ai.stats().tokens <= 10, `${ai.stats().tokens} tokens`);
+      const ac = new AbortController();
+      n = 0;
+      await assert.rejects(async () => {
+        for await (const _ of ai.chat([{ role: 'user', content: 'Write a long poem.' }], { signal: ac.signal })) if (++n === 3) ac.abort();
+      }, (e) => e.name === 'AbortError');
+      assert.equal(ai.stats().state, 'stopped');
+      const after = await reply(ai, [{ role: 'user', content: 'What is the capital of France?' }]);
+      assert.match(after.text, /Paris/);
+    } finally { await ai.unload(); }
+  });
+}
+
+test('index.js: embed() equals the Python package (cosine ≥ 0.99999); errors; unload and load again', async () => {
+  const ref = m2v();
+  const rows = ref.rows.slice(0, 60);
+  const ai = await Wasmind.create({ threads: 2 });
+  try {
+    assert.deepEqual(await ai.loadEmbedder(EMBEDDER_DIR), { dim: ref.dim });
+    const vectors = await ai.embed(rows.map((r) => r.text));
+    rows.forEach((row, i) => assert.ok(cosine(vectors[i], row.embedding) >= 0.99999, `text ${i}`));
+    const one = await ai.embed(rows[0].text);
+    assert.ok(one instanceof Float32Array && one.length === ref.dim);
+    await assert.rejects(ai.load(new Uint8Array([1, 2, 3, 4, 5])), (e) => e.name === 'WasmindError' && e.status === 'BAD_FORMAT' && /GGUF/.test(e.message));
+    await assert.rejects(ai.load('/nonexistent/model.gguf'), (e) => e instanceof Error);
+    // Bytes and a Blob load too (the embedder survives a larger memory).
+    const bytes = readFileSync(MODEL_PATH);
+    const info = await ai.load(new Blob([bytes]), { context: 256 });
+    assert.equal(info.bytes, bytes.byteLength);
+    assert.ok(cosine(await ai.embed(rows[1].text), rows[1].embedding) >= 0.99999, 'embedder kept');
+    await ai.unload();
+    await assert.rejects(ai.embed('x'), (e) => e.status === 'NO_MODEL');
+    await ai.load(bytes, { context: 256 });
+    const r = await reply(ai, [{ role: 'user', content: 'What is the capital of France?' }]);
+    assert.match(r.text, /Paris/);
+  } finally { await ai.unload(); }
+});

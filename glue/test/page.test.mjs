@@ -1,0 +1,182 @@
+// The page API (glue/index.js) on a page's MAIN THREAD in Debian's Chromium, cross-origin
+// isolated (threaded module, 2 threads) and not (single-threaded fallback): a Hugging
+// Face-shaped URL streamed into the module with progress events that reach the file size, the
+// peak V8 heap of the driver worker during that load, llama.cpp's greedy replies while it is
+// decisive, stop() and an AbortSignal, a second load served from the cache (OPFS; no GET at the
+// server), a cut download that leaves no cache entry (and a next load that works), a cached copy
+// of another length discarded, Model2Vec vectors equal to the Python package's, and five
+// load/unload cycles whose memory does not grow.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { smollm2, m2v, messagesOf, compareGreedy, cosine, REPLY_TOKENS } from './reference.mjs';
+import { skip, testServer, launch, heapSampler, chromiumPss, HF_URL, CDN_URL, MODEL_SIZE } from './harness.mjs';
+
+const reference = smollm2();
+const GREEDY = { temperature: 0, repeatPenalty: 1, maxTokens: REPLY_TOKENS };
+export const figures = {};
+
+for (const isolated of [true, false]) {
+  const mode = isolated ? 'isolated, 2 threads' : 'not isolated, single-threaded';
+  test(`page API on the main thread in Chromium (${mode})`, { skip, timeout: 300000 }, async (t) => {
+    const { server, origin, counts, cut, swap, tiny } = await testServer();
+    const browser = await launch();
+    try {
+      const page = await browser.newPage();
+      const errors = [];
+      page.on('pageerror', (e) => errors.push(e.message));
+      await page.goto(`${origin}/test.html${isolated ? '' : '?isolated=0'}`);
+      await page.waitForFunction(() => window.pageReady);
+      assert.equal(await page.evaluate(() => crossOriginIsolated), isolated);
+      await page.evaluate(() => Wasmind.deleteCached());
+
+      // create, then a streamed load from the HF-shaped URL with progress, the heap sampled.
+      const created = await page.evaluate(async () => {
+        window.ai = await Wasmind.create({ threads: 2 });
+        return { threaded: ai.threaded, threads: ai.threads };
+      });
+      assert.deepEqual(created, isolated ? { threaded: true, threads: 2 } : { threaded: false, threads: 1 });
+      const sampler = await heapSampler(browser, 'wasmind-driver');
+      const first = await page.evaluate(async (url) => {
+        const events = [];
+        const info = await ai.load(url, { context: 1024, onProgress: (p) => events.push(p) });
+        return { info, events };
+      }, HF_URL);
+      const heap = await sampler.stop();
+      const after = await heapSampler(browser, 'wasmind-driver').then((s) => s.stop());
+      const usage = await page.evaluate(() => ai.usage());
+      // The wasm memory's backing store is not an ArrayBuffer allocation, so `backing` is the JS
+      // side only; `peak - first` is what the load added at most.
+      const peak = heap.peak.sum, base = heap.first.heap + heap.first.backing;
+      figures[mode] = { modelBytes: MODEL_SIZE, peakHeap: peak, heapBefore: base, heapAfter: after.first.heap + after.first.backing,
+        samples: heap.samples, wasmMemory: usage.wasm, chunkMax: usage.chunkMax };
+      t.diagnostic(`peak V8 heap of the driver during the URL load: ${JSON.stringify(figures[mode])}`);
+      assert.ok(heap.samples >= 3, `${heap.samples} heap samples`);
+      assert.ok(peak < MODEL_SIZE / 10, `peak heap ${peak} ≥ a tenth of ${MODEL_SIZE}`);
+      assert.equal(first.info.bytes, MODEL_SIZE);
+      assert.equal(first.info.fromCache, false);
+      assert.ok(first.events.length >= 2, `${first.events.length} progress events`);
+      first.events.forEach((e, i) => {
+        assert.equal(e.total, MODEL_SIZE);
+        if (i) assert.ok(e.loaded >= first.events[i - 1].loaded);
+      });
+      assert.equal(first.events.at(-1).loaded, MODEL_SIZE, 'progress reaches the file size');
+      assert.equal(counts[`GET ${CDN_URL}`], 1);
+
+      // llama.cpp's greedy replies, compared in token ids while llama.cpp is decisive.
+      const replies = await page.evaluate(async ({ chats, options }) => {
+        const out = [];
+        for (const messages of chats) {
+          let text = '';
+          for await (const piece of ai.chat(messages, options)) text += piece;
+          out.push({ text, state: ai.stats().state, ...(await ai.tokens()) });
+        }
+        return out;
+      }, { chats: reference.greedy.map(messagesOf), options: GREEDY });
+      let compared = 0;
+      reference.greedy.forEach((chat, i) => { compared += compareGreedy(chat, replies[i]); });
+      assert.ok(compared >= 40, `compared ${compared} decisive tokens`);
+      assert.equal(replies[0].text, 'The capital of France is Paris.');
+
+      // stop() after 5 pieces, an AbortSignal after 3.
+      const stopping = await page.evaluate(async () => {
+        let n = 0;
+        for await (const _ of ai.chat([{ role: 'user', content: 'Write a very long story about a dragon.' }], { temperature: 0 })) if (++n === 5) ai.stop();
+        const stopped = ai.stats();
+        const ac = new AbortController();
+        let error = null; n = 0;
+        try {
+          for await (const _ of ai.chat([{ role: 'user', content: 'Write a long poem about the sea.' }], { signal: ac.signal })) if (++n === 3) ac.abort();
+        } catch (e) { error = e.name; }
+        return { stopped, aborted: ai.stats(), error };
+      });
+      t.diagnostic(`stop: ${JSON.stringify(stopping)}`);
+      assert.equal(stopping.stopped.state, 'stopped');
+      // The driver may be a few tokens ahead of the page (pieces in flight).
+      assert.ok(stopping.stopped.tokens <= 10, `${stopping.stopped.tokens} tokens after stop at 5 pieces`);
+      assert.equal(stopping.error, 'AbortError');
+      assert.equal(stopping.aborted.state, 'stopped');
+
+      // The same URL again: from the cache (a HEAD at most, no GET).
+      const gets = counts[`GET ${CDN_URL}`] + (counts[`GET ${HF_URL}`] ?? 0);
+      const again = await page.evaluate(async (url) => {
+        const events = [];
+        const info = await ai.load(url, { context: 512, onProgress: (p) => events.push(p) });
+        return { fromCache: info.fromCache, last: events.at(-1) };
+      }, HF_URL);
+      assert.equal(again.fromCache, true);
+      assert.equal(again.last.loaded, MODEL_SIZE);
+      assert.equal(counts[`GET ${CDN_URL}`] + (counts[`GET ${HF_URL}`] ?? 0), gets, 'no GET for a cached model');
+
+      // A download cut in the middle: rejected, nothing cached; the next load works and is kept.
+      cut.add('/cut/model.gguf');
+      const cutRun = await page.evaluate(async () => {
+        let error = null;
+        try { await ai.load('/cut/model.gguf'); } catch (e) { error = { name: e.name, status: e.status, message: e.message }; }
+        return { error, cached: await Wasmind.cached('/cut/model.gguf') };
+      });
+      t.diagnostic(`cut download: ${JSON.stringify(cutRun)}`);
+      assert.ok(cutRun.error, 'a cut download rejects');
+      assert.equal(cutRun.cached, null, 'no cache entry after a cut download');
+      cut.clear();
+      const resumed = await page.evaluate(async () => {
+        const info = await ai.load('/cut/model.gguf', { context: 256 });
+        let text = '';
+        for await (const p of ai.chat([{ role: 'user', content: 'What is the capital of France?' }], { temperature: 0, repeatPenalty: 1 })) text += p;
+        return { bytes: info.bytes, text, cached: (await Wasmind.cached('/cut/model.gguf'))?.size };
+      });
+      assert.deepEqual(resumed, { bytes: MODEL_SIZE, text: 'The capital of France is Paris.', cached: MODEL_SIZE });
+
+      // A cached copy whose length differs from the server's is discarded.
+      swap['/swap/m.gguf'] = `${tiny}tiny-llama-Q4_0.gguf`;
+      const a = await page.evaluate(() => ai.load('/swap/m.gguf', { context: 64 }).then((i) => ({ bytes: i.bytes, fromCache: i.fromCache })));
+      swap['/swap/m.gguf'] = `${tiny}tiny-llama-Q8_0.gguf`;
+      const b = await page.evaluate(() => ai.load('/swap/m.gguf', { context: 64 }).then((i) => ({ bytes: i.bytes, fromCache: i.fromCache })));
+      assert.equal(a.fromCache, false);
+      assert.equal(b.fromCache, false, 'stale copy discarded');
+      assert.notEqual(a.bytes, b.bytes);
+
+      // Model2Vec vectors.
+      const ref = m2v();
+      const rows = ref.rows.slice(0, 60);
+      const vectors = await page.evaluate(async (texts) => {
+        const { dim } = await ai.loadEmbedder('/models/m2v-minilm-256/');
+        const vs = await ai.embed(texts);
+        return { dim, vs: vs.map((v) => [...v]), one: [...(await ai.embed(texts[0]))] };
+      }, rows.map((r) => r.text));
+      assert.equal(vectors.dim, ref.dim);
+      rows.forEach((row, i) => assert.ok(cosine(vectors.vs[i], row.embedding) >= 0.99999, `text ${i}`));
+      assert.ok(cosine(vectors.one, rows[0].embedding) >= 0.99999);
+
+      // Five load/unload cycles: the memory after each unload must not grow. Measured as the OS
+      // sees it (PSS of all of Chromium's processes: the driver's wasm memory lives there) and
+      // as the page sees it (its JS heap; plus the driver's wasm memory while loaded).
+      // performance.measureUserAgentSpecificMemory would count both, but takes ~60 s per call in
+      // headless Chromium 148 (it waits for a garbage collection).
+      const settle = () => new Promise((r) => setTimeout(r, 300));
+      const measure = async () => { await settle(); return { heap: await page.evaluate(() => performance.memory.usedJSHeapSize), pss: await chromiumPss() }; };
+      const cycles = [];
+      for (let i = 0; i < 5; i++) {
+        await page.evaluate(() => ai.unload());
+        const empty = await measure();
+        const wasm = await page.evaluate(async (url) => { await ai.load(url, { context: 256 }); return (await ai.usage()).wasm; }, HF_URL);
+        cycles.push({ empty, loaded: { ...(await measure()), wasm } });
+      }
+      await page.evaluate(() => ai.unload());
+      cycles.push({ empty: await measure() });
+      figures[`${mode} cycles`] = cycles;
+      t.diagnostic(`load/unload cycles: ${JSON.stringify(cycles)}`);
+      for (const k of ['heap', 'pss']) {
+        // A model left behind per cycle would add its ~120 MB memory each time: five of them
+        // 600 MB. Released memory is returned lazily, so single steps are noisy; the trend is not.
+        const empties = cycles.map((c) => c.empty[k]);
+        assert.ok(empties.at(-1) - empties[0] < MODEL_SIZE / 2, `${k} after unload grew from ${empties[0]} to ${empties.at(-1)}`);
+      }
+      const loadedPss = cycles.slice(0, 5).map((c) => c.loaded.pss);
+      assert.ok(loadedPss.at(-1) - loadedPss[0] < MODEL_SIZE / 2, `loaded pss grew ${loadedPss}`);
+      assert.deepEqual(errors, []);
+    } finally {
+      await browser.close();
+      server.close();
+    }
+  });
+}
