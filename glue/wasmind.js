@@ -45,10 +45,16 @@ async function defaultThreads() {
   return Math.max(1, Math.min(16, Math.floor(cores * 3 / 4)));
 }
 
-async function readBytes(url) {
-  if (isNode) return (await import('node:fs/promises')).readFile(url);
+/** A module file from `dist/`; a missing one is an error that says how to build it. */
+async function readModule(url) {
+  const missing = (why) => new Error(`wasmind: cannot read the module ${url} (${why}); ` +
+    'build dist/ with `cargo xtask dist`, or pass `dist` (the URL of a folder with wasmind.wasm and wasmind-mt.wasm)');
+  if (isNode) {
+    try { return await (await import('node:fs/promises')).readFile(url); }
+    catch (e) { throw missing(e.code ?? e.message); }
+  }
   const r = await fetch(url);
-  if (!r.ok) throw new Error(`${url}: HTTP ${r.status}`);
+  if (!r.ok) throw missing(`HTTP ${r.status}`);
   return new Uint8Array(await r.arrayBuffer());
 }
 
@@ -101,7 +107,7 @@ function within(promise, ms, what) {
  */
 export async function load({ threads, threaded = canUseThreads(), maxMemory = 256 * MiB, dist = DIST } = {}) {
   threads = threaded ? Math.max(1, Math.min(MAX_HELPERS + 1, threads ?? await defaultThreads())) : 1;
-  const bytes = await readBytes(new URL(threaded ? 'wasmind-mt.wasm' : 'wasmind.wasm', dist));
+  const bytes = await readModule(new URL(threaded ? 'wasmind-mt.wasm' : 'wasmind.wasm', dist));
   const module = await WebAssembly.compile(bytes);
   if (!threaded) return new WasmindModule(module, (await WebAssembly.instantiate(module)).exports, null, []);
   const minimum = importedMemoryMinimum(bytes);

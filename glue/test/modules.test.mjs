@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { importedMemoryMinimum } from '../wasmind.js';
+import { importedMemoryMinimum, load } from '../wasmind.js';
 
 const dist = new URL('../../dist/', import.meta.url);
 const header = readFileSync(new URL('../../abi/wasmind.h', import.meta.url), 'utf8');
@@ -48,4 +48,11 @@ test('wasmind-mt.wasm: imports only env.memory (shared, with a maximum), same fu
   assert.deepEqual(sp?.type, { mutable: true, value: 'i32' }, 'a host must be able to set each helper stack');
   // The glue's own import-section reader agrees with the engine's reflection.
   assert.equal(importedMemoryMinimum(readFileSync(new URL('wasmind-mt.wasm', dist))), mem.type.minimum);
+});
+
+test('a missing dist/ is an error that says how to build it', async () => {
+  for (const threaded of [false, true]) {
+    await assert.rejects(load({ threaded, threads: 2, dist: new URL('file:///nonexistent-wasmind-dist/') }),
+      /cannot read the module .*wasmind(-mt)?\.wasm .*cargo xtask dist/);
+  }
 });
