@@ -641,10 +641,11 @@ mod tests {
         s
     }
 
-    #[test]
-    fn smollm2_prompt_ids_equal_llama_cpp() {
-        let tok = tokenizer("models/vocab/vocab-bpe-smollm.gguf");
-        let r = json("reference/smollm2-q4_1.json");
+    /// Every reference conversation rendered with `template` gives llama.cpp's prompt text
+    /// and, tokenized, its prompt ids.
+    fn prompt_ids_equal_llama_cpp(vocab: &str, reference: &str, template: Template) {
+        let tok = tokenizer(vocab);
+        let r = json(reference);
         let greedy = g_array(&r);
         assert_eq!(greedy.len(), 12);
         let mut work = Work::default();
@@ -654,7 +655,7 @@ mod tests {
                 list.push((Role::System, s));
             }
             list.push((Role::User, g["user"].as_str().unwrap()));
-            let text = prompt(Template::CHATML, &list);
+            let text = prompt(template, &list);
             assert_eq!(text, g["prompt"].as_str().unwrap());
             let mut ids = vec![];
             encode_prompt(&tok, &mut work, &text, true, &mut ids).unwrap();
@@ -669,27 +670,20 @@ mod tests {
     }
 
     #[test]
+    fn smollm2_prompt_ids_equal_llama_cpp() {
+        prompt_ids_equal_llama_cpp(
+            "models/vocab/vocab-bpe-smollm.gguf",
+            "reference/smollm2-q4_1.json",
+            Template::CHATML,
+        );
+    }
+
+    #[test]
     fn gemma3_prompt_ids_equal_llama_cpp() {
-        let tok = tokenizer("models/vocab/vocab-spm-gemma3.gguf");
-        let r = json("reference/gemma3-270m-q4_k_m.json");
-        let mut work = Work::default();
-        for g in g_array(&r) {
-            let mut list = vec![];
-            if let Some(s) = g["system"].as_str() {
-                list.push((Role::System, s));
-            }
-            list.push((Role::User, g["user"].as_str().unwrap()));
-            let text = prompt(Template::GEMMA, &list);
-            assert_eq!(text, g["prompt"].as_str().unwrap());
-            let mut ids = vec![];
-            encode_prompt(&tok, &mut work, &text, true, &mut ids).unwrap();
-            let want: Vec<u32> = g["prompt_ids"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_u64().unwrap() as u32)
-                .collect();
-            assert_eq!(ids, want, "{text:?}");
-        }
+        prompt_ids_equal_llama_cpp(
+            "models/vocab/vocab-spm-gemma3.gguf",
+            "reference/gemma3-270m-q4_k_m.json",
+            Template::GEMMA,
+        );
     }
 }

@@ -11,10 +11,6 @@ use host_tests::{
     ROLE_SYSTEM, ROLE_USER, Reply, Sampling, TOKENIZE_ADD_SPECIAL, TOKENIZE_PARSE_SPECIAL, Wasmind,
 };
 
-/// llama.cpp's batched and one-token runs differ at near-ties: compare argmaxes only where its
-/// top-two logit margin is at least this.
-const DECISIVE_MARGIN: f64 = 0.5;
-
 fn smollm2(threads: u32, context: u32) -> Wasmind {
     let mut w = Wasmind::with_threads(threads).unwrap();
     w.load_model_file(&shared(SMOLLM2), context).unwrap();
@@ -25,11 +21,6 @@ fn reply(w: &mut Wasmind, max_tokens: u32) -> Reply {
     w.chat_reply(max_tokens, |_| {})
         .unwrap()
         .unwrap_or_else(|e| panic!("chat_start refused: {e}"))
-}
-
-fn margin(step: &serde_json::Value) -> f64 {
-    let l = step["logits"].as_array().unwrap();
-    l[0].as_f64().unwrap() - l[1].as_f64().unwrap()
 }
 
 #[test]
@@ -82,22 +73,8 @@ fn greedy_replies_match_llama_cpp_where_it_is_decisive() {
         same_prefix += n.min(got.ids.len());
 
         // Teacher-forced along llama.cpp's reply.
-        w.reset().unwrap();
-        let seq: Vec<u32> = want_prompt.iter().chain(&want_ids).copied().collect();
-        let rows = w.prefill_logits(&seq).unwrap();
-        for (i, step) in steps.iter().enumerate() {
-            if margin(step) >= DECISIVE_MARGIN {
-                decisive += 1;
-                let got = argmax(&rows[want_prompt.len() - 1 + i]) as u64;
-                assert_eq!(
-                    got,
-                    step["ids"][0].as_u64().unwrap(),
-                    "{:?} step {i}",
-                    g["user"]
-                );
-                agree += 1;
-            }
-        }
+        let n = teacher_forced_argmax(&mut w, &want_prompt, &want_ids, steps, &g["user"]);
+        (decisive, agree) = (decisive + n, agree + n);
     }
     println!(
         "prompt ids 12/12 equal; teacher-forced decisive argmax {agree}/{decisive}; first token checked on \

@@ -6,7 +6,6 @@ mod common;
 use common::*;
 use host_tests::Wasmind;
 
-const DECISIVE_MARGIN: f64 = 0.5;
 const FLOAT_TOLERANCE: f32 = 0.15;
 const QUANT_TOLERANCE: f32 = 0.75;
 const PERPLEXITY_TOLERANCE: f64 = 0.02;
@@ -89,7 +88,7 @@ fn check_forced(w: &mut Wasmind, forced: &serde_json::Value, what: &str) {
     let (ppl, want) = (nll.exp(), forced["perplexity"].as_f64().unwrap());
     let (mut decisive, mut agree) = (0, 0);
     for (p, t) in forced["top5"].as_array().unwrap().iter().enumerate() {
-        if step_margin(t) >= DECISIVE_MARGIN {
+        if margin(t) >= DECISIVE_MARGIN {
             decisive += 1;
             agree += (argmax(&rows[p]) as u64 == t["ids"][0].as_u64().unwrap()) as usize;
         }
@@ -366,11 +365,6 @@ fn gemma_file() -> Option<std::path::PathBuf> {
         .find(|p| p.is_file())
 }
 
-fn step_margin(step: &serde_json::Value) -> f64 {
-    let l = step["logits"].as_array().unwrap();
-    l[0].as_f64().unwrap() - l[1].as_f64().unwrap()
-}
-
 /// Gemma 3 270M Q4_K_M against llama.cpp (`reference/gemma3-270m-q4_k_m.json`): teacher-forced
 /// perplexity within 2 % and its argmax at every decisive position; for the 12 chat prompts
 /// (Gemma template, BOS) the same prompt ids, its argmax at every decisive teacher-forced reply
@@ -428,28 +422,14 @@ fn gemma3_270m_matches_llama_cpp() {
         // Greedy: llama.cpp's reply up to its first near-tie.
         let n = steps
             .iter()
-            .position(|s| step_margin(s) < DECISIVE_MARGIN)
+            .position(|s| margin(s) < DECISIVE_MARGIN)
             .unwrap_or(want_ids.len())
             .min(got.ids.len());
         assert_eq!(&got.ids[..n], &want_ids[..n], "reply of {:?}", g["user"]);
         same_prefix += n;
         // Teacher-forced along llama.cpp's reply.
-        w.reset().unwrap();
-        let seq: Vec<u32> = want_prompt.iter().chain(&want_ids).copied().collect();
-        let rows = w.prefill_logits(&seq).unwrap();
-        for (i, step) in steps.iter().enumerate() {
-            if step_margin(step) >= DECISIVE_MARGIN {
-                decisive += 1;
-                let got = argmax(&rows[want_prompt.len() - 1 + i]) as u64;
-                assert_eq!(
-                    got,
-                    step["ids"][0].as_u64().unwrap(),
-                    "{:?} step {i}",
-                    g["user"]
-                );
-                agree += 1;
-            }
-        }
+        let n = teacher_forced_argmax(&mut w, &want_prompt, &want_ids, steps, &g["user"]);
+        (decisive, agree) = (decisive + n, agree + n);
     }
     println!(
         "gemma3 270M: prompt ids {prompts}/{prompts} equal; teacher-forced decisive argmax {agree}/{decisive}; \

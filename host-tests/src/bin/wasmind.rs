@@ -202,16 +202,10 @@ fn tokenize(args: &Args) -> Result<(), String> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if args.flag("--jsonl") {
-        for line in std::io::stdin().lock().lines() {
-            let line = line.map_err(s)?;
-            if line.trim().is_empty() {
-                continue;
-            }
-            let text: String =
-                serde_json::from_str(&line).map_err(|e| format!("not a JSON string: {e}"))?;
+        for_each_json_string(|text| {
             let ids = w.tokenize(text.as_bytes(), flags).map_err(s)?;
-            writeln!(out, "{}", json!(ids)).map_err(s)?;
-        }
+            writeln!(out, "{}", json!(ids)).map_err(s)
+        })?;
     } else {
         let mut text = Vec::new();
         std::io::stdin().read_to_end(&mut text).map_err(s)?;
@@ -304,16 +298,21 @@ fn embed(args: &Args) -> Result<(), String> {
         .map_err(s)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
+    for_each_json_string(|text| {
+        let ids = w.embed_ids(text.as_bytes()).map_err(s)?;
+        let v = w.embed(text.as_bytes(), dim).map_err(s)?;
+        writeln!(out, "{}", json!({ "ids": ids, "embedding": v })).map_err(s)
+    })
+}
+
+/// Runs `f` on each line of stdin that holds a JSON string (blank lines are skipped).
+fn for_each_json_string(mut f: impl FnMut(String) -> Result<(), String>) -> Result<(), String> {
     for line in std::io::stdin().lock().lines() {
         let line = line.map_err(s)?;
         if line.trim().is_empty() {
             continue;
         }
-        let text: String =
-            serde_json::from_str(&line).map_err(|e| format!("not a JSON string: {e}"))?;
-        let ids = w.embed_ids(text.as_bytes()).map_err(s)?;
-        let v = w.embed(text.as_bytes(), dim).map_err(s)?;
-        writeln!(out, "{}", json!({ "ids": ids, "embedding": v })).map_err(s)?;
+        f(serde_json::from_str(&line).map_err(|e| format!("not a JSON string: {e}"))?)?;
     }
     Ok(())
 }

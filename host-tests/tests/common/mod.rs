@@ -41,6 +41,40 @@ pub fn argmax(xs: &[f32]) -> usize {
     best
 }
 
+/// llama.cpp's batched and one-token runs differ at near-ties: compare argmaxes only where its
+/// top-two logit margin is at least this.
+pub const DECISIVE_MARGIN: f64 = 0.5;
+
+/// llama.cpp's top-two logit margin at a reference step (`{"ids": top-5, "logits": top-5}`).
+pub fn margin(step: &serde_json::Value) -> f64 {
+    let l = step["logits"].as_array().unwrap();
+    l[0].as_f64().unwrap() - l[1].as_f64().unwrap()
+}
+
+/// Runs `prompt + reply` (teacher-forced along llama.cpp's reply) and checks our argmax
+/// against llama.cpp's at every decisive step (`steps[i]` is the reply's position `i`).
+/// Returns the decisive steps checked, all of which agree (else it panics, naming `what`).
+pub fn teacher_forced_argmax(
+    w: &mut host_tests::Wasmind,
+    prompt: &[u32],
+    reply: &[u32],
+    steps: &[serde_json::Value],
+    what: &serde_json::Value,
+) -> usize {
+    w.reset().unwrap();
+    let seq: Vec<u32> = prompt.iter().chain(reply).copied().collect();
+    let rows = w.prefill_logits(&seq).unwrap();
+    let mut decisive = 0;
+    for (i, step) in steps.iter().enumerate() {
+        if margin(step) >= DECISIVE_MARGIN {
+            decisive += 1;
+            let got = argmax(&rows[prompt.len() - 1 + i]) as u64;
+            assert_eq!(got, step["ids"][0].as_u64().unwrap(), "{what:?} step {i}");
+        }
+    }
+    decisive
+}
+
 pub const SMOLLM2: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 /// The `wasmind` command line (without $WASMIND_MODEL: tests never download).
