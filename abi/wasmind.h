@@ -50,6 +50,7 @@ typedef uint32_t wasmind_ptr; /* offset in linear memory */
 /* Memory and errors */
 WASMIND_API wasmind_ptr alloc(uint32_t size);              /* 16-aligned; 0 when out of memory */
 WASMIND_API void        free(wasmind_ptr ptr, uint32_t size);
+WASMIND_API uint32_t    heap_in_use(void);                  /* bytes in live blocks (leak checks) */
 WASMIND_API wasmind_ptr last_error(void);                  /* UTF-8, not NUL-terminated */
 WASMIND_API uint32_t    last_error_len(void);
 WASMIND_API int32_t     last_error_code(void);             /* negative status, or 0 */
@@ -96,6 +97,7 @@ WASMIND_API int32_t     detokenize_stream(int32_t id, uint32_t flags); /* comple
 /* Model2Vec embeddings */
 /* load_embedder: the safetensors block is owned by the module from now on; the JSON files are copied. Returns dim. */
 WASMIND_API int32_t     load_embedder(wasmind_ptr safetensors, uint32_t st_len, wasmind_ptr tokenizer_json, uint32_t tok_len, wasmind_ptr config_json, uint32_t cfg_len);
+WASMIND_API void        unload_embedder(void);             /* drops the embedder and frees its file */
 WASMIND_API int32_t     embed(wasmind_ptr text, uint32_t len, wasmind_ptr out); /* out: f32[dim]; returns dim */
 /* embed_batch: n texts back to back at `texts`, text i = bytes offsets[i]..offsets[i+1] (offsets: u32[n+1]);
  * out: f32[n][dim]. Split across the pool in the threaded build; each vector equals embed()'s. Returns n. */

@@ -95,6 +95,13 @@ pub extern "C" fn free(ptr: *mut u8, size: usize) {
     }
 }
 
+/// Bytes in live heap blocks (what the module and the host have allocated and not freed):
+/// after `unload_model` and `unload_embedder` it is back where it was before the loads.
+#[unsafe(no_mangle)]
+pub extern "C" fn heap_in_use() -> usize {
+    crate::wasm_alloc::bytes_in_use()
+}
+
 /// Pointer to the UTF-8 message of the last failed call (not NUL-terminated).
 #[unsafe(no_mangle)]
 pub extern "C" fn last_error() -> *const u8 {
@@ -483,6 +490,12 @@ pub extern "C" fn load_embedder(
     let r = unsafe { Block::from_raw(st, st_len) }
         .and_then(|st| unsafe { Ok((st, bytes(tok, tok_len)?, bytes(cfg, cfg_len)?)) });
     status(r.and_then(|(st, tok, cfg)| e.load(st, tok, cfg).map(|d| d as i32)))
+}
+
+/// Drops the embedder and frees its file.
+#[unsafe(no_mangle)]
+pub extern "C" fn unload_embedder() {
+    driver().embedder.unload();
 }
 
 /// The sentence vector of `len` bytes of UTF-8 at `text`, written to `out` (`dim` f32).

@@ -106,7 +106,7 @@ impl Drop for Block {
 }
 
 #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
-pub use allocator::ALLOCATOR;
+pub use allocator::{ALLOCATOR, bytes_in_use};
 
 #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
 mod allocator {
@@ -118,14 +118,20 @@ mod allocator {
 
     pub struct LockedDlmalloc {
         lock: AtomicU32,
-        heap: UnsafeCell<Dlmalloc>,
+        heap: UnsafeCell<Heap>,
+    }
+
+    /// The allocator and the bytes of its live blocks (as requested), kept under the lock.
+    struct Heap {
+        dlmalloc: Dlmalloc,
+        in_use: usize,
     }
 
     // SAFETY: every access to `heap` happens while holding `lock`.
     unsafe impl Sync for LockedDlmalloc {}
 
     impl LockedDlmalloc {
-        fn with<R>(&self, f: impl FnOnce(&mut Dlmalloc) -> R) -> R {
+        fn with<R>(&self, f: impl FnOnce(&mut Heap) -> R) -> R {
             while self
                 .lock
                 .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
@@ -140,28 +146,62 @@ mod allocator {
         }
     }
 
+    /// Bytes in live blocks (the sizes asked for, alignment padding and dlmalloc's own
+    /// headers not counted): what a load/unload cycle must give back.
+    pub fn bytes_in_use() -> usize {
+        ALLOCATOR.with(|h| h.in_use)
+    }
+
     unsafe impl GlobalAlloc for LockedDlmalloc {
         unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-            // SAFETY: dlmalloc's contract is GlobalAlloc's; a failed grow returns null.
-            self.with(|h| unsafe { h.malloc(layout.size(), layout.align()) })
+            self.with(|h| {
+                // SAFETY: dlmalloc's contract is GlobalAlloc's; a failed grow returns null.
+                let p = unsafe { h.dlmalloc.malloc(layout.size(), layout.align()) };
+                if !p.is_null() {
+                    h.in_use += layout.size();
+                }
+                p
+            })
         }
         unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-            // SAFETY: as above.
-            self.with(|h| unsafe { h.calloc(layout.size(), layout.align()) })
+            self.with(|h| {
+                // SAFETY: as above.
+                let p = unsafe { h.dlmalloc.calloc(layout.size(), layout.align()) };
+                if !p.is_null() {
+                    h.in_use += layout.size();
+                }
+                p
+            })
         }
         unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-            // SAFETY: `ptr` came from this allocator with this layout (GlobalAlloc's contract).
-            self.with(|h| unsafe { h.free(ptr, layout.size(), layout.align()) })
+            self.with(|h| {
+                // SAFETY: `ptr` came from this allocator with this layout (GlobalAlloc's
+                // contract).
+                unsafe { h.dlmalloc.free(ptr, layout.size(), layout.align()) };
+                h.in_use -= layout.size();
+            })
         }
         unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-            // SAFETY: as above.
-            self.with(|h| unsafe { h.realloc(ptr, layout.size(), layout.align(), new_size) })
+            self.with(|h| {
+                // SAFETY: as above.
+                let p = unsafe {
+                    h.dlmalloc
+                        .realloc(ptr, layout.size(), layout.align(), new_size)
+                };
+                if !p.is_null() {
+                    h.in_use = h.in_use - layout.size() + new_size;
+                }
+                p
+            })
         }
     }
 
     #[global_allocator]
     pub static ALLOCATOR: LockedDlmalloc = LockedDlmalloc {
         lock: AtomicU32::new(0),
-        heap: UnsafeCell::new(Dlmalloc::new()),
+        heap: UnsafeCell::new(Heap {
+            dlmalloc: Dlmalloc::new(),
+            in_use: 0,
+        }),
     };
 }

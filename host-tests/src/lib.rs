@@ -445,6 +445,21 @@ impl Wasmind {
     }
 
     /// Loads a Model2Vec directory (model.safetensors, tokenizer.json, config.json).
+    /// Drops the model and frees its file (`unload_model`).
+    pub fn unload_model(&mut self) -> Result<()> {
+        self.call::<(), ()>("unload_model", ())
+    }
+
+    /// Drops the embedder and frees its file (`unload_embedder`).
+    pub fn unload_embedder(&mut self) -> Result<()> {
+        self.call::<(), ()>("unload_embedder", ())
+    }
+
+    /// Bytes in live heap blocks (`heap_in_use`).
+    pub fn heap_in_use(&mut self) -> Result<u32> {
+        self.call::<(), u32>("heap_in_use", ())
+    }
+
     pub fn load_embedder_dir(&mut self, dir: &std::path::Path) -> Result<usize> {
         let read = |f: &str| {
             std::fs::read(dir.join(f))

@@ -7,6 +7,7 @@
 //!   WASI), the wasmtime host tests, and the Node and Chromium tests of the glue.
 //! - `bench`: throughput of the modules beside their peers (wllama, llama.cpp, model2vec-rs,
 //!   model2vec), measured in one run; tables and `target/bench/*.json` (src/bench.rs).
+//! - `soak`: load/chat/embed/unload cycles (100 by default): the heap must come back each time.
 //! - `serve`: the demos (chat, semantic search) with COOP/COEP; `--no-isolation` without.
 
 mod bench;
@@ -23,10 +24,11 @@ fn main() -> ExitCode {
         Some("lint") => lint(),
         Some("test") => test(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
+        Some("soak") => soak(&args[1..]),
         Some("serve") => serve(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask dist | lint | test | bench [--only llm,tokenize,embed] [--no-peers] | serve [--no-isolation] [--port N]"
+                "usage: cargo xtask dist | lint | test | bench [--only llm,tokenize,embed] [--no-peers] | soak [--cycles N] | serve [--no-isolation] [--port N]"
             );
             return ExitCode::from(2);
         }
@@ -141,6 +143,30 @@ fn lint() -> Result<(), String> {
             ])
             .args(["--target", "wasm32-wasip1", "--target-dir", "target/wasi"])
             .args(["--", "-D", "warnings"]),
+    )
+}
+
+/// The long version of the leak test: `--cycles N` (default 100) load -> chat -> embed ->
+/// unload cycles in the single-threaded module and with helpers, in wasmtime.
+fn soak(args: &[String]) -> Result<(), String> {
+    let cycles = match args {
+        [] => "100".to_string(),
+        [flag, n] if flag == "--cycles" && n.parse::<u32>().is_ok() => n.clone(),
+        _ => return Err("usage: cargo xtask soak [--cycles N]".into()),
+    };
+    run(
+        &format!("soak: {cycles} load/chat/embed/unload cycles"),
+        cargo(&workspace_root())
+            .args([
+                "test",
+                "--release",
+                "--package",
+                "host-tests",
+                "--test",
+                "leaks",
+            ])
+            .args(["--", "--nocapture"])
+            .env("WASMIND_SOAK_CYCLES", cycles),
     )
 }
 
