@@ -16,6 +16,7 @@
 // the stop flag in the shared memory, which index.js does).
 import { load, memoryFor, WasmindError, STATUS } from './wasmind.js';
 import { open, chunks, readAll, splitParts, deleteCached, SourceError } from './source.js';
+import { readHeader, joinHeaders } from './gguf-split.js';
 
 const isNode = typeof process === 'object' && !!process.versions?.node;
 const port = isNode ? (await import('node:worker_threads')).parentPort : globalThis;
@@ -145,7 +146,7 @@ async function loadModel({ id, source, options = {}, reload = false }) {
   const { cache = true, context = 0, size, quantize, template } = options;
   wm.exports.unload_model(); modelBytes = 0; model = null; // frees the old file before the new one is allocated
   const parts = typeof source === 'string' ? splitParts(source) : null;
-  if (parts) throw new WasmindError(4, `split GGUF files are not supported yet (${parts.length} parts): join them with llama-gguf-split --merge`);
+  if (parts) return loadSplit({ id, source, parts, options, reload });
   const opened = await open(source, { cache, size });
   let total = opened.total, gathered = null;
   if (total === null) gathered = await gather(opened); // no length announced: one JS copy
@@ -164,6 +165,44 @@ async function loadModel({ id, source, options = {}, reload = false }) {
   if (typeof source === 'string' || (typeof Blob === 'function' && source instanceof Blob)) model = { source, options };
   if (template !== undefined) setTemplate(template);
   return { ...wm.modelInfo(), bytes: total, fromCache: opened.fromCache, cached: stored || opened.fromCache };
+}
+
+/** A split GGUF from its first part's URL: every part opened (and cached) as its own file, their
+ *  headers read first, then one block holding the joined file (gguf-split.js), the parts' data
+ *  streamed into place in order. */
+async function loadSplit({ id, source, parts, options, reload }) {
+  const { cache = true, context = 0, template } = options;
+  const opened = await Promise.all(parts.map((url) => open(url, { cache })));
+  try {
+    if (opened.some((o) => o.total === null)) throw new WasmindError(4, 'split GGUF parts need a Content-Length');
+    const iters = opened.map((o) => chunks(o.body)[Symbol.asyncIterator]());
+    const heads = [];
+    for (const it of iters) heads.push(await readHeader(it));
+    const joined = joinHeaders(heads.map((h) => h.header), opened.map((o) => o.total));
+    if (!reload) await ensureRoom(joined.total, { keepModel: false, keepEmbedder: true });
+    const writer = wm.beginLoad(joined.total);
+    const tick = progress(id, opened.reduce((n, o) => n + o.total, 0));
+    try {
+      writer.write(joined.bytes);
+      for (let i = 0; i < parts.length; i++) {
+        const pad = joined.bases[i] - writer.loaded;
+        if (pad > 0) writer.write(new Uint8Array(pad));
+        tick(heads[i].header.dataStart);
+        writer.write(heads[i].rest); tick(heads[i].rest.byteLength);
+        for (let r = await iters[i].next(); !r.done; r = await iters[i].next()) { writer.write(r.value); tick(r.value.byteLength); }
+      }
+    } catch (e) { writer.abort(); throw downloadFailed(opened[0], e); }
+    const stored = (await Promise.all(opened.map((o) => o.stored))).every(Boolean);
+    writer.finish({ context });
+    modelBytes = joined.total;
+    model = { source, options };
+    if (template !== undefined) setTemplate(template);
+    return { ...wm.modelInfo(), bytes: joined.total, parts: parts.length, fromCache: opened.every((o) => o.fromCache),
+      cached: stored || opened.every((o) => o.fromCache) };
+  } catch (e) {
+    for (const o of opened) o.cancel?.(e);
+    throw e;
+  }
 }
 
 function setTemplate(name) {

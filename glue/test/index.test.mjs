@@ -92,3 +92,23 @@ test('index.js: embed() equals the Python package (cosine ≥ 0.99999); errors; 
     assert.match(r.text, /Paris/);
   } finally { await ai.unload(); }
 });
+
+test('index.js: a split GGUF (3 parts, as gguf-split writes them) loads from its first part', async () => {
+  const { splitGguf } = await import('./reference.mjs');
+  const { mkdtempSync, writeFileSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const bytes = readFileSync(MODEL_PATH);
+  const parts = await splitGguf(bytes, 3);
+  const dir = mkdtempSync(join(tmpdir(), 'wasmind-split-'));
+  parts.forEach((p, i) => writeFileSync(join(dir, `smollm2-0000${i + 1}-of-00003.gguf`), p));
+  const ai = await Wasmind.create({ threads: 2 });
+  try {
+    let last = null;
+    const info = await ai.load(join(dir, 'smollm2-00001-of-00003.gguf'), { context: 256, onProgress: (p) => { last = p; } });
+    assert.equal(info.parts, 3);
+    assert.equal(last.loaded, parts.reduce((n, p) => n + p.length, 0), 'progress counts every part');
+    const r = await reply(ai, [{ role: 'user', content: 'What is the capital of France?' }]);
+    assert.equal(r.text, 'The capital of France is Paris.');
+  } finally { await ai.unload(); rmSync(dir, { recursive: true, force: true }); }
+});
