@@ -16,6 +16,7 @@
 // the stop flag in the shared memory, which index.js does).
 import { load, memoryFor, WasmindError, STATUS } from './wasmind.js';
 import { open, chunks, readAll, splitParts, deleteCached, SourceError } from './source.js';
+import { readHeader, joinHeaders } from './gguf-split.js';
 
 const isNode = typeof process === 'object' && !!process.versions?.node;
 const port = isNode ? (await import('node:worker_threads')).parentPort : globalThis;
@@ -45,26 +46,31 @@ const yieldNow = isNode ? () => new Promise((r) => setImmediate(r)) : (() => {
 // in a prompt (the module checks the flag between prompt chunks and before every token). The
 // page itself never holds the memory: a page keeps what it was sent until its own garbage
 // collection, which can be long after unload() (measured: 120 MB kept per load/unload cycle).
-const STOPPER = `const go = ({ memory, index, port }) => { const flag = new Int32Array(memory.buffer);
-  port.onmessage = () => Atomics.store(flag, index, 1); port.start?.(); };
+// A stop names its reply: the stopper stores the flag only while `slot` holds that reply's id,
+// claiming the slot (id -> -id) around the store, and the driver takes the slot back (id -> 0)
+// before the next reply can start, waiting out a claim. So a late stop never ends the next reply.
+const STOPPER = `const go = ({ memory, index, port, slot }) => { const flag = new Int32Array(memory.buffer), s = new Int32Array(slot);
+  port.onmessage = (e) => { const id = e.data; if (Atomics.compareExchange(s, 0, id, -id) === id) { Atomics.store(flag, index, 1); Atomics.store(s, 0, id); Atomics.notify(s, 0); } };
+  port.start?.(); };
 if (typeof self === 'object' && typeof self.postMessage === 'function' && typeof require !== 'function') self.onmessage = (e) => (e.data === 'close' ? self.close() : go(e.data));
 else require('node:worker_threads').parentPort.once('message', go);`;
-let stopper = null;
+let stopper = null, slot = null;
 
 async function startStopper() {
-  stopper?.terminate(); stopper = null;
+  stopper?.terminate(); stopper = null; slot = null;
   if (!wm.threaded) return null;
+  slot = new Int32Array(new SharedArrayBuffer(4));
   const { port1, port2 } = isNode ? new (await import('node:worker_threads')).MessageChannel() : new MessageChannel();
   if (isNode) {
     const w = new (await import('node:worker_threads')).Worker(STOPPER, { eval: true });
     w.unref(); port2.unref?.();
-    w.postMessage({ ...wm.stopFlag(), port: port2 }, [port2]);
+    w.postMessage({ ...wm.stopFlag(), port: port2, slot: slot.buffer }, [port2]);
     stopper = { terminate: () => w.postMessage('close') }; // it ends itself (see close)
   } else {
     const url = URL.createObjectURL(new Blob([STOPPER], { type: 'text/javascript' }));
     const w = new Worker(url, { name: 'wasmind-stopper' });
     URL.revokeObjectURL(url);
-    w.postMessage({ ...wm.stopFlag(), port: port2 }, [port2]);
+    w.postMessage({ ...wm.stopFlag(), port: port2, slot: slot.buffer }, [port2]);
     stopper = { terminate: () => w.postMessage('close') }; // it ends itself (see close)
   }
   return port1;
@@ -145,7 +151,7 @@ async function loadModel({ id, source, options = {}, reload = false }) {
   const { cache = true, context = 0, size, quantize, template } = options;
   wm.exports.unload_model(); modelBytes = 0; model = null; // frees the old file before the new one is allocated
   const parts = typeof source === 'string' ? splitParts(source) : null;
-  if (parts) throw new WasmindError(4, `split GGUF files are not supported yet (${parts.length} parts): join them with llama-gguf-split --merge`);
+  if (parts) return loadSplit({ id, source, parts, options, reload });
   const opened = await open(source, { cache, size });
   let total = opened.total, gathered = null;
   if (total === null) gathered = await gather(opened); // no length announced: one JS copy
@@ -154,16 +160,63 @@ async function loadModel({ id, source, options = {}, reload = false }) {
   const writer = wm.beginLoad(total);
   await pump(opened, writer, progress(id, total), gathered?.chunks);
   const stored = await opened.stored;
-  if (quantize !== undefined && typeof wm.exports.set_quantize === 'function') {
-    const q = typeof quantize === 'number' ? quantize : ({ keep: 0, q8_0: 8 })[String(quantize).toLowerCase()];
-    if (q === undefined) throw new WasmindError(1, `unknown quantize type ${quantize}`);
-    wm.check(wm.exports.set_quantize(q));
-  }
+  applyQuantize(quantize);
   writer.finish({ context });
   modelBytes = total;
   if (typeof source === 'string' || (typeof Blob === 'function' && source instanceof Blob)) model = { source, options };
   if (template !== undefined) setTemplate(template);
   return { ...wm.modelInfo(), bytes: total, fromCache: opened.fromCache, cached: stored || opened.fromCache };
+}
+
+/** A split GGUF from its first part's URL: every part opened (and cached) as its own file, their
+ *  headers read first, then one block holding the joined file (gguf-split.js), the parts' data
+ *  streamed into place in order. */
+async function loadSplit({ id, source, parts, options, reload }) {
+  const { cache = true, context = 0, template } = options;
+  const opened = await Promise.all(parts.map((url) => open(url, { cache })));
+  try {
+    if (opened.some((o) => o.total === null)) throw new WasmindError(4, 'split GGUF parts need a Content-Length');
+    const iters = opened.map((o) => chunks(o.body)[Symbol.asyncIterator]());
+    const heads = [];
+    for (const it of iters) heads.push(await readHeader(it));
+    const joined = joinHeaders(heads.map((h) => h.header), opened.map((o) => o.total));
+    if (!reload) await ensureRoom(joined.total, { keepModel: false, keepEmbedder: true });
+    const writer = wm.beginLoad(joined.total);
+    const tick = progress(id, opened.reduce((n, o) => n + o.total, 0));
+    try {
+      writer.write(joined.bytes);
+      for (let i = 0; i < parts.length; i++) {
+        const pad = joined.bases[i] - writer.loaded;
+        if (pad > 0) writer.write(new Uint8Array(pad));
+        tick(heads[i].header.dataStart);
+        writer.write(heads[i].rest); tick(heads[i].rest.byteLength);
+        for (let r = await iters[i].next(); !r.done; r = await iters[i].next()) { writer.write(r.value); tick(r.value.byteLength); }
+      }
+    } catch (e) { writer.abort(); throw downloadFailed(opened[0], e); }
+    const stored = (await Promise.all(opened.map((o) => o.stored))).every(Boolean);
+    applyQuantize(options.quantize);
+    writer.finish({ context });
+    modelBytes = joined.total;
+    model = { source, options };
+    if (template !== undefined) setTemplate(template);
+    return { ...wm.modelInfo(), bytes: joined.total, parts: parts.length, fromCache: opened.every((o) => o.fromCache),
+      cached: stored || opened.every((o) => o.fromCache) };
+  } catch (e) {
+    for (const o of opened) o.cancel?.(e);
+    throw e;
+  }
+}
+
+/** Weights as they are (0, 'keep') or re-quantized on load (8, 'q8_0'), where the module has
+ *  set_quantize; set before every load (it stays set in the module). */
+function applyQuantize(quantize) {
+  if (typeof wm.exports.set_quantize === 'function') {
+    const q = quantize === undefined ? 0 : typeof quantize === 'number' ? quantize : ({ keep: 0, q8_0: 8 })[String(quantize).toLowerCase()];
+    if (q === undefined) throw new WasmindError(1, `unknown quantize type ${quantize}`);
+    wm.check(wm.exports.set_quantize(q));
+  } else if (quantize !== undefined && quantize !== 0 && quantize !== 'keep') {
+    throw new WasmindError(4, 'this module cannot quantize on load (no set_quantize export)');
+  }
 }
 
 function setTemplate(name) {
@@ -206,9 +259,11 @@ async function chat({ id, messages, reset, options = {} }) {
   wm.setSampler({ temperature, topK, topP, minP, repeatPenalty, repeatWindow, seed });
   for (const m of messages) wm.addMessage(m.role, typeof m.content === 'string' ? m.content : String(m.content ?? ''));
   const x = wm.exports;
-  wm.check(x.chat_start(maxTokens, performance.now()));
+  const mine = slot; // this reply's stop slot (the module may be replaced later)
+  if (mine) Atomics.store(mine, 0, id);
   active = id;
   try {
+    wm.check(x.chat_start(maxTokens, performance.now()));
     for (;;) {
       if (stopped.has(id)) x.request_stop();
       const n = x.chat_next(performance.now());
@@ -216,7 +271,12 @@ async function chat({ id, messages, reset, options = {} }) {
       if (wm.check(n) > 0) post({ id, event: 'piece', text: wm.resultText(n) });
       await yieldNow(); // let a stop (or anything else) in
     }
-  } finally { stopped.delete(id); active = null; }
+  } finally {
+    stopped.delete(id); active = null;
+    // Take the slot back, waiting out a stopper inside its store (a stop for this reply set
+    // the flag before this, and the next chat_start clears it).
+    while (mine && Atomics.compareExchange(mine, 0, id, 0) === -id) Atomics.wait(mine, 0, -id, 5);
+  }
   return wm.chatStats();
 }
 

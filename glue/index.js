@@ -197,7 +197,7 @@ export class Wasmind {
   stop() {
     const id = this.#chatting;
     if (id === null || !this.#driver) return;
-    this.#stopPort?.postMessage(1); // threaded: lands even inside a prompt
+    this.#stopPort?.postMessage(id); // threaded: lands even inside a prompt (only in reply `id`)
     this.#driver.post({ op: 'stop', target: id });
   }
 

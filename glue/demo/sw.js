@@ -5,7 +5,7 @@
 // requests and range requests pass straight through.
 const CACHE = 'wasmind-demo-v1';
 const SHELL = ['chat.html', 'chat.js', 'search.html', 'search.js', 'corpus.json', 'index.html', 'main.js', 'driver.js',
-  '../index.js', '../driver.js', '../source.js', '../wasmind.js', '../worker.js',
+  '../index.js', '../driver.js', '../source.js', '../gguf-split.js', '../wasmind.js', '../worker.js',
   '../../dist/wasmind.wasm', '../../dist/wasmind-mt.wasm'];
 
 self.addEventListener('install', (e) => {

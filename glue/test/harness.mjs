@@ -57,31 +57,36 @@ export async function testServer(extra = {}) {
   return { server, origin, counts, cut, swap, tiny };
 }
 
+/** Chromium with a profile on disk (a persistent context, as a user's browser: OPFS files live
+ *  on disk; an incognito-like context keeps them in memory). Returns { newPage, close, profile }. */
 export async function launch() {
-  const { existsSync: exists } = await import('node:fs');
+  const { existsSync: exists, mkdtempSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
   if (!exists(CHROMIUM)) throw new Error(`${CHROMIUM} missing: apt-get install -y chromium (or set CHROMIUM=path)`);
   let chromium;
   try { ({ chromium } = await import('playwright-core')); } catch (e) {
     throw new Error(`playwright-core missing: run \`npm ci\` in the repository root (${e.message})`);
   }
-  return chromium.launch({ executablePath: CHROMIUM, args: FLAGS });
+  const profile = mkdtempSync(join(tmpdir(), 'wasmind-profile-'));
+  const context = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, args: FLAGS });
+  return { context, profile, newPage: () => context.newPage(),
+    close: async () => { await context.close(); rmSync(profile, { recursive: true, force: true }); } };
 }
 
 /** Samples the V8 heap of the worker named `name` (usedSize + backingStorageSize, i.e. JS objects
  *  and ArrayBuffer backing stores) every few ms until stop(), after a full GC when `gc` (so it is
  *  what the worker holds, not garbage waiting for a collection); returns { peak, samples, first }. */
-export async function heapSampler(browser, name, { gc = true } = {}) {
-  const cdp = await browser.newBrowserCDPSession();
-  let targetId = null;
-  for (let i = 0; i < 100 && !targetId; i++) {
-    const { targetInfos } = await cdp.send('Target.getTargets');
-    targetId = targetInfos.find((t) => t.type === 'worker' && t.title === name)?.targetId;
-    if (!targetId) await new Promise((r) => setTimeout(r, 50));
-  }
-  if (!targetId) throw new Error(`no worker named ${name}`);
-  const { sessionId } = await cdp.send('Target.attachToTarget', { targetId, flatten: false });
+export async function heapSampler(page, name, { gc = true } = {}) {
+  const cdp = await page.context().newCDPSession(page);
+  const workers = new Map();
+  cdp.on('Target.attachedToTarget', (e) => { if (e.targetInfo.type === 'worker') workers.set(e.targetInfo.title, e.sessionId); });
+  await cdp.send('Target.setAutoAttach', { autoAttach: true, waitForDebuggerOnStart: false, flatten: false });
+  for (let i = 0; i < 100 && !workers.has(name); i++) await new Promise((r) => setTimeout(r, 50));
+  const sessionId = workers.get(name);
+  if (!sessionId) throw new Error(`no worker named ${name}`);
   let n = 0; const waiting = new Map();
-  cdp.on('Target.receivedMessageFromTarget', (e) => { const m = JSON.parse(e.message); waiting.get(m.id)?.(m.result); waiting.delete(m.id); });
+  cdp.on('Target.receivedMessageFromTarget', (e) => { if (e.sessionId !== sessionId) return; const m = JSON.parse(e.message); waiting.get(m.id)?.(m.result); waiting.delete(m.id); });
   const ask = (method) => new Promise((ok) => {
     const id = ++n; waiting.set(id, ok);
     cdp.send('Target.sendMessageToTarget', { sessionId, message: JSON.stringify({ id, method, params: {} }) }).catch(() => ok(null));
@@ -107,7 +112,7 @@ export async function heapSampler(browser, name, { gc = true } = {}) {
 
 /** Proportional set size (bytes; shared pages split between their users) of every process of
  *  the Chromium that playwright launched (browser, renderer, GPU, network, storage), from /proc. */
-export async function chromiumPss() {
+export async function chromiumPss(profile) {
   const { readdirSync, readFileSync } = await import('node:fs');
   const procs = new Map();
   for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
@@ -120,7 +125,7 @@ export async function chromiumPss() {
       procs.set(Number(pid), { ppid, rss, cmd });
     } catch { /* gone */ }
   }
-  const roots = [...procs].filter(([, p]) => p.cmd.includes('playwright_chromiumdev_profile') && !p.cmd.includes('--type=')).map(([pid]) => pid);
+  const roots = [...procs].filter(([, p]) => p.cmd.includes(profile) && !p.cmd.includes('--type=')).map(([pid]) => pid);
   let total = 0;
   const seen = new Set(roots);
   for (const [pid, p] of procs) {

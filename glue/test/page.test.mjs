@@ -4,11 +4,14 @@
 // peak V8 heap of the driver worker during that load, llama.cpp's greedy replies while it is
 // decisive, stop() and an AbortSignal, a second load served from the cache (OPFS; no GET at the
 // server), a cut download that leaves no cache entry (and a next load that works), a cached copy
-// of another length discarded, Model2Vec vectors equal to the Python package's, and five
+// of another length discarded, a split GGUF from its first part, Model2Vec vectors equal to the Python package's, and five
 // load/unload cycles whose memory does not grow.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { smollm2, m2v, messagesOf, compareGreedy, cosine, REPLY_TOKENS } from './reference.mjs';
+import { mkdtempSync, writeFileSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { smollm2, m2v, messagesOf, compareGreedy, cosine, REPLY_TOKENS, MODEL_PATH } from './reference.mjs';
 import { skip, testServer, launch, heapSampler, chromiumPss, HF_URL, CDN_URL, MODEL_SIZE } from './harness.mjs';
 
 const reference = smollm2();
@@ -35,14 +38,14 @@ for (const isolated of [true, false]) {
         return { threaded: ai.threaded, threads: ai.threads };
       });
       assert.deepEqual(created, isolated ? { threaded: true, threads: 2 } : { threaded: false, threads: 1 });
-      const sampler = await heapSampler(browser, 'wasmind-driver');
+      const sampler = await heapSampler(page, 'wasmind-driver');
       const first = await page.evaluate(async (url) => {
         const events = [];
         const info = await ai.load(url, { context: 1024, onProgress: (p) => events.push(p) });
         return { info, events };
       }, HF_URL);
       const heap = await sampler.stop();
-      const after = await heapSampler(browser, 'wasmind-driver').then((s) => s.stop());
+      const after = await heapSampler(page, 'wasmind-driver').then((s) => s.stop());
       const usage = await page.evaluate(() => ai.usage());
       // The wasm memory's backing store is not an ArrayBuffer allocation, so `backing` is the JS
       // side only; `peak - first` is what the load added at most.
@@ -86,7 +89,7 @@ for (const isolated of [true, false]) {
         let error = null; n = 0;
         try {
           for await (const _ of ai.chat([{ role: 'user', content: 'Write a long poem about the sea.' }], { signal: ac.signal })) if (++n === 3) ac.abort();
-        } catch (e) { error = e.name; }
+        } catch (e) { error = e.name === "AbortError" ? e.name : `${e.name} ${e.status} ${e.message}`; }
         return { stopped, aborted: ai.stats(), error };
       });
       t.diagnostic(`stop: ${JSON.stringify(stopping)}`);
@@ -135,6 +138,29 @@ for (const isolated of [true, false]) {
       assert.equal(b.fromCache, false, 'stale copy discarded');
       assert.notEqual(a.bytes, b.bytes);
 
+      // A split GGUF (three parts, as llama.cpp's gguf-split writes them) from its first part's
+      // URL; each part is cached as its own file, and the second load reads them all from there.
+      const { splitGguf } = await import('./reference.mjs');
+      const splitDir = mkdtempSync(join(tmpdir(), 'wasmind-split-'));
+      (await splitGguf(readFileSync(MODEL_PATH), 3)).forEach((part, i) => {
+        const name = `smollm2-0000${i + 1}-of-00003.gguf`;
+        writeFileSync(join(splitDir, name), part);
+        swap[`/swap/${name}`] = join(splitDir, name);
+      });
+      const split = await page.evaluate(async () => {
+        const out = [];
+        for (let i = 0; i < 2; i++) {
+          const info = await ai.load('/swap/smollm2-00001-of-00003.gguf', { context: 256 });
+          let text = '';
+          for await (const p of ai.chat([{ role: 'user', content: 'What is the capital of France?' }], { temperature: 0, repeatPenalty: 1 })) text += p;
+          out.push({ parts: info.parts, fromCache: info.fromCache, text });
+        }
+        return out;
+      });
+      rmSync(splitDir, { recursive: true, force: true });
+      assert.deepEqual(split, [{ parts: 3, fromCache: false, text: 'The capital of France is Paris.' },
+        { parts: 3, fromCache: true, text: 'The capital of France is Paris.' }]);
+
       // Model2Vec vectors.
       const ref = m2v();
       const rows = ref.rows.slice(0, 60);
@@ -153,7 +179,7 @@ for (const isolated of [true, false]) {
       // performance.measureUserAgentSpecificMemory would count both, but takes ~60 s per call in
       // headless Chromium 148 (it waits for a garbage collection).
       const settle = () => new Promise((r) => setTimeout(r, 300));
-      const measure = async () => { await settle(); return { heap: await page.evaluate(() => performance.memory.usedJSHeapSize), pss: await chromiumPss() }; };
+      const measure = async () => { await settle(); return { heap: await page.evaluate(() => performance.memory.usedJSHeapSize), pss: await chromiumPss(browser.profile) }; };
       const cycles = [];
       for (let i = 0; i < 5; i++) {
         await page.evaluate(() => ai.unload());

@@ -38,3 +38,39 @@ export function cosine(v, e) {
   for (let k = 0; k < e.length; k++) { dot += v[k] * e[k]; nv += v[k] * v[k]; ne += e[k] * e[k]; }
   return ne === 0 && nv === 0 ? 1 : dot / Math.sqrt(nv * ne);
 }
+
+/** Writes `gguf` (bytes) as `n` parts the way llama.cpp's gguf-split does (the first part keeps
+ *  the key-values, every part gets split.no / split.count / split.tensors.count and its own data
+ *  section); returns the parts' bytes. For the split-loading tests. */
+export async function splitGguf(gguf, n) {
+  const { parseHeader } = await import('../gguf-split.js');
+  const h = parseHeader(gguf);
+  const data = gguf.subarray(h.dataStart);
+  const enc = new TextEncoder();
+  const per = Math.ceil(h.tensors.length / n), parts = [];
+  for (let k = 0; k < n; k++) {
+    const ts = h.tensors.slice(k * per, (k + 1) * per);
+    const from = ts[0].offset, to = k === n - 1 ? data.length : h.tensors[(k + 1) * per].offset;
+    const out = [];
+    const u16 = (x) => { const a = new Uint8Array(2); new DataView(a.buffer).setUint16(0, x, true); out.push(a); };
+    const u32 = (x) => { const a = new Uint8Array(4); new DataView(a.buffer).setUint32(0, x, true); out.push(a); };
+    const u64 = (x) => { const a = new Uint8Array(8); new DataView(a.buffer).setBigUint64(0, BigInt(x), true); out.push(a); };
+    const str = (s) => { const b = enc.encode(s); u64(b.length); out.push(b); };
+    const kvs = k === 0 ? h.kvs : [];
+    out.push(enc.encode('GGUF')); u32(3); u64(ts.length); u64(kvs.length + 3);
+    for (const kv of kvs) out.push(gguf.subarray(kv.start, kv.end));
+    str('split.no'); u32(2); u16(k);
+    str('split.count'); u32(2); u16(n);
+    str('split.tensors.count'); u32(5); u32(h.tensors.length);
+    for (const t of ts) { str(t.name); u32(t.dims.length); t.dims.forEach(u64); u32(t.type); u64(t.offset - from); }
+    const alignment = k === 0 ? h.alignment : 32;
+    let len = out.reduce((s, b) => s + b.length, 0);
+    out.push(new Uint8Array(Math.ceil(len / alignment) * alignment - len));
+    out.push(data.subarray(from, to));
+    len = out.reduce((s, b) => s + b.length, 0);
+    const part = new Uint8Array(len); let at = 0;
+    for (const b of out) { part.set(b, at); at += b.length; }
+    parts.push(part);
+  }
+  return parts;
+}
