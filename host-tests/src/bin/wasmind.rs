@@ -56,7 +56,136 @@ struct Args {
     rest: Vec<String>,
 }
 
+/// What each command accepts: options that take a value, flags that do not, and whether it
+/// takes one positional argument (`template NAME`).
+struct Accepts {
+    values: &'static [&'static str],
+    flags: &'static [&'static str],
+    positional: bool,
+}
+
+/// Options every command that loads a model takes.
+const MODEL_VALUES: &[&str] = &["--model", "--threads", "--ctx", "--quantize"];
+/// The chat commands' values: the model's, the conversation's and the sampler's.
+const CHAT_VALUES: &[&str] = &[
+    "--model",
+    "--threads",
+    "--ctx",
+    "--quantize",
+    "--system",
+    "-n",
+    "--template",
+    "--temp",
+    "--top-k",
+    "--top-p",
+    "--min-p",
+    "--repeat-penalty",
+    "--repeat-window",
+    "--seed",
+];
+
+/// `generate`'s: the chat commands' and the prompt.
+const GENERATE_VALUES: &[&str] = &[
+    "--model",
+    "--threads",
+    "--ctx",
+    "--quantize",
+    "--system",
+    "-n",
+    "--template",
+    "--temp",
+    "--top-k",
+    "--top-p",
+    "--min-p",
+    "--repeat-penalty",
+    "--repeat-window",
+    "--seed",
+    "--prompt",
+    "--chat",
+];
+
+fn accepts(command: &str) -> Option<Accepts> {
+    let a = |values, flags, positional| {
+        Some(Accepts {
+            values,
+            flags,
+            positional,
+        })
+    };
+    match command {
+        "modules" => a(&[], &[], false),
+        "info" => a(MODEL_VALUES, &["--json"], false),
+        "tokenize" => a(
+            MODEL_VALUES,
+            &["--special", "--no-add-special", "--json", "--jsonl"],
+            false,
+        ),
+        "detokenize" => a(MODEL_VALUES, &["--special", "--json"], false),
+        "logits" => a(
+            &["--model", "--threads", "--ctx", "--quantize", "--ids"],
+            &["--json"],
+            false,
+        ),
+        "perplexity" => a(
+            &[
+                "--model",
+                "--threads",
+                "--ctx",
+                "--quantize",
+                "--text-file",
+                "--ids-file",
+                "--limit",
+            ],
+            &["--json"],
+            false,
+        ),
+        "embed" => a(&["--model", "--threads"], &["--json"], false),
+        "chat" => a(CHAT_VALUES, &["--drop-oldest", "--think", "--stats"], false),
+        "generate" => a(
+            GENERATE_VALUES,
+            &["--drop-oldest", "--think", "--stats", "--json"],
+            false,
+        ),
+        "template" => a(MODEL_VALUES, &[], true),
+        _ => None,
+    }
+}
+
 impl Args {
+    /// Refuses what the command does not take: an unknown option, an option without its
+    /// value, a stray argument. (Before this a typo was silently ignored.)
+    fn check(&self, accepts: &Accepts) -> Result<(), String> {
+        let mut positional_seen = false;
+        let mut i = 0;
+        while i < self.rest.len() {
+            let a = self.rest[i].as_str();
+            if accepts.values.contains(&a) {
+                match self.rest.get(i + 1) {
+                    Some(_) => i += 2,
+                    None => return Err(format!("{} {a} needs a value", self.command)),
+                }
+                continue;
+            }
+            if accepts.flags.contains(&a) {
+                i += 1;
+                continue;
+            }
+            if a.starts_with('-') && a.len() > 1 {
+                return Err(format!(
+                    "{}: unknown option {a:?} (wasmind {} --help lists them)",
+                    self.command, self.command
+                ));
+            }
+            if accepts.positional && !positional_seen {
+                positional_seen = true;
+                i += 1;
+                continue;
+            }
+            return Err(format!("{}: unexpected argument {a:?}", self.command));
+        }
+        Ok(())
+    }
+
     fn flag(&self, name: &str) -> bool {
         self.rest.iter().any(|a| a == name)
     }
@@ -92,6 +221,18 @@ fn main() -> ExitCode {
         command,
         rest: argv,
     };
+    let Some(accepted) = accepts(&args.command) else {
+        eprintln!("wasmind: unknown command {:?}\n\n{USAGE}", args.command);
+        return ExitCode::from(2);
+    };
+    if args.flag("--help") || args.flag("-h") {
+        print!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    if let Err(e) = args.check(&accepted) {
+        eprintln!("wasmind: {e}");
+        return ExitCode::from(2);
+    }
     let result = match args.command.as_str() {
         "modules" => modules(),
         "info" => info(&args),
@@ -389,12 +530,20 @@ fn model_path(args: &Args) -> Result<PathBuf, String> {
     }
 }
 
-fn float(args: &Args, name: &str, default: f32) -> Result<f32, String> {
+/// A number in `range` (NaN and infinities are never in it).
+fn float(
+    args: &Args,
+    name: &str,
+    default: f32,
+    range: impl core::ops::RangeBounds<f32> + std::fmt::Debug,
+) -> Result<f32, String> {
     match args.value(name) {
         None => Ok(default),
-        Some(v) => v
-            .parse()
-            .map_err(|_| format!("{name} {v:?} is not a number")),
+        Some(v) => match v.parse::<f32>() {
+            Ok(x) if x.is_finite() && range.contains(&x) => Ok(x),
+            Ok(_) => Err(format!("{name} {v}: must be in {range:?}")),
+            Err(_) => Err(format!("{name} {v:?} is not a number")),
+        },
     }
 }
 
@@ -405,12 +554,12 @@ fn sampling(args: &Args) -> Result<Sampling, String> {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|t| (t.as_nanos() as u64 ^ (t.as_nanos() >> 64) as u64) as u32)
         .unwrap_or(0);
-    let temperature = float(args, "--temp", d.temperature)?;
+    let temperature = float(args, "--temp", d.temperature, 0.0..)?;
     Ok(Sampling {
         temperature,
         top_k: args.number("--top-k", d.top_k)?,
-        top_p: float(args, "--top-p", d.top_p)?,
-        min_p: float(args, "--min-p", d.min_p)?,
+        top_p: float(args, "--top-p", d.top_p, f32::MIN_POSITIVE..=1.0)?,
+        min_p: float(args, "--min-p", d.min_p, 0.0..=1.0)?,
         // `--temp 0` asks for plain greedy decoding: no penalty unless asked for.
         repeat_penalty: float(
             args,
@@ -420,6 +569,7 @@ fn sampling(args: &Args) -> Result<Sampling, String> {
             } else {
                 d.repeat_penalty
             },
+            f32::MIN_POSITIVE..,
         )?,
         repeat_window: args.number("--repeat-window", d.repeat_window)?,
         seed: args.number("--seed", clock_seed)?.into(),
@@ -432,13 +582,16 @@ fn default_threads() -> u32 {
 
 /// The module with the model for chat/generate.
 fn open_chat(args: &Args, default_ctx: u32) -> Result<(Wasmind, PathBuf, Sampling), String> {
+    // Settings first: a bad one fails before any model is fetched or loaded.
+    let sampling = sampling(args)?;
+    let (threads, ctx) = (
+        args.number("--threads", default_threads())?,
+        args.number("--ctx", default_ctx)?,
+    );
     let model = model_path(args)?;
-    let threads = args.number("--threads", default_threads())?;
     let mut w = Wasmind::with_threads(threads).map_err(s)?;
     quantize_option(args, &mut w)?;
-    w.load_model_file(&model, args.number("--ctx", default_ctx)?)
-        .map_err(s)?;
-    let sampling = sampling(args)?;
+    w.load_model_file(&model, ctx).map_err(s)?;
     w.sampler_set(&sampling).map_err(s)?;
     let options = [("--drop-oldest", CHAT_DROP_OLDEST), ("--think", CHAT_THINK)]
         .iter()

@@ -1,0 +1,91 @@
+//! The command line refuses what it does not understand, before it fetches or loads anything.
+
+mod common;
+
+use common::*;
+
+/// Runs `wasmind args…` with an empty stdin; (exit code, stdout, stderr).
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = wasmind_cmd()
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .env_remove("WASMIND_MODEL")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn help_on_every_command_prints_the_usage_and_runs_nothing() {
+    for cmd in [
+        "chat",
+        "generate",
+        "template",
+        "modules",
+        "info",
+        "tokenize",
+        "detokenize",
+        "logits",
+        "perplexity",
+        "embed",
+    ] {
+        for help in ["--help", "-h"] {
+            let (code, out, err) = run(&[cmd, help]);
+            assert_eq!(code, 0, "{cmd} {help}: {err}");
+            assert!(out.starts_with("usage: wasmind"), "{cmd} {help}: {out}");
+        }
+    }
+}
+
+#[test]
+fn unknown_options_missing_values_and_stray_arguments_are_errors() {
+    let tiny = shared("models/tiny/tiny-llama-F32.gguf");
+    let tiny = tiny.to_str().unwrap();
+    for (args, want) in [
+        (vec!["chat", "--bogus"], "unknown option \"--bogus\""),
+        (
+            vec!["info", "--model", tiny, "--tempp", "1"],
+            "unknown option \"--tempp\"",
+        ),
+        (vec!["info", "--model"], "--model needs a value"),
+        (
+            vec!["info", "--model", tiny, "extra"],
+            "unexpected argument \"extra\"",
+        ),
+        (vec!["frobnicate"], "unknown command"),
+    ] {
+        let (code, _, err) = run(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn out_of_range_sampler_settings_fail_before_any_model_is_loaded() {
+    for (flag, value) in [
+        ("--temp", "-1"),
+        ("--temp", "nan"),
+        ("--temp", "inf"),
+        ("--top-p", "0"),
+        ("--top-p", "1.5"),
+        ("--min-p", "-0.1"),
+        ("--repeat-penalty", "0"),
+        ("--top-k", "-3"),
+        ("--seed", "x"),
+    ] {
+        let start = std::time::Instant::now();
+        // No --model: were the settings read after the model, this would fetch the default.
+        let (code, _, err) = run(&["chat", flag, value]);
+        assert_eq!(code, 1, "{flag} {value}: {err}");
+        assert!(err.contains(flag), "{flag} {value}: {err}");
+        assert!(
+            start.elapsed().as_secs() < 5,
+            "{flag} {value} took {:?}",
+            start.elapsed()
+        );
+    }
+}
