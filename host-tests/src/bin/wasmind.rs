@@ -59,19 +59,16 @@ struct Args {
 /// What each command accepts: options that take a value, flags that do not, and whether it
 /// takes one positional argument (`template NAME`).
 struct Accepts {
-    values: &'static [&'static str],
+    /// Lists of options that take a value.
+    values: &'static [&'static [&'static str]],
     flags: &'static [&'static str],
     positional: bool,
 }
 
 /// Options every command that loads a model takes.
 const MODEL_VALUES: &[&str] = &["--model", "--threads", "--ctx", "--quantize"];
-/// The chat commands' values: the model's, the conversation's and the sampler's.
+/// The chat commands' values beside the model's: the conversation's and the sampler's.
 const CHAT_VALUES: &[&str] = &[
-    "--model",
-    "--threads",
-    "--ctx",
-    "--quantize",
     "--system",
     "-n",
     "--template",
@@ -82,26 +79,6 @@ const CHAT_VALUES: &[&str] = &[
     "--repeat-penalty",
     "--repeat-window",
     "--seed",
-];
-
-/// `generate`'s: the chat commands' and the prompt.
-const GENERATE_VALUES: &[&str] = &[
-    "--model",
-    "--threads",
-    "--ctx",
-    "--quantize",
-    "--system",
-    "-n",
-    "--template",
-    "--temp",
-    "--top-k",
-    "--top-p",
-    "--min-p",
-    "--repeat-penalty",
-    "--repeat-window",
-    "--seed",
-    "--prompt",
-    "--chat",
 ];
 
 fn accepts(command: &str) -> Option<Accepts> {
@@ -114,39 +91,31 @@ fn accepts(command: &str) -> Option<Accepts> {
     };
     match command {
         "modules" => a(&[], &[], false),
-        "info" => a(MODEL_VALUES, &["--json"], false),
+        "info" => a(&[MODEL_VALUES], &["--json"], false),
         "tokenize" => a(
-            MODEL_VALUES,
+            &[MODEL_VALUES],
             &["--special", "--no-add-special", "--json", "--jsonl"],
             false,
         ),
-        "detokenize" => a(MODEL_VALUES, &["--special", "--json"], false),
-        "logits" => a(
-            &["--model", "--threads", "--ctx", "--quantize", "--ids"],
-            &["--json"],
-            false,
-        ),
+        "detokenize" => a(&[MODEL_VALUES], &["--special", "--json"], false),
+        "logits" => a(&[MODEL_VALUES, &["--ids"]], &["--json"], false),
         "perplexity" => a(
-            &[
-                "--model",
-                "--threads",
-                "--ctx",
-                "--quantize",
-                "--text-file",
-                "--ids-file",
-                "--limit",
-            ],
+            &[MODEL_VALUES, &["--text-file", "--ids-file", "--limit"]],
             &["--json"],
             false,
         ),
-        "embed" => a(&["--model", "--threads"], &["--json"], false),
-        "chat" => a(CHAT_VALUES, &["--drop-oldest", "--think", "--stats"], false),
+        "embed" => a(&[&["--model", "--threads"]], &["--json"], false),
+        "chat" => a(
+            &[MODEL_VALUES, CHAT_VALUES],
+            &["--drop-oldest", "--think", "--stats"],
+            false,
+        ),
         "generate" => a(
-            GENERATE_VALUES,
+            &[MODEL_VALUES, CHAT_VALUES, &["--prompt", "--chat"]],
             &["--drop-oldest", "--think", "--stats", "--json"],
             false,
         ),
-        "template" => a(MODEL_VALUES, &[], true),
+        "template" => a(&[MODEL_VALUES], &[], true),
         _ => None,
     }
 }
@@ -159,7 +128,7 @@ impl Args {
         let mut i = 0;
         while i < self.rest.len() {
             let a = self.rest[i].as_str();
-            if accepts.values.contains(&a) {
+            if accepts.values.iter().any(|list| list.contains(&a)) {
                 match self.rest.get(i + 1) {
                     Some(_) => i += 2,
                     None => return Err(format!("{} {a} needs a value", self.command)),
