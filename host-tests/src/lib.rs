@@ -25,12 +25,32 @@ pub const HELPER_STACK_BYTES: u32 = 1 << 20;
 /// Largest shared memory the host creates, in 64 KiB pages (4 GiB, the wasm32 limit).
 pub const MAX_PAGES: u32 = 65_536;
 
+/// The process's wasmtime engine (one, shared: its compiled-module cache and worker with it).
 pub fn engine() -> Result<Engine> {
+    static ENGINE: std::sync::OnceLock<Engine> = std::sync::OnceLock::new();
+    if let Some(e) = ENGINE.get() {
+        return Ok(e.clone());
+    }
+    let e = new_engine()?;
+    Ok(ENGINE.get_or_init(|| e).clone())
+}
+
+fn new_engine() -> Result<Engine> {
     let mut config = Config::new();
     config
         .wasm_threads(true)
         .shared_memory(true)
         .wasm_simd(true);
+    // Compiled modules are kept in wasmtime's cache (its default directory, ~/.cache/wasmtime),
+    // so a command starts without compiling the module again. `WASMIND_NO_CACHE=1` turns it off.
+    if std::env::var_os("WASMIND_NO_CACHE").is_none_or(|v| v != "1") {
+        match wasmtime::Cache::new(wasmtime::CacheConfig::new()) {
+            Ok(cache) => {
+                config.cache(Some(cache));
+            }
+            Err(e) => eprintln!("wasmind: compiling without wasmtime's cache ({e})"),
+        }
+    }
     // `WASMIND_PERFMAP=1`: write /tmp/perf-PID.map so `perf report` names the module's functions.
     if std::env::var_os("WASMIND_PERFMAP").is_some_and(|v| v == "1") {
         config.profiler(wasmtime::ProfilingStrategy::PerfMap);

@@ -89,3 +89,25 @@ fn out_of_range_sampler_settings_fail_before_any_model_is_loaded() {
         );
     }
 }
+
+/// A command starts from wasmtime's cache of the compiled module instead of compiling it again
+/// (about 1 s on the development machine; a cached start takes a few hundredths).
+#[test]
+fn a_second_start_does_not_compile_the_module_again() {
+    let tiny = shared("models/tiny/tiny-llama-F32.gguf");
+    let tiny = tiny.to_str().unwrap();
+    for threads in ["0", "2"] {
+        let args = ["info", "--threads", threads, "--model", tiny];
+        assert_eq!(run(&args).0, 0, "{args:?}");
+        let best = (0..3)
+            .map(|_| {
+                let start = std::time::Instant::now();
+                assert_eq!(run(&args).0, 0);
+                start.elapsed()
+            })
+            .min()
+            .unwrap();
+        println!("wasmind info --threads {threads} on a tiny file: {best:?} (best of 3, cached)");
+        assert!(best.as_secs_f64() < 0.5, "threads {threads}: {best:?}");
+    }
+}
