@@ -604,9 +604,8 @@ impl HfTokenizer {
         ids: &mut Vec<u32>,
     ) -> Result<()> {
         ids.clear();
-        let max_chars = match &self.model {
-            HfModel::WordPiece(wp) => wp.max_input_chars_per_word,
-        };
+        let HfModel::WordPiece(wp) = &self.model;
+        let max_chars = wp.max_input_chars_per_word;
         // A kept word has at most `max_chars` characters of 4 bytes; one more for a
         // punctuation word, and padding for 8-byte reads.
         let word_cap = (max_chars + 1) * 4 + WORD_PADDING;
@@ -624,9 +623,16 @@ impl HfTokenizer {
         s.word_len = 0;
         s.word_chars = 0;
         s.run.clear();
+        let mut pass = Pass {
+            tok: self,
+            wp,
+            limit,
+            s,
+            ids,
+        };
         if self.added_inline {
-            stopped(self.segment(text, limit, s, ids))?;
-            ids.truncate(limit);
+            stopped(pass.segment(text))?;
+            pass.ids.truncate(limit);
             return Ok(());
         }
         let bytes = text.as_bytes();
@@ -641,16 +647,16 @@ impl HfTokenizer {
                 if tok.lstrip {
                     seg_end = trim_end_ws(text, seg_start, seg_end);
                 }
-                let r = self.segment(text_slice(text, seg_start, seg_end), limit, s, ids);
+                let r = pass.segment(text_slice(text, seg_start, seg_end));
                 stopped(r)?;
                 if r.is_err() {
                     break;
                 }
-                if ids.len() >= limit {
+                if pass.ids.len() >= limit {
                     break;
                 }
-                reserve(ids, 1)?;
-                ids.push(tok.id);
+                reserve(pass.ids, 1)?;
+                pass.ids.push(tok.id);
                 i += len;
                 if tok.rstrip {
                     i = skip_ws(text, i);
@@ -660,10 +666,10 @@ impl HfTokenizer {
             }
             i += 1;
         }
-        if ids.len() < limit {
-            stopped(self.segment(text_slice(text, seg_start, bytes.len()), limit, s, ids))?;
+        if pass.ids.len() < limit {
+            stopped(pass.segment(text_slice(text, seg_start, bytes.len())))?;
         }
-        ids.truncate(limit);
+        pass.ids.truncate(limit);
         Ok(())
     }
 
@@ -676,10 +682,22 @@ impl HfTokenizer {
             rest.starts_with(c).then_some((t, c.len()))
         })
     }
+}
 
+/// One `encode` call's pass over its text: the tokenizer's settings, the word being built in
+/// the scratch, and the ids it turns into (at most `limit`). Normalization, pre-tokenization and
+/// WordPiece run as its methods, character by character.
+struct Pass<'a> {
+    tok: &'a HfTokenizer,
+    wp: &'a WordPiece,
+    limit: usize,
+    s: &'a mut HfScratch,
+    ids: &'a mut Vec<u32>,
+}
+
+impl Pass<'_> {
     /// Normalizes, pre-tokenizes and tokenizes one stretch of text without added tokens.
-    fn segment(&self, seg: &str, limit: usize, s: &mut HfScratch, ids: &mut Vec<u32>) -> Flow {
-        let HfModel::WordPiece(wp) = &self.model;
+    fn segment(&mut self, seg: &str) -> Flow {
         let bytes = seg.as_bytes();
         let mut i = 0;
         while i < bytes.len() {
@@ -687,46 +705,49 @@ impl HfTokenizer {
             if b < 0x80 {
                 // ASCII fast path. An ASCII character is a starter: the pending non-starters
                 // go first.
-                if !s.run.is_empty() {
-                    self.flush_run(wp, limit, s, ids)?;
+                if !self.s.run.is_empty() {
+                    self.flush_run()?;
                 }
-                let mut action = self.ascii_action[b as usize];
+                let mut action = self.tok.ascii_action[b as usize];
                 if action == AsciiAction::Added {
-                    if let Some((tok, len)) = self.added_at(bytes, i) {
+                    if let Some((tok, len)) = self.tok.added_at(bytes, i) {
                         // As the end of a segment, then the token's id.
-                        self.end_word(wp, limit, s, ids)?;
-                        if ids.len() >= limit {
+                        self.end_word()?;
+                        if self.ids.len() >= self.limit {
                             return Err(Stop::Full);
                         }
-                        if ids.try_reserve(1).is_err() {
+                        if self.ids.try_reserve(1).is_err() {
                             return Err(Stop::OutOfMemory);
                         }
-                        ids.push(tok.id);
+                        self.ids.push(tok.id);
                         i += len;
                         continue;
                     }
-                    action = self.ascii_base[b as usize];
+                    action = self.tok.ascii_base[b as usize];
                 }
                 match action {
                     AsciiAction::Word => {
                         // The whole run of ASCII word bytes at once.
                         let mut j = i + 1;
                         while let Some(&c) = bytes.get(j) {
-                            if c >= 0x80 || self.ascii_action[c as usize] != AsciiAction::Word {
+                            if c >= 0x80 || self.tok.ascii_action[c as usize] != AsciiAction::Word {
                                 break;
                             }
                             j += 1;
                         }
-                        let room = wp.max_input_chars_per_word.saturating_sub(s.word_chars);
+                        let room = self
+                            .wp
+                            .max_input_chars_per_word
+                            .saturating_sub(self.s.word_chars);
                         let keep = (j - i).min(room);
-                        let at = s.word_len;
-                        if let Some(dst) = s.word.get_mut(at..at + keep) {
+                        let at = self.s.word_len;
+                        if let Some(dst) = self.s.word.get_mut(at..at + keep) {
                             for (d, &c) in dst.iter_mut().zip(&bytes[i..i + keep]) {
-                                *d = self.ascii_out[c as usize];
+                                *d = self.tok.ascii_out[c as usize];
                             }
-                            s.word_len += keep;
+                            self.s.word_len += keep;
                         }
-                        s.word_chars += j - i;
+                        self.s.word_chars += j - i;
                         i = j;
                         continue;
                     }
@@ -734,12 +755,12 @@ impl HfTokenizer {
                 }
                 match action {
                     AsciiAction::Word | AsciiAction::Added => {}
-                    AsciiAction::Space => self.end_word(wp, limit, s, ids)?,
+                    AsciiAction::Space => self.end_word()?,
                     AsciiAction::Punct => {
-                        self.end_word(wp, limit, s, ids)?;
-                        s.push_byte(self.ascii_out[b as usize]);
-                        s.word_chars = 1;
-                        self.end_word(wp, limit, s, ids)?;
+                        self.end_word()?;
+                        self.s.push_byte(self.tok.ascii_out[b as usize]);
+                        self.s.word_chars = 1;
+                        self.end_word()?;
                     }
                     AsciiAction::Drop => {}
                 }
@@ -749,24 +770,17 @@ impl HfTokenizer {
             let len = utf8_len(b);
             let cp = decode(&bytes[i..(i + len).min(bytes.len())]);
             i += len;
-            self.normalize_char(cp, wp, limit, s, ids)?;
+            self.normalize_char(cp)?;
         }
-        self.flush_run(wp, limit, s, ids)?;
-        self.end_word(wp, limit, s, ids)
+        self.flush_run()?;
+        self.end_word()
     }
 
     /// Stage 2 for one input character: clean text, CJK spacing, then NFD.
     #[inline(never)]
-    fn normalize_char(
-        &self,
-        cp: u32,
-        wp: &WordPiece,
-        limit: usize,
-        s: &mut HfScratch,
-        ids: &mut Vec<u32>,
-    ) -> Flow {
-        let Normalizer::Bert(n) = self.normalizer else {
-            return self.pre_tokenize(cp, wp, limit, s, ids);
+    fn normalize_char(&mut self, cp: u32) -> Flow {
+        let Normalizer::Bert(n) = self.tok.normalizer else {
+            return self.pre_tokenize(cp);
         };
         let f = bert::class(cp);
         let mut cp = cp;
@@ -779,25 +793,17 @@ impl HfTokenizer {
             }
         }
         if n.handle_chinese_chars && f & bert::CJK != 0 {
-            self.decompose(' ' as u32, n, wp, limit, s, ids)?;
-            self.decompose(cp, n, wp, limit, s, ids)?;
-            return self.decompose(' ' as u32, n, wp, limit, s, ids);
+            self.decompose(' ' as u32, n)?;
+            self.decompose(cp, n)?;
+            return self.decompose(' ' as u32, n);
         }
-        self.decompose(cp, n, wp, limit, s, ids)
+        self.decompose(cp, n)
     }
 
     /// NFD with canonical reordering of non-starters, when accents are stripped.
-    fn decompose(
-        &self,
-        cp: u32,
-        n: BertNormalizer,
-        wp: &WordPiece,
-        limit: usize,
-        s: &mut HfScratch,
-        ids: &mut Vec<u32>,
-    ) -> Flow {
+    fn decompose(&mut self, cp: u32, n: BertNormalizer) -> Flow {
         if !n.strip_accents {
-            return self.after_nfd(cp, n, wp, limit, s, ids);
+            return self.after_nfd(cp, n);
         }
         let mut result = Ok(());
         unicode::nfd(cp, |d| {
@@ -806,11 +812,10 @@ impl HfTokenizer {
             }
             let ccc = unicode::canonical_combining_class(d);
             if ccc == 0 {
-                result = self
-                    .flush_run(wp, limit, s, ids)
-                    .and_then(|_| self.after_nfd(d, n, wp, limit, s, ids));
-            } else if s.run.len() < s.run.capacity() || s.run.try_reserve(8).is_ok() {
-                s.run.push((d, ccc));
+                result = self.flush_run().and_then(|_| self.after_nfd(d, n));
+            } else if self.s.run.len() < self.s.run.capacity() || self.s.run.try_reserve(8).is_ok()
+            {
+                self.s.run.push((d, ccc));
             } else {
                 result = Err(Stop::OutOfMemory);
             }
@@ -819,112 +824,91 @@ impl HfTokenizer {
     }
 
     /// Emits the waiting non-starters in canonical order (stable by combining class).
-    fn flush_run(
-        &self,
-        wp: &WordPiece,
-        limit: usize,
-        s: &mut HfScratch,
-        ids: &mut Vec<u32>,
-    ) -> Flow {
-        if s.run.is_empty() {
+    fn flush_run(&mut self) -> Flow {
+        if self.s.run.is_empty() {
             return Ok(());
         }
-        let Normalizer::Bert(n) = self.normalizer else {
+        let Normalizer::Bert(n) = self.tok.normalizer else {
             return Ok(());
         };
         // Insertion sort: stable, and runs are short.
-        for k in 1..s.run.len() {
+        for k in 1..self.s.run.len() {
             let mut j = k;
-            while j > 0 && s.run[j - 1].1 > s.run[j].1 {
-                s.run.swap(j - 1, j);
+            while j > 0 && self.s.run[j - 1].1 > self.s.run[j].1 {
+                self.s.run.swap(j - 1, j);
                 j -= 1;
             }
         }
         let mut k = 0;
-        while k < s.run.len() {
-            let d = s.run[k].0;
+        while k < self.s.run.len() {
+            let d = self.s.run[k].0;
             k += 1;
             // Taking the run out would allocate; after_nfd never touches `run`.
-            self.after_nfd(d, n, wp, limit, s, ids)?;
+            self.after_nfd(d, n)?;
         }
-        s.run.clear();
+        self.s.run.clear();
         Ok(())
     }
 
     /// Strip Mn (when stripping accents), then lowercase.
-    fn after_nfd(
-        &self,
-        cp: u32,
-        n: BertNormalizer,
-        wp: &WordPiece,
-        limit: usize,
-        s: &mut HfScratch,
-        ids: &mut Vec<u32>,
-    ) -> Flow {
+    fn after_nfd(&mut self, cp: u32, n: BertNormalizer) -> Flow {
         if n.strip_accents && bert::class(cp) & bert::MN != 0 {
             return Ok(());
         }
         if n.lowercase {
             let l = unicode::to_lowercase(cp);
             for &c in l.as_slice() {
-                self.pre_tokenize(c, wp, limit, s, ids)?;
+                self.pre_tokenize(c)?;
             }
             return Ok(());
         }
-        self.pre_tokenize(cp, wp, limit, s, ids)
+        self.pre_tokenize(cp)
     }
 
     /// Stage 3 for one normalized character.
     #[inline]
-    fn pre_tokenize(
-        &self,
-        cp: u32,
-        wp: &WordPiece,
-        limit: usize,
-        s: &mut HfScratch,
-        ids: &mut Vec<u32>,
-    ) -> Flow {
-        if self.pre_tokenizer == HfPreTokenizer::Bert {
+    fn pre_tokenize(&mut self, cp: u32) -> Flow {
+        if self.tok.pre_tokenizer == HfPreTokenizer::Bert {
             let f = bert::class(cp);
             if f & bert::SPACE != 0 {
-                return self.end_word(wp, limit, s, ids);
+                return self.end_word();
             }
             if f & bert::PUNCT != 0 {
-                self.end_word(wp, limit, s, ids)?;
-                s.push_char(cp);
-                s.word_chars = 1;
-                return self.end_word(wp, limit, s, ids);
+                self.end_word()?;
+                self.s.push_char(cp);
+                self.s.word_chars = 1;
+                return self.end_word();
             }
         }
-        s.word_chars += 1;
-        if s.word_chars <= wp.max_input_chars_per_word {
-            s.push_char(cp);
+        self.s.word_chars += 1;
+        if self.s.word_chars <= self.wp.max_input_chars_per_word {
+            self.s.push_char(cp);
         }
         Ok(())
     }
 
-    /// Stage 4: the finished word to ids.
+    /// Stage 4: the finished word to self.ids.
     #[inline]
-    fn end_word(
-        &self,
-        wp: &WordPiece,
-        limit: usize,
-        s: &mut HfScratch,
-        ids: &mut Vec<u32>,
-    ) -> Flow {
-        if s.word_chars == 0 {
+    fn end_word(&mut self) -> Flow {
+        if self.s.word_chars == 0 {
             return Ok(());
         }
-        if ids.len() >= limit {
+        if self.ids.len() >= self.limit {
             return Err(Stop::Full);
         }
-        if ids.try_reserve(s.word_len + 1).is_err() {
+        if self.ids.try_reserve(self.s.word_len + 1).is_err() {
             return Err(Stop::OutOfMemory);
         }
-        wp.tokenize(&s.word, s.word_len, s.word_chars, &mut s.hashes, ids);
-        s.word_len = 0;
-        s.word_chars = 0;
-        if ids.len() >= limit {
+        self.wp.tokenize(
+            &self.s.word,
+            self.s.word_len,
+            self.s.word_chars,
+            &mut self.s.hashes,
+            self.ids,
+        );
+        self.s.word_len = 0;
+        self.s.word_chars = 0;
+        if self.ids.len() >= self.limit {
             Err(Stop::Full)
         } else {
             Ok(())
