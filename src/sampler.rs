@@ -387,34 +387,16 @@ mod tests {
     fn top_k_one_and_tiny_top_p_are_greedy() {
         let l = logits(5000, 7);
         let want = argmax(&l);
+        // Hot sampling, every filter off, then each filter at its tightest.
+        let hot = Settings {
+            temperature: 1.5,
+            seed: 3,
+            ..Settings::GREEDY
+        };
         for settings in [
-            Settings {
-                temperature: 1.5,
-                top_k: 1,
-                top_p: 1.0,
-                min_p: 0.0,
-                repeat_penalty: 1.0,
-                repeat_window: 0,
-                seed: 3,
-            },
-            Settings {
-                temperature: 1.5,
-                top_k: 0,
-                top_p: 1e-6,
-                min_p: 0.0,
-                repeat_penalty: 1.0,
-                repeat_window: 0,
-                seed: 3,
-            },
-            Settings {
-                temperature: 1.5,
-                top_k: 0,
-                top_p: 1.0,
-                min_p: 1.0,
-                repeat_penalty: 1.0,
-                repeat_window: 0,
-                seed: 3,
-            },
+            Settings { top_k: 1, ..hot },
+            Settings { top_p: 1e-6, ..hot },
+            Settings { min_p: 1.0, ..hot },
         ] {
             let mut s = Sampler::new(settings);
             for _ in 0..20 {

@@ -38,6 +38,27 @@ pub fn missing(path: &std::path::Path, e: &std::io::Error) -> String {
     )
 }
 
+/// CPU time of this thread in seconds (`/proc/thread-self/schedstat`, also readable from
+/// inside Node's WASI with `/` preopened), so that a busy machine does not skew the
+/// throughput figures of the `--ignored` benches; 0 where it cannot be read.
+pub fn cpu_seconds() -> f64 {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+    text.split_whitespace()
+        .next()
+        .and_then(|t| t.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        / 1e9
+}
+
+/// A JSON array of ids (reference files) as `u32`s.
+pub fn u32s(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .expect("an array of ids")
+        .iter()
+        .map(|x| x.as_u64().expect("an id") as u32)
+        .collect()
+}
+
 /// xorshift64*: the unit tests' source of pseudo-random inputs (hostile bytes, random blocks).
 /// The seed must not be 0.
 pub struct Rng(pub u64);

@@ -518,64 +518,53 @@ fn echo_into_wasmind_chat_answers() {
     assert!(stdout.contains("Paris"), "{stdout:?}");
 }
 
+/// `wasmind generate --model SmolLM2 ARGS… --json`: its JSON output.
+fn generate_json(args: &[&str]) -> serde_json::Value {
+    let out = wasmind_cmd()
+        .args(["generate", "--model", shared(SMOLLM2).to_str().unwrap()])
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    println!("{v}");
+    v
+}
+
 #[test]
 fn generate_json_gives_llama_cpps_prompt_and_reply() {
     let r = json("reference/smollm2-q4_1.json");
     let g = &r["greedy"][5]; // the one with a system message
-    let out = wasmind_cmd()
-        .args([
-            "generate",
-            "--model",
-            shared(SMOLLM2).to_str().unwrap(),
-            "--threads",
-            "2",
-            "--temp",
-            "0",
-            "-n",
-            "48",
-            "--json",
-        ])
-        .args([
-            "--chat",
-            g["user"].as_str().unwrap(),
-            "--system",
-            g["system"].as_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    println!("{v}");
+    let (user, system) = (g["user"].as_str().unwrap(), g["system"].as_str().unwrap());
+    let v = generate_json(&[
+        "--threads",
+        "2",
+        "--temp",
+        "0",
+        "-n",
+        "48",
+        "--chat",
+        user,
+        "--system",
+        system,
+    ]);
     assert_eq!(u32s(&v["prompt_ids"]), u32s(&g["prompt_ids"]));
     assert_eq!(u32s(&v["ids"])[0], u32s(&g["ids"])[0]);
     assert!(v["prefill_tps"].as_f64().unwrap() > 0.0 && v["decode_tps"].as_f64().unwrap() > 0.0);
     // Raw completion mode.
-    let out = wasmind_cmd()
-        .args([
-            "generate",
-            "--model",
-            shared(SMOLLM2).to_str().unwrap(),
-            "--prompt",
-            "The capital of France is",
-            "--temp",
-            "0",
-            "-n",
-            "4",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    println!("{v}");
+    let v = generate_json(&[
+        "--prompt",
+        "The capital of France is",
+        "--temp",
+        "0",
+        "-n",
+        "4",
+    ]);
     assert_eq!(v["ids"].as_array().unwrap().len(), 4);
 }
 

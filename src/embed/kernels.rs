@@ -346,15 +346,7 @@ mod bench {
     use super::*;
     use alloc::vec;
 
-    /// CPU seconds of this thread (see `embed::tests::cpu_seconds`).
-    fn cpu() -> f64 {
-        let text = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
-        text.split_whitespace()
-            .next()
-            .and_then(|t| t.parse::<f64>().ok())
-            .unwrap_or(0.0)
-            / 1e9
-    }
+    use crate::testutil::cpu_seconds as cpu;
 
     /// Kernel speed on one cache-resident row (`--ignored bench_kernels --nocapture`).
     #[test]

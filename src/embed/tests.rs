@@ -322,16 +322,7 @@ fn bad_inputs_are_errors() {
     }
 }
 
-/// CPU time of this thread in seconds (`/proc/thread-self/schedstat`, also readable from
-/// inside Node's WASI with `/` preopened), so a busy machine does not skew the figures.
-fn cpu_seconds() -> f64 {
-    let text = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
-    text.split_whitespace()
-        .next()
-        .and_then(|t| t.parse::<f64>().ok())
-        .unwrap_or(0.0)
-        / 1e9
-}
+use crate::testutil::cpu_seconds;
 
 /// Throughput on the corpus and on short sentences, per CPU second of this thread (not a test:
 /// `cargo test --release -p wasmind --lib bench_corpus -- --ignored --nocapture`).

@@ -7,8 +7,8 @@ use std::vec::Vec;
 use super::{LoadOptions, Model};
 use crate::gguf::Gguf;
 use crate::quant::GgmlType;
+use crate::testutil::{read_shared, u32s};
 
-const SHARED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared");
 /// Positions where llama.cpp's top two logits are this far apart must have the same argmax.
 const DECISIVE_MARGIN: f32 = 0.5;
 /// Largest |logit - llama.cpp's| over the last 4 positions.
@@ -26,13 +26,11 @@ fn argmax(xs: &[f32]) -> usize {
 }
 
 fn reference() -> serde_json::Value {
-    let path = std::format!("{SHARED}/models/tiny/tiny-reference.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    serde_json::from_str(&text).unwrap()
+    serde_json::from_slice(&read_shared("models/tiny/tiny-reference.json")).unwrap()
 }
 
 fn run(file: &str, ids: &[u32], context: usize) -> Vec<Vec<f32>> {
-    let bytes = std::fs::read(std::format!("{SHARED}/models/tiny/{file}")).unwrap();
+    let bytes = read_shared(&std::format!("models/tiny/{file}"));
     let g = Gguf::parse(&bytes).unwrap();
     let mut model = Model::load(&g, context).unwrap();
     let mut all = Vec::new();
@@ -45,12 +43,7 @@ fn run(file: &str, ids: &[u32], context: usize) -> Vec<Vec<f32>> {
 #[test]
 fn tiny_models_match_llama_cpp() {
     let r = reference();
-    let ids: Vec<u32> = r["tokens"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap() as u32)
-        .collect();
+    let ids: Vec<u32> = u32s(&r["tokens"]);
     let models = r["models"].as_object().unwrap();
     let mut failures = Vec::new();
     for (file, m) in models {
@@ -97,13 +90,8 @@ fn tiny_models_match_llama_cpp() {
 #[test]
 fn one_token_at_a_time_equals_the_batch() {
     let r = reference();
-    let ids: Vec<u32> = r["tokens"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap() as u32)
-        .collect();
-    let bytes = std::fs::read(std::format!("{SHARED}/models/tiny/tiny-llama-Q8_0.gguf")).unwrap();
+    let ids: Vec<u32> = u32s(&r["tokens"]);
+    let bytes = read_shared("models/tiny/tiny-llama-Q8_0.gguf");
     let g = Gguf::parse(&bytes).unwrap();
     let batched = run("tiny-llama-Q8_0.gguf", &ids, 64);
     let mut model = Model::load(&g, 64).unwrap();
@@ -121,7 +109,7 @@ fn one_token_at_a_time_equals_the_batch() {
 
 #[test]
 fn a_full_context_is_an_error_not_a_write_past_the_end() {
-    let bytes = std::fs::read(std::format!("{SHARED}/models/tiny/tiny-llama-Q4_0.gguf")).unwrap();
+    let bytes = read_shared("models/tiny/tiny-llama-Q4_0.gguf");
     let g = Gguf::parse(&bytes).unwrap();
     let mut model = Model::load(&g, 8).unwrap();
     model.forward(&[1, 2, 3, 4, 5, 6, 7], None).unwrap();
@@ -172,15 +160,9 @@ fn check_arch_file(r: &serde_json::Value, file: &str, logits: &[Vec<f32>]) -> Op
 }
 
 fn arch_reference() -> (serde_json::Value, Vec<u32>) {
-    let path = std::format!("{SHARED}/models/tiny/tiny-arch-reference.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let r: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let ids = r["tokens"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap() as u32)
-        .collect();
+    let r: serde_json::Value =
+        serde_json::from_slice(&read_shared("models/tiny/tiny-arch-reference.json")).unwrap();
+    let ids = u32s(&r["tokens"]);
     (r, ids)
 }
 
@@ -223,9 +205,8 @@ fn matrices<'m>(m: &'m Model<'_>) -> Vec<(String, GgmlType, &'m [u8])> {
 fn quantize_at_load_equals_llama_quantize() {
     let (r, ids) = arch_reference();
     for arch in ["llama", "qwen2", "qwen3", "gemma3", "phi3"] {
-        let dense =
-            std::fs::read(std::format!("{SHARED}/models/tiny/tiny-{arch}-F32.gguf")).unwrap();
-        let q8 = std::fs::read(std::format!("{SHARED}/models/tiny/tiny-{arch}-Q8_0.gguf")).unwrap();
+        let dense = read_shared(&std::format!("models/tiny/tiny-{arch}-F32.gguf"));
+        let q8 = read_shared(&std::format!("models/tiny/tiny-{arch}-Q8_0.gguf"));
         let (gd, gq) = (Gguf::parse(&dense).unwrap(), Gguf::parse(&q8).unwrap());
         let opts = LoadOptions {
             context: 64,
@@ -268,7 +249,7 @@ fn quantize_at_load_equals_llama_quantize() {
 
 #[test]
 fn quantize_at_load_refuses_other_types() {
-    let bytes = std::fs::read(std::format!("{SHARED}/models/tiny/tiny-qwen3-F32.gguf")).unwrap();
+    let bytes = read_shared("models/tiny/tiny-qwen3-F32.gguf");
     let g = Gguf::parse(&bytes).unwrap();
     let opts = LoadOptions {
         context: 16,
@@ -281,7 +262,7 @@ fn quantize_at_load_refuses_other_types() {
 /// `file` with the tensor info of `name` changed: its dims replaced by `dims` (same count of
 /// dims) or, when `dims` is empty, its name's last byte changed (the tensor goes missing).
 fn patched(file: &str, name: &str, dims: &[u64]) -> Vec<u8> {
-    let mut bytes = std::fs::read(std::format!("{SHARED}/models/tiny/{file}")).unwrap();
+    let mut bytes = read_shared(&std::format!("models/tiny/{file}"));
     let mut key = (name.len() as u64).to_le_bytes().to_vec();
     key.extend_from_slice(name.as_bytes());
     let at = bytes
@@ -358,7 +339,7 @@ fn sliding_window_ring_steps_and_truncation() {
     let (_, ids) = arch_reference();
     let file = "tiny-gemma3-Q8_0.gguf";
     let batched = run(file, &ids, 64);
-    let bytes = std::fs::read(std::format!("{SHARED}/models/tiny/{file}")).unwrap();
+    let bytes = read_shared(&std::format!("models/tiny/{file}"));
     let g = Gguf::parse(&bytes).unwrap();
     let mut model = Model::load(&g, 64).unwrap();
     let full = Model::load(&g, 4096).unwrap(); // the global layers' share grows with context

@@ -111,6 +111,18 @@ pub(crate) struct ActRow<'a> {
     pub bsums: &'a [i16],
 }
 
+/// `n_vecs` vectors of `n_cols` values: how many in all (an overflow is out of memory).
+fn values(n_cols: usize, n_vecs: usize) -> Result<usize> {
+    n_cols.checked_mul(n_vecs).ok_or_else(|| {
+        err!(
+            Status::OutOfMemory,
+            "activation buffer: {} x {} values",
+            n_vecs,
+            n_cols
+        )
+    })
+}
+
 impl ActivationBuf {
     pub const fn new() -> ActivationBuf {
         ActivationBuf {
@@ -129,14 +141,7 @@ impl ActivationBuf {
     /// calls up to that size never allocate.
     pub fn with_capacity(n_cols: usize, n_vecs: usize) -> Result<ActivationBuf> {
         let mut buf = ActivationBuf::new();
-        let n = n_cols.checked_mul(n_vecs).ok_or_else(|| {
-            err!(
-                Status::OutOfMemory,
-                "activation buffer: {} x {} values",
-                n_vecs,
-                n_cols
-            )
-        })?;
+        let n = values(n_cols, n_vecs)?;
         reserve(&mut buf.values, n)?;
         reserve(&mut buf.quants, n)?;
         reserve(&mut buf.scales, n / 32)?;
@@ -186,14 +191,7 @@ impl ActivationBuf {
 
     /// Sizes the arrays for `n_vecs` vectors of `n_cols` values of `kind` (contents unspecified).
     fn resize(&mut self, kind: ActivationKind, n_cols: usize, n_vecs: usize) -> Result<()> {
-        let n = n_cols.checked_mul(n_vecs).ok_or_else(|| {
-            err!(
-                Status::OutOfMemory,
-                "activation buffer: {} x {} values",
-                n_vecs,
-                n_cols
-            )
-        })?;
+        let n = values(n_cols, n_vecs)?;
         self.kind = None; // stays None if an allocation fails below
         if kind.is_float() {
             resize(&mut self.values, n, 0.0)?;

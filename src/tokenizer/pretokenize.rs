@@ -258,21 +258,18 @@ struct Seg<'c> {
 }
 
 impl Seg<'_> {
+    /// The code point at `i`, if `i` is inside the segment.
+    #[inline]
+    fn at(&self, i: usize) -> Option<&Cp> {
+        if i < self.end { self.cps.get(i) } else { None }
+    }
     #[inline]
     fn class(&self, i: usize) -> Option<Class> {
-        if i < self.end {
-            Some(self.cps[i].class)
-        } else {
-            None
-        }
+        self.at(i).map(|c| c.class)
     }
     #[inline]
     fn cp(&self, i: usize) -> Option<u32> {
-        if i < self.end {
-            Some(self.cps[i].cp)
-        } else {
-            None
-        }
+        self.at(i).map(|c| c.cp)
     }
     #[inline]
     fn is(&self, i: usize, class: Class) -> bool {

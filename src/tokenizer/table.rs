@@ -99,6 +99,18 @@ impl Texts {
 
 const EMPTY: u32 = 0;
 
+/// The slots of an open-addressing table for `n` entries: a power of two at least twice `n`
+/// (so probes stay short), all `empty`.
+fn open_slots<T: Clone>(n: usize, empty: T, what: &str) -> Result<Vec<T>> {
+    let cap = (n.max(4) * 2).next_power_of_two();
+    let mut slots = Vec::new();
+    slots
+        .try_reserve_exact(cap)
+        .map_err(|_| err!(Status::OutOfMemory, "tokenizer: {} of {} slots", what, cap))?;
+    slots.resize(cap, empty);
+    Ok(slots)
+}
+
 /// Token text -> id over the strings of a [`Texts`].
 pub struct TokenTable {
     /// `(tag, id + 1)`; `id + 1 == 0` marks an empty slot.
@@ -111,19 +123,10 @@ impl TokenTable {
     /// an error value if two ids have the same text.
     pub fn build(texts: &Texts) -> Result<core::result::Result<TokenTable, (u32, u32)>> {
         let n = texts.len();
-        let cap = (n.max(4) * 2).next_power_of_two();
-        let mut slots = Vec::new();
-        slots.try_reserve_exact(cap).map_err(|_| {
-            err!(
-                Status::OutOfMemory,
-                "tokenizer: token table of {} slots",
-                cap
-            )
-        })?;
-        slots.resize(cap, (0u32, EMPTY));
+        let slots = open_slots(n, (0u32, EMPTY), "token table")?;
         let mut table = TokenTable {
+            mask: slots.len() - 1,
             slots,
-            mask: cap - 1,
         };
         for id in 0..n as u32 {
             if let Some(earlier) = table.insert(texts, id) {
@@ -194,24 +197,14 @@ pub struct PairTable {
 
 impl PairTable {
     pub fn with_capacity(n: usize) -> Result<PairTable> {
-        let cap = (n.max(4) * 2).next_power_of_two();
-        let mut slots = Vec::new();
-        slots.try_reserve_exact(cap).map_err(|_| {
-            err!(
-                Status::OutOfMemory,
-                "tokenizer: merge table of {} slots",
-                cap
-            )
-        })?;
-        slots.resize(
-            cap,
-            PairSlot {
-                left: NO_PAIR,
-                right: 0,
-                rank: 0,
-                merged: 0,
-            },
-        );
+        let empty = PairSlot {
+            left: NO_PAIR,
+            right: 0,
+            rank: 0,
+            merged: 0,
+        };
+        let slots = open_slots(n, empty, "merge table")?;
+        let cap = slots.len();
         Ok(PairTable {
             slots,
             mask: cap - 1,
