@@ -1,0 +1,166 @@
+//! Constrained sampling: a grammar decides which tokens may come next.
+//!
+//! ```text
+//! GBNF text ──parse.rs──> Grammar (rules as flat element arrays, checked: every rule defined,
+//!    ^                    no left recursion, sizes capped)
+//!    │                         │
+//! JSON schema ──schema.rs──┘   └──matcher.rs──> Matcher: the set of grammar stacks after the
+//!                                               bytes so far; accepts bytes (UTF-8 split across
+//!                                               tokens), says which tokens may come next and
+//!                                               whether the grammar may end here
+//! ```
+//!
+//! The dialect is llama.cpp's GBNF (`grammars/README.md` there): `name ::= alternatives`,
+//! `|`, `( )`, `* + ? {m} {m,} {m,n}`, `"literals"`, `[classes]` (`^` negation, ranges,
+//! escapes), `.`, `\xHH \uHHHH \UHHHHHHHH`, `#` comments; `root` is where matching starts.
+//! Repetitions are rewritten into helper rules when parsing, so the matcher only knows
+//! sequences, alternatives, rule references and character classes.
+//!
+//! Grammars and schemas are hostile input: their size, nesting, repetition counts, the number
+//! of stacks the matcher tracks and the work of one step are all capped, and going over a cap
+//! is an error (`Status::BadFormat` / `Unsupported`), never a hang or a trap.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+mod matcher;
+mod parse;
+pub mod schema;
+#[cfg(test)]
+mod tests;
+
+pub use matcher::{Matcher, TokenTable};
+
+/// Largest grammar text accepted (bytes).
+pub const MAX_GRAMMAR_BYTES: usize = 1 << 20;
+/// Most elements of all rules together (after repetitions are expanded).
+pub const MAX_ELEMENTS: usize = 1 << 20;
+/// Most rules (helper rules included).
+pub const MAX_RULES: usize = 1 << 16;
+/// Largest count in a `{m,n}` repetition (llama.cpp has the same limit).
+pub const MAX_REPETITION: u32 = 2000;
+/// Deepest nesting of parentheses.
+pub const MAX_NESTING: u32 = 64;
+
+/// One element of a rule. A rule is its alternatives back to back, each ending in `Alt`
+/// except the last, which ends in `End`. A character class is a `Char`/`CharNot` followed by
+/// optional `RangeTo` (making it a range) and further `CharAlt` (+ `RangeTo`) members.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Elem {
+    /// End of the rule.
+    End,
+    /// End of an alternative; another follows.
+    Alt,
+    /// A reference to rule `n`.
+    Ref(u32),
+    /// The first member of a class (a code point, or a range's low end).
+    Char(u32),
+    /// The first member of a negated class.
+    CharNot(u32),
+    /// The high end of a range whose low end is the element before.
+    RangeTo(u32),
+    /// A further member of a class.
+    CharAlt(u32),
+    /// `.`: any code point.
+    Any,
+}
+
+impl Elem {
+    fn ends_alternative(self) -> bool {
+        matches!(self, Elem::End | Elem::Alt)
+    }
+    fn starts_class(self) -> bool {
+        matches!(self, Elem::Char(_) | Elem::CharNot(_) | Elem::Any)
+    }
+}
+
+/// A compiled grammar: every rule's elements in one array.
+#[derive(Clone, Debug, Default)]
+pub struct Grammar {
+    /// All rules, back to back.
+    elems: Vec<Elem>,
+    /// Where rule `r` starts in `elems`.
+    rule_start: Vec<u32>,
+    /// Rule names (helper rules get generated names), for messages.
+    names: Vec<String>,
+    /// The `root` rule.
+    root: u32,
+}
+
+impl Grammar {
+    /// Compiles GBNF text; errors carry the byte position and the reason.
+    pub fn parse(text: &str) -> crate::error::Result<Grammar> {
+        parse::parse(text)
+    }
+
+    /// The rule count (helper rules included).
+    pub fn rules(&self) -> usize {
+        self.rule_start.len()
+    }
+
+    /// The start of each alternative of rule `r`.
+    fn alternatives(&self, r: u32) -> impl Iterator<Item = u32> + '_ {
+        let start = self.rule_start[r as usize];
+        let mut pos = start;
+        let mut first = true;
+        core::iter::from_fn(move || {
+            if first {
+                first = false;
+                return Some(start);
+            }
+            // Skip to after the next Alt; stop at End.
+            loop {
+                match self.elems[pos as usize] {
+                    Elem::End => return None,
+                    Elem::Alt => {
+                        pos += 1;
+                        return Some(pos);
+                    }
+                    _ => pos += 1,
+                }
+            }
+        })
+    }
+
+    /// Whether code point `c` is in the class starting at `pos`; also where the class ends.
+    fn class_matches(&self, pos: u32, lo: u32, hi: u32) -> (bool, u32) {
+        let e = &self.elems;
+        let mut p = pos as usize;
+        let negated = match e[p] {
+            Elem::Any => return (true, pos + 1),
+            Elem::CharNot(_) => true,
+            _ => false,
+        };
+        // A class member [a, b] intersects the candidate range [lo, hi]; for a negated class
+        // the candidate is accepted if some code point of [lo, hi] is outside every member:
+        // exact for single code points, and for a partial UTF-8 range when one member does
+        // not cover it (close enough: a partial character only has to be possible).
+        let mut found = false;
+        let mut covered = false;
+        loop {
+            let a = match e[p] {
+                Elem::Char(a) | Elem::CharNot(a) | Elem::CharAlt(a) if p == pos as usize => a,
+                Elem::CharAlt(a) => a,
+                _ => break,
+            };
+            let b = match e.get(p + 1) {
+                Some(Elem::RangeTo(b)) => {
+                    p += 2;
+                    *b
+                }
+                _ => {
+                    p += 1;
+                    a
+                }
+            };
+            if a <= hi && lo <= b {
+                found = true;
+            }
+            if a <= lo && hi <= b {
+                covered = true;
+            }
+        }
+        let ok = if negated { !covered } else { found };
+        (ok, p as u32)
+    }
+}
