@@ -26,6 +26,7 @@ use alloc::vec::Vec;
 mod matcher;
 mod parse;
 pub mod schema;
+mod schema_pattern;
 #[cfg(test)]
 mod tests;
 

@@ -198,3 +198,211 @@ x ::= "a" | "a" "a" | "a" "a" "a" | "a" "a" "a" "a""#;
     let text = alloc::format!("root ::= \"{}\"", "a".repeat(MAX_GRAMMAR_BYTES));
     assert!(Grammar::parse(&text).is_err());
 }
+
+/// The grammar of `schema` accepts every text of `ok` and none of `bad`.
+fn check_schema(schema: &str, ok: &[&str], bad: &[&str]) {
+    let gbnf = schema::to_gbnf(schema.as_bytes()).unwrap_or_else(|e| panic!("{schema}: {e}"));
+    for t in ok {
+        assert!(matches(&gbnf, t), "{schema}\n{gbnf}\nshould accept {t}");
+    }
+    for t in bad {
+        assert!(!matches(&gbnf, t), "{schema}\n{gbnf}\nshould reject {t}");
+    }
+}
+
+#[test]
+fn schema_primitives() {
+    check_schema(
+        r#"{"type":"string"}"#,
+        &[r#""""#, r#""a\"b\\c\u00e9 ü""#],
+        &[r#""a"#, r#""a"b""#, "1", "\"\n\""],
+    );
+    check_schema(
+        r#"{"type":"number"}"#,
+        &["0", "-1.5", "3e10", "12.25E-3"],
+        &["01", "1.", "+1", "\"1\""],
+    );
+    check_schema(r#"{"type":"integer"}"#, &["0", "-12"], &["1.5", "00"]);
+    check_schema(r#"{"type":"boolean"}"#, &["true", "false"], &["null"]);
+    check_schema(r#"{"type":"null"}"#, &["null"], &["nul"]);
+    check_schema(r#"{}"#, &["{}", r#"{"a": [1, {"b": null}]}"#], &["[]", "1"]);
+    check_schema(
+        r#"{"description": "anything"}"#,
+        &["{}", "[1]", "\"s\"", "-2"],
+        &["nope"],
+    );
+}
+
+#[test]
+fn schema_objects_required_optional_and_additional() {
+    // Required properties first (in their order), then the optional ones, as llama.cpp.
+    let s = r#"{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"},"c":{"type":"boolean"}},"required":["b"]}"#;
+    check_schema(
+        s,
+        &[
+            r#"{"b":"x"}"#,
+            r#"{"b":"x","a":1}"#,
+            r#"{ "b": "x", "a": 1, "c": true }"#,
+            r#"{"b":"x","c":false}"#,
+        ],
+        &[
+            r#"{}"#,
+            r#"{"a":1}"#,
+            r#"{"a":1,"b":"x"}"#,
+            r#"{"b":"x","d":1}"#,
+            r#"{"b":1}"#,
+        ],
+    );
+    // No required property: any ordered subset.
+    let s = r#"{"properties":{"a":{"type":"integer"},"b":{"type":"integer"}}}"#;
+    check_schema(
+        s,
+        &["{}", r#"{"a":1}"#, r#"{"b":2}"#, r#"{"a":1,"b":2}"#],
+        &[r#"{"b":2,"a":1}"#, r#"{,"b":2}"#, r#"{"a":1,}"#],
+    );
+    // additionalProperties: a schema.
+    let s = r#"{"properties":{"a":{"type":"integer"}},"required":["a"],"additionalProperties":{"type":"number"}}"#;
+    check_schema(
+        s,
+        &[r#"{"a":1}"#, r#"{"a":1,"x":2.5,"y":3}"#],
+        &[r#"{"a":1,"x":"s"}"#],
+    );
+    check_schema(
+        r#"{"type":"object","additionalProperties":false}"#,
+        &["{}"],
+        &[r#"{"a":1}"#],
+    );
+}
+
+#[test]
+fn schema_arrays_enums_consts_anyof_refs() {
+    check_schema(
+        r#"{"type":"array","items":{"type":"integer"},"minItems":1,"maxItems":3}"#,
+        &["[1]", "[1, 2, 3]"],
+        &["[]", "[1,2,3,4]", "[1,]"],
+    );
+    check_schema(
+        r#"{"type":"array","items":{"type":"string"}}"#,
+        &["[]", r#"["a","b"]"#],
+        &["[1]"],
+    );
+    check_schema(
+        r#"{"type":"array","prefixItems":[{"type":"integer"},{"type":"string"}]}"#,
+        &[r#"[1,"a"]"#],
+        &["[1]", r#"["a",1]"#],
+    );
+    check_schema(
+        r#"{"enum":["red","green",3,null,{"a":[1]}]}"#,
+        &[r#""red""#, "3", "null", r#"{"a":[1]}"#],
+        &[r#""blue""#, "4"],
+    );
+    check_schema(r#"{"const":"x\ny"}"#, &[r#""x\ny""#], &[r#""xy""#]);
+    check_schema(
+        r#"{"anyOf":[{"type":"integer"},{"type":"string","maxLength":2}]}"#,
+        &["1", r#""ab""#],
+        &[r#""abc""#, "true"],
+    );
+    check_schema(r#"{"type":["string","null"]}"#, &["null", r#""s""#], &["1"]);
+    let tree = r##"{"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#/$defs/node"}}},"required":["v"]}},"$ref":"#/$defs/node"}"##;
+    check_schema(
+        tree,
+        &[
+            r#"{"v":1}"#,
+            r#"{"v":1,"kids":[{"v":2,"kids":[]},{"v":3}]}"#,
+        ],
+        &[r#"{"v":1,"kids":[{}]}"#],
+    );
+    let defs = r##"{"definitions":{"c":{"enum":["a","b"]}},"type":"object","properties":{"x":{"$ref":"#/definitions/c"}},"required":["x"]}"##;
+    check_schema(defs, &[r#"{"x":"a"}"#], &[r#"{"x":"c"}"#]);
+}
+
+#[test]
+fn schema_strings_formats_patterns_and_integer_ranges() {
+    check_schema(
+        r#"{"type":"string","minLength":2,"maxLength":3}"#,
+        &[r#""ab""#, r#""a\"c""#],
+        &[r#""a""#, r#""abcd""#],
+    );
+    check_schema(
+        r#"{"type":"string","format":"date"}"#,
+        &[r#""2024-02-29""#],
+        &[r#""2024-13-01""#],
+    );
+    check_schema(
+        r#"{"type":"string","format":"date-time"}"#,
+        &[r#""2024-02-29T12:30:00Z""#],
+        &[r#""2024-02-29 12:30""#],
+    );
+    check_schema(
+        r#"{"type":"string","format":"uuid"}"#,
+        &[r#""123e4567-e89b-12d3-a456-426614174000""#],
+        &[r#""123""#],
+    );
+    check_schema(
+        r#"{"type":"string","pattern":"^[A-Z]{2}-\\d{3}(x|yz)?$"}"#,
+        &[r#""AB-123""#, r#""QQ-000yz""#],
+        &[r#""A-123""#, r#""AB-12""#, r#""AB-123y""#],
+    );
+    check_schema(
+        r#"{"type":"string","pattern":"^a.\"[^b]$"}"#,
+        &[r#""ax\"c""#],
+        &[r#""ax\"b""#, r#""a\"\"\"""#],
+    );
+    for bad in [r#"^(a)\1$"#, "abc", r#"^(?=a)$"#] {
+        let s = alloc::format!(
+            r#"{{"type":"string","pattern":"{}"}}"#,
+            bad.replace('\\', "\\\\")
+        );
+        let e = schema::to_gbnf(s.as_bytes()).unwrap_err();
+        assert_eq!(e.status, crate::error::Status::Unsupported, "{bad}: {e}");
+    }
+    check_schema(
+        r#"{"type":"integer","minimum":-2,"maximum":11}"#,
+        &["-2", "0", "11"],
+        &["-3", "12", "1.0"],
+    );
+    check_schema(r#"{"type":"integer","minimum":0}"#, &["0", "123"], &["-1"]);
+}
+
+#[test]
+fn schema_errors() {
+    for (s, want) in [
+        (r#"{"type":"object""#, "JSON"),
+        (r#"{"type":"frob"}"#, "unknown type"),
+        (r##"{"$ref":"#/$defs/missing"}"##, "not found"),
+        (
+            r#"{"$ref":"https://example.com/s.json"}"#,
+            "within the schema",
+        ),
+        (r##"{"$ref":"#"}"##, "left-recursive"),
+        (r#"{"allOf":[{"type":"string"}]}"#, "allOf"),
+        (
+            r#"{"type":"array","items":{},"maxItems":99999}"#,
+            "maxItems",
+        ),
+        (
+            r#"{"properties":{"a":{}},"required":["b"]}"#,
+            "not in properties",
+        ),
+    ] {
+        let e = schema::to_gbnf(s.as_bytes())
+            .and_then(|g| Grammar::parse(&g).map(|_| ()))
+            .unwrap_err();
+        assert!(e.message.as_str().contains(want), "{s}: {e}");
+    }
+    // Deep nesting is refused, not a stack overflow.
+    let deep = alloc::format!("{}{}", r#"{"items":"#.repeat(100), "}".repeat(100));
+    assert!(schema::to_gbnf(deep.as_bytes()).is_err());
+}
+
+#[test]
+fn json_object_mode() {
+    let g = schema::json_object();
+    assert!(matches(
+        &g,
+        r#"{"a": [1, 2.5, "x", true, null, {"b": {}}]}"#
+    ));
+    assert!(matches(&g, "{}"));
+    assert!(!matches(&g, "[]"));
+    assert!(!matches(&g, r#"{"a" 1}"#));
+}
