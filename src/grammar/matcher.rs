@@ -161,7 +161,8 @@ impl TokenTable {
                     }
                 }
             }
-            if kind != Kind::End {
+            // Bytes for text and for pieces that may continue a split character.
+            if kind == Kind::Text || (kind == Kind::Never && !tok.is_control(id)) {
                 t.bytes.try_reserve(piece.len()).map_err(|_| oom("bytes"))?;
                 t.bytes.extend_from_slice(piece);
             }
@@ -299,7 +300,10 @@ impl Matcher {
     /// Accepts token `id` (which [`Matcher::allows`] said may come).
     pub fn accept_token(&mut self, table: &TokenTable, id: u32) -> Result<()> {
         match table.kind.get(id as usize) {
-            Some(Kind::Text) => self.accept_bytes(table.bytes_of(id)),
+            // A lone continuation byte (kind Never) may complete a pending character.
+            Some(Kind::Text | Kind::Never) if !table.bytes_of(id).is_empty() => {
+                self.accept_bytes(table.bytes_of(id))
+            }
             Some(Kind::End) if self.can_end() => Ok(()),
             _ => bail!(
                 Status::InvalidArgument,
@@ -316,6 +320,7 @@ impl Matcher {
             None | Some(Kind::Never) if self.pending.len == 0 => return Ok(false),
             None => return Ok(false),
             Some(Kind::End) => return Ok(self.can_end()),
+            _ if table.bytes_of(id).is_empty() => return Ok(false),
             _ => {}
         }
         let mut work = 0;
@@ -367,6 +372,7 @@ impl Matcher {
                         tail: table.tails[i],
                     });
                 }
+                _ if table.bytes_of(i as u32).is_empty() => {}
                 _ => {
                     let at = self.scratch.len();
                     match decode(self.pending, table.bytes_of(i as u32), &mut self.scratch) {

@@ -165,3 +165,104 @@ impl Grammar {
         (ok, p as u32)
     }
 }
+
+/// Compiles what `chat_set_grammar(kind, text)` names; `None` for kind 0.
+pub fn compile(kind: u32, text: &[u8]) -> crate::error::Result<Option<Grammar>> {
+    use crate::error::Status;
+    let g = match kind {
+        0 => return Ok(None),
+        1 => {
+            let Ok(text) = core::str::from_utf8(text) else {
+                crate::bail!(Status::InvalidUtf8, "grammar: the text is not UTF-8");
+            };
+            Grammar::parse(text)?
+        }
+        2 => Grammar::parse(&schema::to_gbnf(text)?)?,
+        3 => Grammar::parse(&schema::json_object())?,
+        _ => crate::bail!(
+            Status::InvalidArgument,
+            "chat_set_grammar: unknown kind {} (0 none, 1 GBNF, 2 JSON schema, 3 JSON object)",
+            kind
+        ),
+    };
+    // The start state must be reachable within the caps too.
+    Matcher::new(g.clone())?;
+    Ok(Some(g))
+}
+
+/// A reply under a grammar: the matcher, and the scratch of a masked draw.
+pub struct Constraint {
+    pub matcher: Matcher,
+    /// (vocab,) which tokens may come next, after a rejection.
+    allowed: Vec<bool>,
+    /// (vocab,) the logits with the disallowed ones at -inf.
+    masked: Vec<f32>,
+    /// Draws whose first pick the grammar rejected (so the whole vocabulary was checked).
+    pub masks: usize,
+}
+
+impl Constraint {
+    pub fn new(g: Grammar) -> crate::error::Result<Constraint> {
+        Ok(Constraint {
+            matcher: Matcher::new(g)?,
+            allowed: Vec::new(),
+            masked: Vec::new(),
+            masks: 0,
+        })
+    }
+
+    /// The next token under the grammar: the sampler's pick if the grammar allows it (the
+    /// common case, one token checked), else a draw from the logits with every token the
+    /// grammar rejects masked out (the whole vocabulary checked). An end-of-generation token
+    /// comes only where the grammar may end.
+    pub fn sample(
+        &mut self,
+        sampler: &mut crate::sampler::Sampler,
+        table: &TokenTable,
+        logits: &[f32],
+        history: &[u32],
+    ) -> crate::error::Result<u32> {
+        use crate::error::Status;
+        let id = sampler.sample(logits, history)?;
+        if self.matcher.allows(table, id)? {
+            return Ok(id);
+        }
+        self.masks += 1;
+        let oom = |_| {
+            crate::err!(
+                Status::OutOfMemory,
+                "grammar: mask of {} tokens",
+                logits.len()
+            )
+        };
+        self.allowed.clear();
+        self.allowed.try_reserve(logits.len()).map_err(oom)?;
+        self.allowed.resize(logits.len(), false);
+        self.matcher.allowed_tokens(table, &mut self.allowed)?;
+        if !self.allowed.iter().any(|&a| a) {
+            crate::bail!(
+                Status::Unsupported,
+                "grammar: no token of the vocabulary can continue the reply here"
+            );
+        }
+        self.masked.clear();
+        self.masked.try_reserve(logits.len()).map_err(oom)?;
+        self.masked.extend(
+            logits
+                .iter()
+                .zip(&self.allowed)
+                .map(|(&l, &ok)| if ok { l } else { f32::NEG_INFINITY }),
+        );
+        let id = sampler.sample(&self.masked, history)?;
+        if !self.allowed.get(id as usize).copied().unwrap_or(false) {
+            // Every allowed logit was -inf or NaN: take the first allowed token.
+            return self
+                .allowed
+                .iter()
+                .position(|&a| a)
+                .map(|i| i as u32)
+                .ok_or_else(|| crate::err!(Status::Unsupported, "grammar: no token allowed"));
+        }
+        Ok(id)
+    }
+}

@@ -406,3 +406,84 @@ fn json_object_mode() {
     assert!(!matches(&g, "[]"));
     assert!(!matches(&g, r#"{"a" 1}"#));
 }
+
+/// The whole-vocabulary check agrees with checking each token alone, along a JSON text written
+/// in the model's own tokens (SmolLM2's byte-level BPE, and Gemma 3's SentencePiece with byte
+/// tokens for split characters); a token that ends inside a character is allowed only when it
+/// can continue.
+#[test]
+fn vocabulary_mask_agrees_with_single_checks() {
+    use crate::gguf::Gguf;
+    use crate::tokenizer::{Tokenizer, Work};
+    for rel in [
+        "models/vocab/vocab-bpe-smollm.gguf",
+        "models/vocab/vocab-spm-gemma3.gguf",
+    ] {
+        let bytes = crate::testutil::read_shared(rel);
+        let tok = Tokenizer::from_gguf(&Gguf::parse(&bytes).unwrap()).unwrap();
+        let table = TokenTable::new(&tok).unwrap();
+        let schema = r#"{"type":"object","properties":{"name":{"type":"string"},"tags":{"type":"array","items":{"enum":["a","b"]}},"n":{"type":"integer"}},"required":["name","tags","n"]}"#;
+        let g = Grammar::parse(&schema::to_gbnf(schema.as_bytes()).unwrap()).unwrap();
+        let text = r#"{"name": "Zoë 😀 \"q\"", "tags": ["a", "b"], "n": -12}"#;
+        let mut ids = Vec::new();
+        tok.encode_with(&mut Work::default(), text, false, false, &mut ids)
+            .unwrap();
+        let mut m = Matcher::new(g).unwrap();
+        let mut allowed = alloc::vec![false; table.len()];
+        let mut total_allowed = 0;
+        for (step, &id) in ids.iter().enumerate() {
+            m.allowed_tokens(&table, &mut allowed).unwrap();
+            assert!(
+                allowed[id as usize],
+                "{rel}: step {step}: token {id} masked"
+            );
+            // Every 3rd step: compare with single checks over the whole vocabulary.
+            if step % 3 == 0 {
+                for t in 0..table.len() as u32 {
+                    assert_eq!(
+                        m.allows(&table, t).unwrap(),
+                        allowed[t as usize],
+                        "{rel}: step {step}: token {t} {:?}",
+                        alloc::string::String::from_utf8_lossy(tok.piece(t))
+                    );
+                }
+            }
+            total_allowed += allowed.iter().filter(|&&a| a).count();
+            let eog = (0..table.len() as u32).find(|&t| tok.is_eog(t)).unwrap();
+            assert!(!m.allows(&table, eog).unwrap());
+            m.accept_token(&table, id).unwrap();
+        }
+        assert!(m.can_end());
+        let eog = (0..table.len() as u32).find(|&t| tok.is_eog(t)).unwrap();
+        assert!(m.allows(&table, eog).unwrap());
+        assert!(total_allowed > 0);
+    }
+}
+
+/// How long a whole-vocabulary check takes (run with --ignored --nocapture).
+#[test]
+#[ignore]
+fn vocabulary_mask_timing() {
+    use crate::gguf::Gguf;
+    use crate::tokenizer::Tokenizer;
+    let bytes = crate::testutil::read_shared("models/vocab/vocab-bpe-smollm.gguf");
+    let tok = Tokenizer::from_gguf(&Gguf::parse(&bytes).unwrap()).unwrap();
+    let t0 = std::time::Instant::now();
+    let table = TokenTable::new(&tok).unwrap();
+    std::println!("table: {:?}, {} bytes", t0.elapsed(), table.heap_bytes());
+    let g = Grammar::parse(&schema::json_object()).unwrap();
+    for prefix in ["", "{", "{\"", "{\"abc", "{\"a\": 1", "{\"a\": [tr"] {
+        let mut m = Matcher::new(g.clone()).unwrap();
+        m.accept_bytes(prefix.as_bytes()).unwrap();
+        let mut allowed = alloc::vec![false; table.len()];
+        let t0 = std::time::Instant::now();
+        for _ in 0..10 {
+            m.allowed_tokens(&table, &mut allowed).unwrap();
+        }
+        std::println!(
+            "{prefix:12} {:?} per mask, {} allowed",
+            t0.elapsed() / 10,
+            allowed.iter().filter(|&&a| a).count()
+        );
+    }
+}
