@@ -540,6 +540,11 @@ pub const ROLE_ASSISTANT: u32 = 2;
 pub const ROLE_RAW: u32 = 3;
 /// `chat_set_options`: drop the oldest turns when the context is full.
 pub const CHAT_DROP_OLDEST: u32 = 1;
+/// `chat_set_grammar` kinds.
+pub const GRAMMAR_NONE: u32 = 0;
+pub const GRAMMAR_GBNF: u32 = 1;
+pub const GRAMMAR_JSON_SCHEMA: u32 = 2;
+pub const GRAMMAR_JSON_OBJECT: u32 = 3;
 /// Status codes (positive) a reply ends with.
 pub const E_CONTEXT_FULL: i32 = 6;
 pub const E_STOPPED: i32 = 10;
@@ -726,6 +731,21 @@ impl Wasmind {
         let r = self.call::<u32, i32>("chat_set_template", id)?;
         self.check("chat_set_template", r)?;
         Ok(())
+    }
+
+    /// Constrains the next reply (`GRAMMAR_*` kind); `Ok(Err(..))` is the module's refusal
+    /// (an invalid grammar or schema, with its position and reason).
+    pub fn chat_set_grammar(
+        &mut self,
+        kind: u32,
+        text: &str,
+    ) -> Result<std::result::Result<(), ModuleError>> {
+        let bytes = text.as_bytes();
+        self.with_buffer(bytes, |w, p| {
+            let r =
+                w.call::<(u32, u32, u32), i32>("chat_set_grammar", (kind, p, bytes.len() as u32))?;
+            Ok(w.module_result(r)?.map(|_| ()))
+        })
     }
 
     pub fn request_stop(&mut self) -> Result<()> {

@@ -56,7 +56,12 @@ impl Partial {
             v = v << 6 | (c & 0x3F) as u32;
         }
         let missing = 6 * (total - b.len()) as u32;
-        (v << missing, (v << missing) | ((1 << missing) - 1))
+        // The shortest encoding of each length starts here (no overlong forms).
+        let least = [0, 0, 0x80, 0x800, 0x10000][total];
+        (
+            (v << missing).max(least),
+            (v << missing) | ((1 << missing) - 1),
+        )
     }
 }
 

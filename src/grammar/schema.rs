@@ -150,7 +150,8 @@ impl Value {
         match self {
             Value::Number(n) => n.parse::<i64>().ok().or_else(|| {
                 let f: f64 = n.parse().ok()?;
-                (f.fract() == 0.0 && f.abs() < 9.0e15).then_some(f as i64)
+                let i = f as i64;
+                (i as f64 == f && i.unsigned_abs() < 1 << 53).then_some(i)
             }),
             _ => None,
         }

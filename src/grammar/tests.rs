@@ -53,6 +53,11 @@ fn escapes_and_unicode() {
     assert!(m.accept_bytes(&"è".as_bytes()[..1]).is_ok()); // same lead byte
     assert!(m.accept_bytes(&"è".as_bytes()[1..]).is_err());
     assert!(m.accept_bytes(&[0xFF]).is_err());
+    // A lone lead byte of a 3- or 4-byte character cannot start an ASCII character.
+    for lead in [0xE0u8, 0xF0] {
+        let mut m = Matcher::new(Grammar::parse(r#"root ::= "t""#).unwrap()).unwrap();
+        assert!(m.accept_bytes(&[lead]).is_err(), "{lead:x}");
+    }
 }
 
 #[test]

