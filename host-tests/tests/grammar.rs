@@ -151,26 +151,228 @@ fn smollm2_schema_replies_parse_and_validate() {
     }
 }
 
+/// A tiny random-weight model file (vocabulary type `none`, 512 output rows) with a made-up
+/// SentencePiece vocabulary of 512 tokens added: the 256 byte tokens (so the model writes
+/// partial UTF-8 characters too), printable ASCII, `▁` words, and the ChatML control tokens.
+fn tiny_with_vocab(file: &str) -> Vec<u8> {
+    let src = std::fs::read(shared(file)).unwrap();
+    let mut tokens: Vec<String> = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut types = vec![2i32, 3, 3, 3, 3]; // unknown, control
+    for b in 0..256 {
+        tokens.push(format!("<0x{b:02X}>"));
+        types.push(6); // byte
+    }
+    for c in ' '..='~' {
+        tokens.push(if c == ' ' {
+            "▁".into()
+        } else {
+            c.to_string()
+        });
+        types.push(1);
+    }
+    let words = [
+        "name",
+        "age",
+        "items",
+        "true",
+        "false",
+        "null",
+        "John",
+        "city",
+        "street",
+        "tool",
+        "search",
+        "weather",
+        "query",
+        "answer",
+        "reason",
+        "people",
+        "role",
+        "admin",
+        "user",
+        "guest",
+        "from",
+        "to",
+        "date",
+        "tags",
+        "home",
+        "work",
+        "urgent",
+        "title",
+        "done",
+        "priority",
+        "version",
+        "positive",
+        "negative",
+        "neutral",
+        "confidence",
+        "address",
+        "zip",
+        "calculator",
+        "arguments",
+        "email",
+        "é",
+        "ü",
+        "😀",
+        "→",
+        "Zoë",
+        "Paris",
+    ];
+    let mut k = 0;
+    while tokens.len() < 512 {
+        let w = words[k % words.len()];
+        let t = match k / words.len() {
+            0 => format!("▁{w}"),
+            1 => w.to_string(),
+            2 => format!("\"{w}\""),
+            3 => format!("{w}\":"),
+            _ => format!("▁{w}{k}"),
+        };
+        if !tokens.contains(&t) {
+            tokens.push(t);
+            types.push(1);
+        }
+        k += 1;
+    }
+    let scores: Vec<f32> = (0..tokens.len()).map(|i| -(i as f32)).collect();
+
+    // Copy the file, dropping its tokenizer.* keys and adding ours.
+    let mut at = 4 + 4;
+    let u32_at = |at: usize| u32::from_le_bytes(src[at..at + 4].try_into().unwrap());
+    let u64_at = |at: usize| u64::from_le_bytes(src[at..at + 8].try_into().unwrap());
+    let n_tensors = u64_at(at);
+    let n_kv = u64_at(at + 8);
+    at += 16;
+    fn skip(src: &[u8], at: &mut usize, ty: u32) {
+        let u64_at = |at: usize| u64::from_le_bytes(src[at..at + 8].try_into().unwrap());
+        match ty {
+            0 | 1 | 7 => *at += 1,
+            2 | 3 => *at += 2,
+            4 | 5 | 6 => *at += 4,
+            10..=12 => *at += 8,
+            8 => *at += 8 + u64_at(*at) as usize,
+            9 => {
+                let inner = u32::from_le_bytes(src[*at..*at + 4].try_into().unwrap());
+                let n = u64_at(*at + 4);
+                *at += 12;
+                for _ in 0..n {
+                    skip(src, at, inner);
+                }
+            }
+            _ => panic!("GGUF value type {ty}"),
+        }
+    }
+    let mut kv = Vec::new();
+    let mut kept = 0u64;
+    for _ in 0..n_kv {
+        let start = at;
+        let klen = u64_at(at) as usize;
+        let key = String::from_utf8_lossy(&src[at + 8..at + 8 + klen]).into_owned();
+        at += 8 + klen;
+        let ty = u32_at(at);
+        at += 4;
+        skip(&src, &mut at, ty);
+        assert_ne!(key, "general.alignment");
+        if !key.starts_with("tokenizer.") {
+            kv.extend_from_slice(&src[start..at]);
+            kept += 1;
+        }
+    }
+    let tensor_infos_start = at;
+    for _ in 0..n_tensors {
+        at += 8 + u64_at(at) as usize;
+        let dims = u32_at(at) as usize;
+        at += 4 + 8 * dims + 4 + 8;
+    }
+    let infos = &src[tensor_infos_start..at];
+    let data = &src[at.next_multiple_of(32)..];
+
+    let key = |out: &mut Vec<u8>, k: &str, ty: u32| {
+        out.extend_from_slice(&(k.len() as u64).to_le_bytes());
+        out.extend_from_slice(k.as_bytes());
+        out.extend_from_slice(&ty.to_le_bytes());
+    };
+    let string = |out: &mut Vec<u8>, s: &str| {
+        out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+        out.extend_from_slice(s.as_bytes());
+    };
+    key(&mut kv, "tokenizer.ggml.model", 8);
+    string(&mut kv, "llama");
+    key(&mut kv, "tokenizer.ggml.tokens", 9);
+    kv.extend_from_slice(&8u32.to_le_bytes());
+    kv.extend_from_slice(&(tokens.len() as u64).to_le_bytes());
+    for t in &tokens {
+        string(&mut kv, t);
+    }
+    key(&mut kv, "tokenizer.ggml.scores", 9);
+    kv.extend_from_slice(&6u32.to_le_bytes());
+    kv.extend_from_slice(&(scores.len() as u64).to_le_bytes());
+    for x in &scores {
+        kv.extend_from_slice(&x.to_le_bytes());
+    }
+    key(&mut kv, "tokenizer.ggml.token_type", 9);
+    kv.extend_from_slice(&5u32.to_le_bytes());
+    kv.extend_from_slice(&(types.len() as u64).to_le_bytes());
+    for x in &types {
+        kv.extend_from_slice(&x.to_le_bytes());
+    }
+    for (k, id) in [
+        ("tokenizer.ggml.unknown_token_id", 0u32),
+        ("tokenizer.ggml.bos_token_id", 1),
+        ("tokenizer.ggml.eos_token_id", 4),
+    ] {
+        key(&mut kv, k, 4);
+        kv.extend_from_slice(&id.to_le_bytes());
+    }
+    key(&mut kv, "tokenizer.chat_template", 8);
+    string(&mut kv, "{{'<|im_start|>' + message['role'] + '\\n'}}");
+    let added = 8;
+
+    let mut out = b"GGUF".to_vec();
+    out.extend_from_slice(&3u32.to_le_bytes());
+    out.extend_from_slice(&n_tensors.to_le_bytes());
+    out.extend_from_slice(&(kept + added).to_le_bytes());
+    out.extend_from_slice(&kv);
+    out.extend_from_slice(infos);
+    out.resize(out.len().next_multiple_of(32), 0);
+    out.extend_from_slice(data);
+    out
+}
+
 #[test]
 fn tiny_models_schema_replies_parse_and_validate() {
     let schemas = schemas();
     for file in [
         "models/tiny/tiny-llama-Q8_0.gguf",
+        "models/tiny/tiny-llama-Q4_K.gguf",
         "models/tiny/tiny-qwen2-Q8_0.gguf",
-        "models/tiny/tiny-gemma3-Q8_0.gguf",
     ] {
         let mut w = Wasmind::with_threads(1).unwrap();
-        w.load_model_file(&shared(file), 1024).unwrap();
+        w.load_model_bytes(&tiny_with_vocab(file), 1024).unwrap();
+        let info: Value = serde_json::from_str(&w.model_info().unwrap()).unwrap();
+        assert_eq!(info["n_vocab"], 512, "{info}");
         let mut n = 0;
+        let mut masks = 0;
         for temperature in [0.0, 0.8] {
             for (i, schema) in schemas.iter().enumerate() {
-                w.sampler_set(&sampling(temperature, i as u32)).unwrap();
+                // The random models repeat themselves; a penalty keeps the replies short.
+                let mut s = sampling(temperature, i as u32);
+                s.repeat_penalty = 1.3;
+                s.repeat_window = 64;
+                w.sampler_set(&s).unwrap();
                 let what = format!("{file}, T {temperature}, schema {i}");
-                constrained(&mut w, schema, PROMPTS[i % PROMPTS.len()], &what);
+                let r = constrained(&mut w, schema, "Hi", &what);
+                if i < 2 {
+                    println!("{what}: {}", String::from_utf8_lossy(&r.text));
+                }
+                masks += r.stats["grammar_masks"].as_u64().unwrap();
                 n += 1;
             }
         }
-        println!("{file}: {n}/20 replies parse and validate");
+        println!("{file}: {n}/20 replies parse and validate, {masks} draws masked");
     }
 }
 
@@ -382,7 +584,8 @@ fn command_line_json_schema_grammar_and_json() {
 }
 
 /// Decode speed with the JSON grammar against unconstrained decode, same prompt, greedy, two
-/// threads (print only: the machine is shared; the figures go to the notes).
+/// threads, 200 tokens each (printed for the notes; the assertion is loose because the
+/// development machine is shared and noisy).
 #[test]
 fn json_grammar_decode_speed() {
     let mut w = Wasmind::with_threads(2).unwrap();
@@ -392,8 +595,14 @@ fn json_grammar_decode_speed() {
         "Write a JSON object describing three books with title, author, year and a list of themes.";
     let mut free = Vec::new();
     let mut constrained = Vec::new();
-    for round in 0..3 {
-        for grammar in [false, true] {
+    for round in 0..5 {
+        // Alternate which goes first (the machine is shared and noisy).
+        let order = if round % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        for grammar in order {
             w.chat_reset().unwrap();
             w.chat_add(ROLE_USER, prompt).unwrap();
             if grammar {
@@ -415,10 +624,16 @@ fn json_grammar_decode_speed() {
         }
     }
     let best = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
     println!(
-        "decode tok/s, best of 3: unconstrained {:.1}, JSON grammar {:.1}, ratio {:.2}",
+        "decode tok/s, best / median of 5: unconstrained {:.1} / {:.1}, JSON grammar {:.1} / {:.1}, ratio of bests {:.2}",
         best(&free),
+        median(&mut free.clone()),
         best(&constrained),
+        median(&mut constrained.clone()),
         best(&constrained) / best(&free)
     );
     assert!(best(&constrained) > 0.5 * best(&free));

@@ -250,6 +250,11 @@ impl Matcher {
         self.pending.len == 0 && self.stacks.iter().any(Vec::is_empty)
     }
 
+    /// How many paths (stacks) the matcher tracks now.
+    pub fn paths(&self) -> usize {
+        self.stacks.len()
+    }
+
     /// Whether the text so far is still a prefix of the grammar's language (false once a
     /// rejected text was forced in with [`Matcher::accept_bytes`]).
     pub fn is_alive(&self) -> bool {

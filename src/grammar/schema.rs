@@ -49,7 +49,9 @@ const PRIMITIVES: &[(&str, &str, &[&str])] = &[
     ("integral-part", "[0] | [1-9] [0-9]{0,15}", &[]),
     (
         "number",
-        r#"("-"? integral-part) ("." decimal-part)? ([eE] [-+]? integral-part)? space"#,
+        // llama.cpp allows 16 exponent digits; two keep every number inside f64's range, so
+        // parsers that read numbers as doubles (serde_json, JSON.parse) take every reply.
+        r#"("-"? integral-part) ("." decimal-part)? ([eE] [-+]? [0-9]{1,2})? space"#,
         &["integral-part", "decimal-part"],
     ),
     (
