@@ -3,6 +3,8 @@
 //!
 //! The `wasmind` command line (src/bin/wasmind.rs) and the integration tests (tests/) use this.
 
+pub mod serve;
+
 use std::thread::JoinHandle;
 
 use wasmtime::{

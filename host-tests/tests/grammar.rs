@@ -251,7 +251,7 @@ fn tiny_with_vocab(file: &str) -> Vec<u8> {
         match ty {
             0 | 1 | 7 => *at += 1,
             2 | 3 => *at += 2,
-            4 | 5 | 6 => *at += 4,
+            4..=6 => *at += 4,
             10..=12 => *at += 8,
             8 => *at += 8 + u64_at(*at) as usize,
             9 => {

@@ -498,10 +498,10 @@ impl<'s> Converter<'s> {
             };
             return self.add_rule(name, format!(r#""\"" {reps} "\"" space"#));
         }
-        if ty_str == Some("integer") {
-            if let Some(body) = self.integer_range(s, name)? {
-                return self.add_rule(name, body);
-            }
+        if ty_str == Some("integer")
+            && let Some(body) = self.integer_range(s, name)?
+        {
+            return self.add_rule(name, body);
         }
         if obj.is_empty() || ty_str == Some("object") {
             let o = self.primitive("object");

@@ -28,6 +28,10 @@ commands:
              [constraint] [--json]
                                            one reply (--prompt: raw text continued, no template)
                                            -> {\"prompt_ids\", \"ids\", \"text\", \"prefill_tps\", \"decode_tps\"}
+  serve      [--model M.gguf] [--embed-model DIR] [--threads N] [--ctx N] [--host H] [--port P]
+             [--api-key K]                 an OpenAI-compatible HTTP server (default
+                                           127.0.0.1:8080): /v1/chat/completions (stream,
+                                           response_format), /v1/embeddings, /v1/models, /health
   modules                                  the two modules: size, imports, exports
   info       --model M.gguf                JSON description of a model
   tokenize   --model M.gguf [--special] [--no-add-special] (--json | --jsonl)
@@ -99,6 +103,7 @@ fn main() -> ExitCode {
         "embed" => embed(&args),
         "chat" => chat(&args),
         "generate" => generate(&args),
+        "serve" => serve(&args),
         other => Err(format!("unknown command {other:?}\n\n{USAGE}")),
     };
     match result {
@@ -619,4 +624,25 @@ fn generate(args: &Args) -> Result<(), String> {
         println!();
     }
     Ok(())
+}
+
+fn serve(args: &Args) -> Result<(), String> {
+    let model = match args.value("--model") {
+        Some(m) => Some(PathBuf::from(m)),
+        None if args.value("--embed-model").is_some() => None,
+        None => Some(model_path(args)?),
+    };
+    host_tests::serve::run(host_tests::serve::Options {
+        model,
+        embed_model: args.value("--embed-model").map(PathBuf::from),
+        threads: args.number("--threads", default_threads())?,
+        context: args.number("--ctx", 4096)?,
+        host: args.value("--host").unwrap_or("127.0.0.1").to_string(),
+        port: args
+            .value("--port")
+            .unwrap_or("8080")
+            .parse()
+            .map_err(|_| "bad --port")?,
+        api_key: args.value("--api-key").map(str::to_string),
+    })
 }
