@@ -24,7 +24,7 @@ fn main() -> ExitCode {
         Some("bench") => bench::run(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask dist | lint | test | bench [--only llm,tokenize,embed] [--no-peers]"
+                "usage: cargo xtask dist | lint | test | bench [--only llm,grammar,tokenize,embed] [--no-peers]"
             );
             return ExitCode::from(2);
         }
