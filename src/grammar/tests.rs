@@ -524,3 +524,105 @@ fn per_token_check_timing() {
         t0.elapsed() / (rounds * ids.len() as u32)
     );
 }
+
+/// Random grammars and schemas from pieces of valid ones: every outcome is a grammar or an
+/// error, never a panic (in wasm a panic is a trap), and matching random text stays in its caps.
+#[test]
+fn random_grammars_and_schemas_never_panic() {
+    let mut seed = 0x1234_5678_9abc_def0u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let pieces = [
+        "root",
+        " ::= ",
+        "x",
+        " ::= ",
+        "\"a\"",
+        "\"é😀\"",
+        "[a-z]",
+        "[^\"\\\\]",
+        "[\\x00-\\x1F]",
+        "(",
+        ")",
+        "|",
+        "*",
+        "+",
+        "?",
+        "{2}",
+        "{1,3}",
+        "{0,}",
+        ".",
+        "\n",
+        " ",
+        "# c\n",
+        "\\",
+        "\"",
+        "[",
+        "]",
+        "-",
+        "{",
+        "}",
+        ",",
+        "x?",
+        "root",
+        "\\u00e9",
+        "\\U0001F600",
+    ];
+    let (mut grammars, mut schemas) = (0, 0);
+    for _ in 0..4000 {
+        let mut g = alloc::string::String::from("root ::= ");
+        for _ in 0..(next() % 24) {
+            g.push_str(pieces[(next() % pieces.len() as u64) as usize]);
+        }
+        if let Ok(grammar) = Grammar::parse(&g)
+            && let Ok(mut m) = Matcher::new(grammar)
+        {
+            grammars += 1;
+            for _ in 0..8 {
+                let b = [b'a', 0xC3, 0xA9, b'"', b'z', 0xF0][(next() % 6) as usize];
+                let _ = m.accept_bytes(&[b]);
+                let _ = m.can_end();
+            }
+        }
+    }
+    let parts = [
+        r#"{"type":"object","properties":{"a":"#,
+        r#"{"type":"string","maxLength":3}"#,
+        "}",
+        ",",
+        r#""required":["a"]"#,
+        r##"{"$ref":"#/$defs/x"}"##,
+        r#""$defs":{"x":"#,
+        r#"{"enum":[1,"b",null]}"#,
+        r#"{"anyOf":["#,
+        "]",
+        r#"{"type":"array","items":"#,
+        r#""minItems":2"#,
+        r#""maxItems":1"#,
+        r#"{"pattern":"^(a|b)*$"}"#,
+        r#"{"const":{"k":[1,2]}}"#,
+        "true",
+        "false",
+        r#"{"type":["string","null"]}"#,
+        r#"{"additionalProperties":"#,
+        r#"{"type":"integer","minimum":3,"maximum":2}"#,
+    ];
+    for _ in 0..4000 {
+        let mut s = alloc::string::String::new();
+        for _ in 0..(1 + next() % 10) {
+            s.push_str(parts[(next() % parts.len() as u64) as usize]);
+        }
+        if let Ok(g) = schema::to_gbnf(s.as_bytes()) {
+            schemas += Grammar::parse(&g).and_then(Matcher::new).is_ok() as usize;
+        }
+    }
+    // Enough of them were valid for the matcher to be exercised.
+    assert!(
+        grammars > 100 && schemas > 30,
+        "{grammars} grammars, {schemas} schemas"
+    );
+}
