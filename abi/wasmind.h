@@ -139,6 +139,12 @@ WASMIND_API int32_t     chat_set_template_name(wasmind_ptr name, uint32_t len);
  * name: a template name, empty for the loaded model's (ChatML without one). The text is left in the
  * result buffer; returns its length. */
 WASMIND_API int32_t     template_render(wasmind_ptr name, uint32_t name_len, wasmind_ptr json, uint32_t json_len);
+#define WASMIND_GRAMMAR_NONE        0
+#define WASMIND_GRAMMAR_GBNF        1 /* llama.cpp's GBNF text */
+#define WASMIND_GRAMMAR_JSON_SCHEMA 2 /* JSON schema text */
+#define WASMIND_GRAMMAR_JSON_OBJECT 3 /* any JSON object (text ignored) */
+/* Constrain the next reply (used up by the next chat_start). Errors name the byte position. */
+WASMIND_API int32_t     chat_set_grammar(uint32_t kind, wasmind_ptr text, uint32_t len);
 /* Sampler: temperature <= 0 is greedy; top_k 0, top_p 1, min_p 0, repeat_penalty 1 are off. */
 WASMIND_API int32_t     sampler_set(float temperature, uint32_t top_k, float top_p, float min_p, float repeat_penalty, uint32_t repeat_window, uint32_t seed);
 WASMIND_API int32_t     sample(wasmind_ptr history, uint32_t n); /* a token from logits(); history feeds the penalty */

@@ -252,11 +252,24 @@ async function loadEmbedder({ id, files, options = {}, reload = false }) {
   return { dim: wm.embedDim };
 }
 
+/** The reply's constraint from the chat options: `grammar` (GBNF text) or an OpenAI-shaped
+ *  `responseFormat` ({ type: 'json_object' } or { type: 'json_schema', json_schema: { schema } }
+ *  or { type: 'json_schema', schema }). The module uses it up with this reply. */
+function setConstraint({ grammar, responseFormat: rf } = {}) {
+  if (grammar != null) return wm.setGrammar({ grammar });
+  if (rf == null || rf.type === 'text') return;
+  if (rf.type === 'json_object') return wm.setGrammar({ json: true });
+  const schema = rf.json_schema?.schema ?? rf.schema;
+  if (rf.type === 'json_schema' && schema != null) return wm.setGrammar({ schema });
+  throw new WasmindError(1, `responseFormat ${JSON.stringify(rf)}: expected { type: 'text' | 'json_object' } or { type: 'json_schema', json_schema: { schema } }`);
+}
+
 async function chat({ id, messages, reset, options = {} }) {
   // Settings not given are the module's defaults (WasmindModule.setSampler).
   const { maxTokens = 0, temperature, topK, topP, minP, repeatPenalty, repeatWindow, seed } = options;
   if (reset) wm.resetChat();
   wm.setSampler({ temperature, topK, topP, minP, repeatPenalty, repeatWindow, seed });
+  setConstraint(options);
   for (const m of messages) wm.addMessage(m.role, typeof m.content === 'string' ? m.content : String(m.content ?? ''));
   const x = wm.exports;
   const mine = slot; // this reply's stop slot (the module may be replaced later)

@@ -66,6 +66,14 @@ export interface ChatOptions {
   seed?: number;
   /** Stops the reply; the iteration then throws the signal's reason (an AbortError). */
   signal?: AbortSignal;
+  /** Output a program can parse: OpenAI's response_format. */
+  responseFormat?:
+    | { type: 'text' }
+    | { type: 'json_object' }
+    | { type: 'json_schema'; json_schema: { name?: string; schema: object } }
+    | { type: 'json_schema'; schema: object };
+  /** A GBNF grammar (llama.cpp's dialect) the reply must follow; wins over responseFormat. */
+  grammar?: string;
 }
 
 export interface ChatStats {

@@ -250,6 +250,16 @@ export class WasmindModule {
     const b = new TextEncoder().encode(text);
     return this.withBytes(b, (p) => this.check(this.exports.chat_add(ROLE[role] ?? role, p, b.length)));
   }
+  /** Constrains the next reply (only that one): `{ grammar }` GBNF text (llama.cpp's dialect),
+   *  `{ schema }` a JSON schema (object or text), `{ json: true }` any JSON object; `{}` or no
+   *  argument clears it. Throws a WasmindError naming the position and reason if invalid. */
+  setGrammar({ grammar, schema, json } = {}) {
+    const [kind, text] = grammar != null ? [1, grammar]
+      : schema != null ? [2, typeof schema === 'string' ? schema : JSON.stringify(schema)]
+        : json ? [3, ''] : [0, ''];
+    const b = new TextEncoder().encode(text);
+    this.withBytes(b, (p) => this.check(this.exports.chat_set_grammar(kind, p, b.length)));
+  }
   /** Forgets the conversation and the KV cache. */
   resetChat() { this.check(this.exports.chat_reset()); }
   /** The chat template by name (llama.cpp's names, or 'qwen3'; '' = the model's own); throws,

@@ -656,6 +656,19 @@ pub extern "C" fn chat_set_options(flags: u32) -> i32 {
     status(driver().llm.chat_set_options(flags).map(|()| 0))
 }
 
+/// Constrains the next reply (the next `chat_start`; used up by it): `kind` 0 none, 1 GBNF
+/// grammar text (llama.cpp's dialect), 2 JSON schema text, 3 any JSON object (`text` ignored).
+/// `len` bytes of UTF-8 at `text`. Returns 0; an invalid grammar or schema fails with
+/// BAD_FORMAT (or UNSUPPORTED) and a message naming the byte position and the reason.
+#[unsafe(no_mangle)]
+pub extern "C" fn chat_set_grammar(kind: u32, text: *const u8, len: usize) -> i32 {
+    // SAFETY: the host passes its text.
+    status(
+        unsafe { bytes(text, len) }
+            .and_then(|t| driver().llm.chat_set_grammar(kind, t).map(|()| 0)),
+    )
+}
+
 /// Template by id: 0 the model's (detected), 1.. the templates in wasmind.h's order (1 chatml,
 /// 2 llama3, 3 gemma, 4 llama2-sys, 5 mistral-v1, ...). The next `chat_start` re-reads the
 /// conversation.

@@ -30,6 +30,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use crate::error::{Result, Status};
+use crate::grammar::{Constraint, TokenTable};
 use crate::model::Model;
 use crate::sampler::Sampler;
 use crate::state::{clear_stop, stop_requested};
@@ -200,6 +201,8 @@ pub struct Chat {
     /// Messages dropped to make room, since the conversation began.
     pub dropped_messages: usize,
     pub timings: Timings,
+    /// The grammar the current reply follows, if any (`chat_set_grammar`).
+    pub constraint: Option<Constraint>,
     text: String,
     new_ids: Vec<u32>,
 }
@@ -498,6 +501,7 @@ impl Chat {
         m: &mut Model<'_>,
         tok: &Tokenizer,
         sampler: &mut Sampler,
+        table: Option<&TokenTable>,
         now_ms: f64,
         out: &mut Vec<u8>,
     ) -> Result<usize> {
@@ -546,10 +550,17 @@ impl Chat {
         }
         // Only ids the tokenizer knows (a model may pad its output rows).
         let n = tok.n_vocab().min(m.logits.len());
-        let id = sampler.sample(&m.logits[..n], &self.ids)?;
+        let logits = &m.logits[..n];
+        let id = match (&mut self.constraint, table) {
+            (Some(c), Some(t)) => c.sample(sampler, t, logits, &self.ids)?,
+            _ => sampler.sample(logits, &self.ids)?,
+        };
         self.last_token = Some(id);
         if tok.is_eog(id) {
             return self.finish(ReplyState::EndOfText, out);
+        }
+        if let (Some(c), Some(t)) = (&mut self.constraint, table) {
+            c.matcher.accept_token(t, id)?;
         }
         self.stream.push(tok, id, false, out)?;
         self.ids

@@ -735,13 +735,18 @@ impl Drop for ObjectWriter<'_> {
     }
 }
 
-/// `v` as a JSON string: quotes, `"` and `\` escaped, control characters as `\u00XX`.
-fn write_string(out: &mut alloc::vec::Vec<u8>, v: &str) {
+/// `v` as a JSON string: quotes, `"` and `\` escaped, `\n \r \t` short (as models write
+/// them, which the grammar of a schema `const` relies on), other control characters as
+/// `\u00XX`.
+pub fn write_string(out: &mut alloc::vec::Vec<u8>, v: &str) {
     out.push(b'"');
     for &b in v.as_bytes() {
         match b {
             b'"' => out.extend_from_slice(b"\\\""),
             b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
             0..0x20 => {
                 const HEX: &[u8; 16] = b"0123456789abcdef";
                 out.extend_from_slice(b"\\u00");
@@ -974,7 +979,7 @@ mod tests {
         }
         assert_eq!(
             core::str::from_utf8(&out).unwrap(),
-            "{\"s\":\"q\\\"b\\\\c\\u000a\\u0001é\",\"u\":7,\"i\":-3,\"f\":2.5,\"nan\":0,\"eps\":0.00001,\"t\":true,\"empty\":{},\"list\":[\"a\",\"b\\\"\"],\"none\":[],\"nested\":{\"k\":1}}"
+            "{\"s\":\"q\\\"b\\\\c\\n\\u0001é\",\"u\":7,\"i\":-3,\"f\":2.5,\"nan\":0,\"eps\":0.00001,\"t\":true,\"empty\":{},\"list\":[\"a\",\"b\\\"\"],\"none\":[],\"nested\":{\"k\":1}}"
         );
         assert_eq!(
             parse(&out).unwrap(),

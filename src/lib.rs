@@ -10,8 +10,9 @@
 //! 3. [`tokenizer`] turns text into the ids the model was trained on, and back.
 //! 4. [`quant`] holds the weight block layouts and the matrix-vector kernels over them.
 //! 5. [`model`] runs the forward pass over a KV cache and returns logits.
-//! 6. [`sampler`] picks the next token from the logits; [`chat`] renders conversations with
-//!    their templates, prefills only what is new and streams the reply.
+//! 6. [`sampler`] picks the next token from the logits, [`grammar`] (GBNF grammars and JSON
+//!    schemas) masks the tokens that cannot continue a constrained reply; [`chat`] renders
+//!    conversations with their templates, prefills only what is new and streams the reply.
 //! 7. [`embed`] is the Model2Vec path: safetensors + tokenizer.json -> sentence vectors.
 //! 8. [`engine`] owns what the driver has loaded: the language model (file, tokenizer, model,
 //!    conversation, sampler) and the embedder, each with its own file and scratch.
@@ -67,6 +68,7 @@ pub mod unicode;
 pub mod tokenizer;
 pub mod quant;
 pub mod model;
+pub mod grammar;
 pub mod sampler;
 pub mod template;
 pub mod chat;

@@ -1,7 +1,7 @@
 // report.mjs: inputs and tables for `cargo xtask bench`.
 //
 //   node glue/bench/report.mjs inputs CORPUS.json OUT.json   short sentences cut from the corpus
-//   node glue/bench/report.mjs report DIR                    tables from DIR/{llm,tokenize,embed}.json,
+//   node glue/bench/report.mjs report DIR                    tables from DIR/{llm,grammar,tokenize,embed}.json,
 //                                                            also written to DIR/report.md
 //
 // Every ratio compares engines measured in the same run. Figures are the best pass (the median
@@ -71,6 +71,19 @@ async function report(dir) {
       say(`best ${ENGINE[e]}: decode ${f(best(e, 'decode_tok_s'))} tok/s = ${ratio(best(e, 'decode_tok_s'), best('wllama', 'decode_tok_s'))} best wllama, ${ratio(best(e, 'decode_tok_s'), best('native', 'decode_tok_s'))} best native; prefill ${f(best(e, 'prefill_tok_s'))} tok/s = ${ratio(best(e, 'prefill_tok_s'), best('wllama', 'prefill_tok_s'))} wllama, ${ratio(best(e, 'prefill_tok_s'), best('native', 'prefill_tok_s'))} native`);
     }
     errors(llm);
+    say();
+  }
+
+  const gram = await results(dir, 'grammar');
+  if (gram.length) {
+    const ok = gram.filter((r) => !r.error);
+    say(`## Constrained decode: SmolLM2, greedy chat replies of up to ${ok[0]?.gen_tokens} tokens, with and without a grammar (target: ≥ 0.8× unconstrained)`);
+    say();
+    const none = (r) => ok.find((x) => x.grammar === 'none' && x.threads === r.threads);
+    say(table(['engine', 'module', 'threads', 'grammar', 'tokens', 'masked draws', 'decode tok/s', 'decode median', 'vs unconstrained'],
+      ok.map((r) => [ENGINE[r.engine] ?? r.engine, r.module, r.threads, r.grammar, r.tokens, r.masked_draws,
+        f(r.decode_tok_s), f(r.decode_tok_s_median), ratio(r.decode_tok_s, none(r)?.decode_tok_s)])));
+    errors(gram);
     say();
   }
 

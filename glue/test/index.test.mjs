@@ -141,3 +141,29 @@ test('index.js over HTTP in Node: streamed (never a whole copy in the heap); no 
     assert.equal(r.text, 'The capital of France is Paris.');
   } finally { await ai.unload(); server.close(); }
 });
+
+test('index.js: responseFormat (json_schema, json_object) and grammar give output a program can parse', async () => {
+  const ai = await Wasmind.create({ threaded: false });
+  try {
+    await ai.load(MODEL_PATH, { context: 1024 });
+    const schema = {
+      type: 'object',
+      properties: { city: { type: 'string' }, country: { type: 'string', enum: ['France', 'Italy', 'Spain'] } },
+      required: ['city', 'country'],
+      additionalProperties: false,
+    };
+    const ask = [{ role: 'user', content: 'Name the capital of France as JSON with city and country.' }];
+    const a = await reply(ai, ask, { ...GREEDY, maxTokens: 64, responseFormat: { type: 'json_schema', json_schema: { name: 'place', schema } } });
+    assert.equal(a.state, 'eog', a.text);
+    const v = JSON.parse(a.text);
+    assert.deepEqual(Object.keys(v).sort(), ['city', 'country']);
+    assert.ok(['France', 'Italy', 'Spain'].includes(v.country), a.text);
+    const b = await reply(ai, [{ role: 'user', content: 'Give me a JSON object with the name of the capital of France.' }],
+      { ...GREEDY, maxTokens: 128, responseFormat: { type: 'json_object' } });
+    assert.equal(b.state, 'eog', b.text); // ended where the grammar may end, not at the token limit
+    assert.equal(typeof JSON.parse(b.text), 'object', b.text);
+    const c = await reply(ai, [{ role: 'user', content: 'Is Paris in France?' }], { ...GREEDY, maxTokens: 8, grammar: 'root ::= "yes" | "no"' });
+    assert.match(c.text, /^(yes|no)$/);
+    await assert.rejects(reply(ai, ask, { responseFormat: { type: 'xml' } }), (e) => e.status === 'INVALID_ARGUMENT');
+  } finally { await ai.unload(); }
+});

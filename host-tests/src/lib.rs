@@ -3,6 +3,8 @@
 //!
 //! The `wasmind` command line (src/bin/wasmind.rs) and the integration tests (tests/) use this.
 
+pub mod serve;
+
 use std::thread::JoinHandle;
 
 use wasmind::chat::Role;
@@ -588,6 +590,11 @@ pub const ROLE_RAW: u32 = Role::Raw as u32;
 pub use wasmind::chat::OPTION_DROP_OLDEST as CHAT_DROP_OLDEST;
 /// `chat_set_options`: let a model that can reason think (Qwen3: no empty `<think>` block).
 pub use wasmind::chat::OPTION_THINK as CHAT_THINK;
+/// `chat_set_grammar` kinds.
+pub use wasmind::grammar::{
+    KIND_GBNF as GRAMMAR_GBNF, KIND_JSON_OBJECT as GRAMMAR_JSON_OBJECT,
+    KIND_JSON_SCHEMA as GRAMMAR_JSON_SCHEMA, KIND_NONE as GRAMMAR_NONE,
+};
 /// Status codes (positive) a reply ends with.
 pub const E_CONTEXT_FULL: i32 = Status::ContextFull as i32;
 pub const E_STOPPED: i32 = Status::Stopped as i32;
@@ -768,6 +775,21 @@ impl Wasmind {
                 let n = w.check("template_render", n)?;
                 w.result(n)
             })
+        })
+    }
+
+    /// Constrains the next reply (`GRAMMAR_*` kind); `Ok(Err(..))` is the module's refusal
+    /// (an invalid grammar or schema, with its position and reason).
+    pub fn chat_set_grammar(
+        &mut self,
+        kind: u32,
+        text: &str,
+    ) -> Result<std::result::Result<(), ModuleError>> {
+        let bytes = text.as_bytes();
+        self.with_buffer(bytes, |w, p| {
+            let r =
+                w.call::<(u32, u32, u32), i32>("chat_set_grammar", (kind, p, bytes.len() as u32))?;
+            Ok(w.module_result(r)?.map(|_| ()))
         })
     }
 

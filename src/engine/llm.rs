@@ -7,6 +7,7 @@ use alloc::vec::Vec;
 use crate::chat::{Chat, OPTION_DROP_OLDEST, OPTION_THINK, Role};
 use crate::error::{Result, Status};
 use crate::gguf::Gguf;
+use crate::grammar::{Constraint, Grammar, TokenTable};
 use crate::json::ObjectWriter;
 use crate::model::{Activation, LayerKind, LoadOptions, Model};
 use crate::quant::GgmlType;
@@ -35,6 +36,11 @@ pub struct LlmEngine {
     /// The conversation in the KV cache and the sampler that writes the replies.
     pub chat: Chat,
     pub sampler: Sampler,
+    /// The grammar the next reply follows (`chat_set_grammar`), taken by `chat_start`.
+    grammar_next: Option<Grammar>,
+    /// Every token's code points for grammar checks, built on the first constrained reply of
+    /// a model.
+    token_table: Option<TokenTable>,
 }
 
 /// A model file and everything that borrows it. Fields drop in declaration order: the borrowers
@@ -115,6 +121,7 @@ impl LlmEngine {
         let loaded = LoadedModel::new(file, options)?;
         self.chat = Chat::for_model(loaded.chat_template_source(), loaded.tokenizer.as_ref());
         self.stream = StreamDecoder::new();
+        self.token_table = None;
         self.loaded = Some(loaded);
         Ok(())
     }
@@ -124,6 +131,7 @@ impl LlmEngine {
         self.loaded = None;
         self.chat = Chat::default();
         self.stream = StreamDecoder::new();
+        self.token_table = None;
     }
 
     fn loaded(&self) -> Result<&LoadedModel> {
@@ -300,13 +308,34 @@ impl LlmEngine {
         self.chat.add(Role::from_u32(role)?, text)
     }
 
-    /// Runs the new messages and the generation prompt; returns the prompt tokens run.
+    /// Runs the new messages and the generation prompt; returns the prompt tokens run. A
+    /// grammar set with `chat_set_grammar` applies to this reply (and is used up by it).
     pub fn chat_start(&mut self, max_tokens: u32, now_ms: f64) -> Result<usize> {
         let l = self.loaded.as_mut().ok_or_else(no_vocabulary)?;
         let tok = l.tokenizer.as_ref().ok_or_else(no_vocabulary)?;
         let model = l.model.as_mut().ok_or_else(no_weights)?;
-        self.chat
-            .start(model, tok, &mut self.work, max_tokens, now_ms)
+        let constraint = match &self.grammar_next {
+            Some(g) => {
+                if self.token_table.is_none() {
+                    self.token_table = Some(TokenTable::new(tok)?);
+                }
+                Some(Constraint::new(g.clone())?)
+            }
+            None => None,
+        };
+        let n = self
+            .chat
+            .start(model, tok, &mut self.work, max_tokens, now_ms)?;
+        self.chat.constraint = constraint;
+        self.grammar_next = None;
+        Ok(n)
+    }
+
+    /// Sets the grammar of the next reply: `kind` 0 none, 1 GBNF text, 2 JSON schema text,
+    /// 3 any JSON object. Errors name the byte position and the reason.
+    pub fn chat_set_grammar(&mut self, kind: u32, text: &[u8]) -> Result<()> {
+        self.grammar_next = crate::grammar::compile(kind, text)?;
+        Ok(())
     }
 
     /// The next piece of the reply in `out`; its length, or the end status.
@@ -314,7 +343,9 @@ impl LlmEngine {
         let l = self.loaded.as_mut().ok_or_else(no_vocabulary)?;
         let tok = l.tokenizer.as_ref().ok_or_else(no_vocabulary)?;
         let model = l.model.as_mut().ok_or_else(no_weights)?;
-        self.chat.next(model, tok, &mut self.sampler, now_ms, out)
+        let table = self.token_table.as_ref();
+        self.chat
+            .next(model, tok, &mut self.sampler, table, now_ms, out)
     }
 
     pub fn chat_set_options(&mut self, flags: u32) -> Result<()> {
@@ -398,7 +429,12 @@ impl LlmEngine {
             .uint("context", self.model_ref().map_or(0, |m| m.context) as u64)
             .uint("messages", c.messages().len() as u64)
             .uint("dropped_messages", c.dropped_messages as u64)
-            .int("last_token", c.last_token.map_or(-1, |v| v as i64));
+            .int("last_token", c.last_token.map_or(-1, |v| v as i64))
+            .boolean("grammar", c.constraint.is_some())
+            .uint(
+                "grammar_masks",
+                c.constraint.as_ref().map_or(0, |g| g.masks) as u64,
+            );
         drop(o);
         Ok(out.len())
     }

@@ -2,7 +2,7 @@
 //! same run on the same machine, so every speed claim is a ratio against a peer.
 //!
 //! ```text
-//! cargo xtask bench [--only llm,tokenize,embed] [--no-peers] [--gen N] [--reps N] [--threads 0,1,2,4,8]
+//! cargo xtask bench [--only llm,grammar,tokenize,embed] [--no-peers] [--gen N] [--reps N] [--threads 0,1,2,4,8]
 //! ```
 //!
 //! Runs, one after another (never two at once: they would share the cores):
@@ -11,6 +11,9 @@
 //!   for each thread count (0 = the single-threaded module); peers: wllama (llama.cpp compiled to
 //!   wasm, npm `@wllama/wllama`, in headless Chromium) and native llama.cpp (the prebuilt x64
 //!   binary in npm `node-llama-cpp`).
+//! - `grammar`: the same model, greedy chat replies of up to `--gen` tokens with no grammar,
+//!   the JSON-object grammar and a nested JSON schema (wasmtime, 2 threads): what the grammar
+//!   check and the masked draws cost (the target is >= 0.8x unconstrained decode).
 //! - `tokenize`: the 631 corpus texts through the SmolLM2 tokenizer, single thread; peer: native
 //!   llama.cpp's tokenizer.
 //! - `embed`: Model2Vec (m2v-minilm-256) on the corpus and on short sentences, single thread
@@ -50,7 +53,12 @@ struct Options {
 
 fn parse(args: &[String]) -> Result<Options, String> {
     let mut o = Options {
-        groups: vec!["llm".into(), "tokenize".into(), "embed".into()],
+        groups: vec![
+            "llm".into(),
+            "grammar".into(),
+            "tokenize".into(),
+            "embed".into(),
+        ],
         peers: true,
         gen_tokens: "128".into(),
         reps: "3".into(),
@@ -273,6 +281,17 @@ pub fn run(args: &[String]) -> Result<(), String> {
                     collect("native llama.cpp", &mut c, &mut results);
                 }
             }
+            "grammar" => {
+                // Decode with and without grammars (wasmtime only: the check is in the module).
+                let mut c = Command::new(&bench_bin);
+                c.arg("grammar")
+                    .arg("--model")
+                    .arg(&model)
+                    .args(["--gen", &o.gen_tokens, "--reps", &o.reps, "--threads", "2"])
+                    .arg("--dist")
+                    .arg(&dist);
+                collect("wasmind in wasmtime", &mut c, &mut results);
+            }
             "tokenize" => {
                 for (label, mut c) in wasmind_hosts() {
                     c.arg("tokenize")
@@ -334,7 +353,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             }
             other => {
                 return Err(format!(
-                    "bench: unknown group {other:?} (llm, tokenize, embed)"
+                    "bench: unknown group {other:?} (llm, grammar, tokenize, embed)"
                 ));
             }
         }

@@ -28,7 +28,7 @@ fn main() -> ExitCode {
         Some("serve") => serve(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask dist | lint | test | bench [--only llm,tokenize,embed] [--no-peers] | soak [--cycles N] | serve [--no-isolation] [--port N]"
+                "usage: cargo xtask dist | lint | test | bench [--only llm,grammar,tokenize,embed] [--no-peers] | soak [--cycles N] | serve [--no-isolation] [--port N]"
             );
             return ExitCode::from(2);
         }

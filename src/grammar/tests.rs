@@ -1,0 +1,628 @@
+use super::*;
+use alloc::string::ToString;
+
+/// Whether `text` is in the language of `grammar` (complete match).
+fn matches(grammar: &str, text: &str) -> bool {
+    let g = Grammar::parse(grammar).unwrap_or_else(|e| panic!("{grammar}: {e}"));
+    let mut m = Matcher::new(g).unwrap();
+    m.accept_bytes(text.as_bytes()).is_ok() && m.can_end()
+}
+
+/// Whether `text` is a prefix of some string of the language.
+fn prefix(grammar: &str, text: &str) -> bool {
+    let mut m = Matcher::new(Grammar::parse(grammar).unwrap()).unwrap();
+    m.accept_bytes(text.as_bytes()).is_ok()
+}
+
+fn parse_error(grammar: &str) -> alloc::string::String {
+    Grammar::parse(grammar)
+        .unwrap_err()
+        .message
+        .as_str()
+        .to_string()
+}
+
+#[test]
+fn literals_sequences_and_alternatives() {
+    let g = r#"root ::= "ab" "c" | "x""#;
+    assert!(matches(g, "abc"));
+    assert!(matches(g, "x"));
+    assert!(!matches(g, "ab"));
+    assert!(prefix(g, "ab"));
+    assert!(!matches(g, "abcx"));
+    assert!(!prefix(g, "y"));
+    assert!(matches(r#"root ::= "" | "a""#, ""));
+}
+
+#[test]
+fn escapes_and_unicode() {
+    let g = r#"root ::= "\x41\u00e9\U0001F600\n\t\\\"" "é""#;
+    assert!(matches(g, "Aé😀\n\t\\\"é"));
+    assert!(!matches(g, "Ae😀\n\t\\\"é"));
+    // Multi-byte characters split anywhere.
+    let mut m = Matcher::new(Grammar::parse(r#"root ::= "😀é""#).unwrap()).unwrap();
+    let bytes = "😀é".as_bytes();
+    for b in bytes {
+        m.accept_bytes(core::slice::from_ref(b)).unwrap();
+        if b != bytes.last().unwrap() {
+            assert!(!m.can_end());
+        }
+    }
+    assert!(m.can_end());
+    let mut m = Matcher::new(Grammar::parse(r#"root ::= "é""#).unwrap()).unwrap();
+    assert!(m.accept_bytes(&"è".as_bytes()[..1]).is_ok()); // same lead byte
+    assert!(m.accept_bytes(&"è".as_bytes()[1..]).is_err());
+    assert!(m.accept_bytes(&[0xFF]).is_err());
+    // A lone lead byte of a 3- or 4-byte character cannot start an ASCII character.
+    for lead in [0xE0u8, 0xF0] {
+        let mut m = Matcher::new(Grammar::parse(r#"root ::= "t""#).unwrap()).unwrap();
+        assert!(m.accept_bytes(&[lead]).is_err(), "{lead:x}");
+    }
+}
+
+#[test]
+fn character_classes() {
+    let g = r#"root ::= [a-cx] [^0-9\]] [\-] [é-ë] ."#;
+    assert!(matches(g, "a)-ê!"));
+    assert!(matches(r#"root ::= [a-cx]"#, "x"));
+    assert!(matches(r#"root ::= [^0-9\]]"#, "y"));
+    assert!(matches(r#"root ::= [é-ë]"#, "ë"));
+    assert!(matches(r#"root ::= ."#, "😀"));
+    assert!(matches(g, "xy-ë😀"));
+    assert!(!matches(g, "d]-ê!"));
+    assert!(!matches(g, "a5-ê!"));
+    assert!(!matches(g, "a]]ê!"));
+    assert!(!matches(g, "a]-ì!"));
+    assert!(matches(r#"root ::= [^]"#, "q"));
+    assert!(matches(r#"root ::= [\x00-\x1F]"#, "\n"));
+}
+
+#[test]
+fn repetitions() {
+    let g = r#"root ::= "a"* "b"+ "c"? "#;
+    for ok in ["b", "aab", "bbbc", "abc"] {
+        assert!(matches(g, ok), "{ok}");
+    }
+    for bad in ["", "a", "cc", "abcc", "ba"] {
+        assert!(!matches(g, bad), "{bad}");
+    }
+    let g = r#"root ::= [0-9]{2} "-" [a-z]{1,3} "-" "x"{2,} "-" ("ab" | "c"){0,2}"#;
+    for ok in ["12-a-xx-", "12-abc-xxxx-abc", "99-zz-xxx-cc"] {
+        assert!(matches(g, ok), "{ok}");
+    }
+    for bad in [
+        "1-a-xx-",
+        "12--xx-",
+        "12-abcd-xx-",
+        "12-a-x-",
+        "12-a-xx-ccc",
+    ] {
+        assert!(!matches(g, bad), "{bad}");
+    }
+    // A repeated literal repeats as a whole.
+    assert!(matches(r#"root ::= "ab"{2}"#, "abab"));
+    assert!(!matches(r#"root ::= "ab"{2}"#, "abb"));
+}
+
+#[test]
+fn rules_grouping_comments_and_recursion() {
+    let g = r#"
+# a list of numbers
+root  ::= "[" ws ( num ( "," ws num )* )? "]"   # trailing comment
+num   ::= "-"? [0-9]+
+ws    ::= [ \t\n]*
+"#;
+    assert!(matches(g, "[]"));
+    assert!(matches(g, "[ 1, -22,\n3]"));
+    assert!(!matches(g, "[1,]"));
+    assert!(!matches(g, "[1 2]"));
+    // Right and middle recursion.
+    let g = r#"root ::= "(" root ")" | """#;
+    assert!(matches(g, "((()))"));
+    assert!(!matches(g, "(()"));
+    // Alternatives across lines after '|' and inside parentheses.
+    let g = "root ::= (\n  \"a\"\n  | \"b\"\n) |\n \"c\"";
+    assert!(matches(g, "a") && matches(g, "b") && matches(g, "c"));
+}
+
+#[test]
+fn errors_name_position_and_reason() {
+    let e = parse_error("root ::= foo");
+    assert!(
+        e.contains("undefined rule 'foo'") && e.contains("byte 9"),
+        "{e}"
+    );
+    let e = parse_error(r#"root ::= "abc"#);
+    assert!(
+        e.contains("unterminated literal") && e.contains("byte 9"),
+        "{e}"
+    );
+    let e = parse_error("root ::= [a-");
+    assert!(e.contains("byte"), "{e}");
+    let e = parse_error("foo ::= \"a\"");
+    assert!(e.contains("no 'root' rule"), "{e}");
+    let e = parse_error("root ::= \"a\"\nroot ::= \"b\"");
+    assert!(e.contains("defined twice") && e.contains("line 2"), "{e}");
+    let e = parse_error("root ::= \"a\" )");
+    assert!(e.contains("unexpected ')'") && e.contains("byte 13"), "{e}");
+    let e = parse_error("root ::= [z-a]");
+    assert!(e.contains("range out of order"), "{e}");
+    let e = parse_error("root ::= \"\\q\"");
+    assert!(e.contains("unknown escape"), "{e}");
+    let e = parse_error("root ::= \"a\"{3,1}");
+    assert!(e.contains("max < min"), "{e}");
+    let e = parse_error("root ::= \"a\"{99999}");
+    assert!(e.contains("exceeds"), "{e}");
+    let e = parse_error("root ::= * \"a\"");
+    assert!(e.contains("needs an item"), "{e}");
+    let e = parse_error("root ::= \"a\"\n  ::= \"b\"");
+    assert!(e.contains("expected a rule name"), "{e}");
+    let e = parse_error(
+        "root ::= (((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((\"a\")))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))",
+    );
+    assert!(e.contains("nested too deeply"), "{e}");
+}
+
+#[test]
+fn left_recursion_is_an_error() {
+    let e = parse_error(r#"root ::= root "a" | "b""#);
+    assert!(e.contains("left-recursive"), "{e}");
+    let e = parse_error("root ::= x\nx ::= y? root \"a\"\ny ::= \"b\"");
+    assert!(e.contains("left-recursive"), "{e}");
+    // A nullable item repeated.
+    let e = parse_error(r#"root ::= ("a"?)*"#);
+    assert!(e.contains("left-recursive"), "{e}");
+    // Recursion after a character is fine.
+    assert!(Grammar::parse(r#"root ::= "a" root | "b""#).is_ok());
+}
+
+#[test]
+fn hostile_grammars_give_errors_not_hangs() {
+    // Exponentially ambiguous: every split of "aaaa..." is a path.
+    let g = r#"root ::= x*
+x ::= "a" | "a" "a" | "a" "a" "a" | "a" "a" "a" "a""#;
+    let mut m = Matcher::new(Grammar::parse(g).unwrap()).unwrap();
+    let mut failed = false;
+    for _ in 0..200 {
+        if m.accept_bytes(b"a").is_err() {
+            failed = true;
+            break;
+        }
+    }
+    // Either it dedups the paths (they converge) or it says the grammar is too ambiguous.
+    let _ = failed;
+    // Huge repetitions are capped.
+    let big = alloc::format!("root ::= \"{}\"{{2000}}", "a".repeat(1000));
+    assert!(
+        Grammar::parse(&big)
+            .unwrap_err()
+            .message
+            .as_str()
+            .contains("too large")
+    );
+    let text = alloc::format!("root ::= \"{}\"", "a".repeat(MAX_GRAMMAR_BYTES));
+    assert!(Grammar::parse(&text).is_err());
+}
+
+/// The grammar of `schema` accepts every text of `ok` and none of `bad`.
+fn check_schema(schema: &str, ok: &[&str], bad: &[&str]) {
+    let gbnf = schema::to_gbnf(schema.as_bytes()).unwrap_or_else(|e| panic!("{schema}: {e}"));
+    for t in ok {
+        assert!(matches(&gbnf, t), "{schema}\n{gbnf}\nshould accept {t}");
+    }
+    for t in bad {
+        assert!(!matches(&gbnf, t), "{schema}\n{gbnf}\nshould reject {t}");
+    }
+}
+
+#[test]
+fn schema_primitives() {
+    check_schema(
+        r#"{"type":"string"}"#,
+        &[r#""""#, r#""a\"b\\c\u00e9 ü""#],
+        &[r#""a"#, r#""a"b""#, "1", "\"\n\""],
+    );
+    check_schema(
+        r#"{"type":"number"}"#,
+        &["0", "-1.5", "3e10", "12.25E-3"],
+        &["01", "1.", "+1", "\"1\"", "1e999"],
+    );
+    check_schema(r#"{"type":"integer"}"#, &["0", "-12"], &["1.5", "00"]);
+    check_schema(r#"{"type":"boolean"}"#, &["true", "false"], &["null"]);
+    check_schema(r#"{"type":"null"}"#, &["null"], &["nul"]);
+    check_schema(r#"{}"#, &["{}", r#"{"a": [1, {"b": null}]}"#], &["[]", "1"]);
+    check_schema(
+        r#"{"description": "anything"}"#,
+        &["{}", "[1]", "\"s\"", "-2"],
+        &["nope"],
+    );
+}
+
+#[test]
+fn schema_objects_required_optional_and_additional() {
+    // Required properties first (in their order), then the optional ones, as llama.cpp.
+    let s = r#"{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"},"c":{"type":"boolean"}},"required":["b"]}"#;
+    check_schema(
+        s,
+        &[
+            r#"{"b":"x"}"#,
+            r#"{"b":"x","a":1}"#,
+            r#"{ "b": "x", "a": 1, "c": true }"#,
+            r#"{"b":"x","c":false}"#,
+        ],
+        &[
+            r#"{}"#,
+            r#"{"a":1}"#,
+            r#"{"a":1,"b":"x"}"#,
+            r#"{"b":"x","d":1}"#,
+            r#"{"b":1}"#,
+        ],
+    );
+    // No required property: any ordered subset.
+    let s = r#"{"properties":{"a":{"type":"integer"},"b":{"type":"integer"}}}"#;
+    check_schema(
+        s,
+        &["{}", r#"{"a":1}"#, r#"{"b":2}"#, r#"{"a":1,"b":2}"#],
+        &[r#"{"b":2,"a":1}"#, r#"{,"b":2}"#, r#"{"a":1,}"#],
+    );
+    // additionalProperties: a schema.
+    let s = r#"{"properties":{"a":{"type":"integer"}},"required":["a"],"additionalProperties":{"type":"number"}}"#;
+    check_schema(
+        s,
+        &[r#"{"a":1}"#, r#"{"a":1,"x":2.5,"y":3}"#],
+        &[r#"{"a":1,"x":"s"}"#],
+    );
+    check_schema(
+        r#"{"type":"object","additionalProperties":false}"#,
+        &["{}"],
+        &[r#"{"a":1}"#],
+    );
+}
+
+#[test]
+fn schema_arrays_enums_consts_anyof_refs() {
+    check_schema(
+        r#"{"type":"array","items":{"type":"integer"},"minItems":1,"maxItems":3}"#,
+        &["[1]", "[1, 2, 3]"],
+        &["[]", "[1,2,3,4]", "[1,]"],
+    );
+    check_schema(
+        r#"{"type":"array","items":{"type":"string"}}"#,
+        &["[]", r#"["a","b"]"#],
+        &["[1]"],
+    );
+    check_schema(
+        r#"{"type":"array","prefixItems":[{"type":"integer"},{"type":"string"}]}"#,
+        &[r#"[1,"a"]"#],
+        &["[1]", r#"["a",1]"#],
+    );
+    check_schema(
+        r#"{"enum":["red","green",3,null,{"a":[1]}]}"#,
+        &[r#""red""#, "3", "null", r#"{"a":[1]}"#],
+        &[r#""blue""#, "4"],
+    );
+    check_schema(r#"{"const":"x\ny"}"#, &[r#""x\ny""#], &[r#""xy""#]);
+    check_schema(
+        r#"{"anyOf":[{"type":"integer"},{"type":"string","maxLength":2}]}"#,
+        &["1", r#""ab""#],
+        &[r#""abc""#, "true"],
+    );
+    check_schema(r#"{"type":["string","null"]}"#, &["null", r#""s""#], &["1"]);
+    let tree = r##"{"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#/$defs/node"}}},"required":["v"]}},"$ref":"#/$defs/node"}"##;
+    check_schema(
+        tree,
+        &[
+            r#"{"v":1}"#,
+            r#"{"v":1,"kids":[{"v":2,"kids":[]},{"v":3}]}"#,
+        ],
+        &[r#"{"v":1,"kids":[{}]}"#],
+    );
+    let defs = r##"{"definitions":{"c":{"enum":["a","b"]}},"type":"object","properties":{"x":{"$ref":"#/definitions/c"}},"required":["x"]}"##;
+    check_schema(defs, &[r#"{"x":"a"}"#], &[r#"{"x":"c"}"#]);
+}
+
+#[test]
+fn schema_strings_formats_patterns_and_integer_ranges() {
+    check_schema(
+        r#"{"type":"string","minLength":2,"maxLength":3}"#,
+        &[r#""ab""#, r#""a\"c""#],
+        &[r#""a""#, r#""abcd""#],
+    );
+    check_schema(
+        r#"{"type":"string","format":"date"}"#,
+        &[r#""2024-02-29""#],
+        &[r#""2024-13-01""#],
+    );
+    check_schema(
+        r#"{"type":"string","format":"date-time"}"#,
+        &[r#""2024-02-29T12:30:00Z""#],
+        &[r#""2024-02-29 12:30""#],
+    );
+    check_schema(
+        r#"{"type":"string","format":"uuid"}"#,
+        &[r#""123e4567-e89b-12d3-a456-426614174000""#],
+        &[r#""123""#],
+    );
+    check_schema(
+        r#"{"type":"string","pattern":"^[A-Z]{2}-\\d{3}(x|yz)?$"}"#,
+        &[r#""AB-123""#, r#""QQ-000yz""#],
+        &[r#""A-123""#, r#""AB-12""#, r#""AB-123y""#],
+    );
+    check_schema(
+        r#"{"type":"string","pattern":"^a.\"[^b]$"}"#,
+        &[r#""ax\"c""#],
+        &[r#""ax\"b""#, r#""a\"\"\"""#],
+    );
+    for bad in [r#"^(a)\1$"#, "abc", r#"^(?=a)$"#] {
+        let s = alloc::format!(
+            r#"{{"type":"string","pattern":"{}"}}"#,
+            bad.replace('\\', "\\\\")
+        );
+        let e = schema::to_gbnf(s.as_bytes()).unwrap_err();
+        assert_eq!(e.status, crate::error::Status::Unsupported, "{bad}: {e}");
+    }
+    check_schema(
+        r#"{"type":"integer","minimum":-2,"maximum":11}"#,
+        &["-2", "0", "11"],
+        &["-3", "12", "1.0"],
+    );
+    check_schema(r#"{"type":"integer","minimum":0}"#, &["0", "123"], &["-1"]);
+}
+
+#[test]
+fn schema_errors() {
+    for (s, want) in [
+        (r#"{"type":"object""#, "JSON"),
+        (r#"{"type":"frob"}"#, "unknown type"),
+        (r##"{"$ref":"#/$defs/missing"}"##, "not found"),
+        (
+            r#"{"$ref":"https://example.com/s.json"}"#,
+            "within the schema",
+        ),
+        (r##"{"$ref":"#"}"##, "left-recursive"),
+        (r#"{"allOf":[{"type":"string"}]}"#, "allOf"),
+        (
+            r#"{"type":"array","items":{},"maxItems":99999}"#,
+            "maxItems",
+        ),
+        (
+            r#"{"properties":{"a":{}},"required":["b"]}"#,
+            "not in properties",
+        ),
+    ] {
+        let e = schema::to_gbnf(s.as_bytes())
+            .and_then(|g| Grammar::parse(&g).map(|_| ()))
+            .unwrap_err();
+        assert!(e.message.as_str().contains(want), "{s}: {e}");
+    }
+    // Deep nesting is refused, not a stack overflow.
+    let deep = alloc::format!("{}{}", r#"{"items":"#.repeat(100), "}".repeat(100));
+    assert!(schema::to_gbnf(deep.as_bytes()).is_err());
+}
+
+#[test]
+fn json_object_mode() {
+    let g = schema::json_object();
+    assert!(matches(
+        &g,
+        r#"{"a": [1, 2.5, "x", true, null, {"b": {}}]}"#
+    ));
+    assert!(matches(&g, "{}"));
+    assert!(!matches(&g, "[]"));
+    assert!(!matches(&g, r#"{"a" 1}"#));
+}
+
+/// The whole-vocabulary check agrees with checking each token alone, along a JSON text written
+/// in the model's own tokens (SmolLM2's byte-level BPE, and Gemma 3's SentencePiece with byte
+/// tokens for split characters); a token that ends inside a character is allowed only when it
+/// can continue.
+#[test]
+fn vocabulary_mask_agrees_with_single_checks() {
+    use crate::gguf::Gguf;
+    use crate::tokenizer::{Tokenizer, Work};
+    for rel in [
+        "models/vocab/vocab-bpe-smollm.gguf",
+        "models/vocab/vocab-spm-gemma3.gguf",
+    ] {
+        let bytes = crate::testutil::read_shared(rel);
+        let tok = Tokenizer::from_gguf(&Gguf::parse(&bytes).unwrap()).unwrap();
+        let table = TokenTable::new(&tok).unwrap();
+        let schema = r#"{"type":"object","properties":{"name":{"type":"string"},"tags":{"type":"array","items":{"enum":["a","b"]}},"n":{"type":"integer"}},"required":["name","tags","n"]}"#;
+        let g = Grammar::parse(&schema::to_gbnf(schema.as_bytes()).unwrap()).unwrap();
+        let text = r#"{"name": "Zoë 😀 \"q\"", "tags": ["a", "b"], "n": -12}"#;
+        let mut ids = Vec::new();
+        tok.encode_with(&mut Work::default(), text, false, false, &mut ids)
+            .unwrap();
+        let mut m = Matcher::new(g).unwrap();
+        let mut allowed = alloc::vec![false; table.len()];
+        let mut total_allowed = 0;
+        for (step, &id) in ids.iter().enumerate() {
+            m.allowed_tokens(&table, &mut allowed).unwrap();
+            assert!(
+                allowed[id as usize],
+                "{rel}: step {step}: token {id} masked"
+            );
+            // Every 3rd step: compare with single checks over the whole vocabulary.
+            if step % 3 == 0 {
+                for t in 0..table.len() as u32 {
+                    assert_eq!(
+                        m.allows(&table, t).unwrap(),
+                        allowed[t as usize],
+                        "{rel}: step {step}: token {t} {:?}",
+                        alloc::string::String::from_utf8_lossy(tok.piece(t))
+                    );
+                }
+            }
+            total_allowed += allowed.iter().filter(|&&a| a).count();
+            let eog = (0..table.len() as u32).find(|&t| tok.is_eog(t)).unwrap();
+            assert!(!m.allows(&table, eog).unwrap());
+            m.accept_token(&table, id).unwrap();
+        }
+        assert!(m.can_end());
+        let eog = (0..table.len() as u32).find(|&t| tok.is_eog(t)).unwrap();
+        assert!(m.allows(&table, eog).unwrap());
+        assert!(total_allowed > 0);
+    }
+}
+
+/// How long a whole-vocabulary check takes (run with --ignored --nocapture).
+#[test]
+#[ignore]
+fn vocabulary_mask_timing() {
+    use crate::gguf::Gguf;
+    use crate::tokenizer::Tokenizer;
+    let bytes = crate::testutil::read_shared("models/vocab/vocab-bpe-smollm.gguf");
+    let tok = Tokenizer::from_gguf(&Gguf::parse(&bytes).unwrap()).unwrap();
+    let t0 = std::time::Instant::now();
+    let table = TokenTable::new(&tok).unwrap();
+    std::println!("table: {:?}, {} bytes", t0.elapsed(), table.heap_bytes());
+    let g = Grammar::parse(&schema::json_object()).unwrap();
+    for prefix in ["", "{", "{\"", "{\"abc", "{\"a\": 1", "{\"a\": [tr"] {
+        let mut m = Matcher::new(g.clone()).unwrap();
+        m.accept_bytes(prefix.as_bytes()).unwrap();
+        let mut allowed = alloc::vec![false; table.len()];
+        let t0 = std::time::Instant::now();
+        for _ in 0..10 {
+            m.allowed_tokens(&table, &mut allowed).unwrap();
+        }
+        std::println!(
+            "{prefix:12} {:?} per mask, {} allowed",
+            t0.elapsed() / 10,
+            allowed.iter().filter(|&&a| a).count()
+        );
+    }
+}
+
+/// Per-token cost of checking and accepting a sampled token (run with --ignored --nocapture).
+#[test]
+#[ignore]
+fn per_token_check_timing() {
+    use crate::gguf::Gguf;
+    use crate::tokenizer::{Tokenizer, Work};
+    let bytes = crate::testutil::read_shared("models/vocab/vocab-bpe-smollm.gguf");
+    let tok = Tokenizer::from_gguf(&Gguf::parse(&bytes).unwrap()).unwrap();
+    let table = TokenTable::new(&tok).unwrap();
+    let text = r#"{"books": [{"title": "The Name of the Wind", "author": "Patrick Rothfuss", "year": 2007, "themes": ["magic", "music", "coming of age"]}, {"title": "Dune", "author": "Frank Herbert", "year": 1965, "themes": ["ecology", "politics", {"deep": [[[1, 2], {"x": null}]]}]}]}"#;
+    let mut ids = Vec::new();
+    tok.encode_with(&mut Work::default(), text, false, false, &mut ids)
+        .unwrap();
+    let g = Grammar::parse(&schema::json_object()).unwrap();
+    let t0 = std::time::Instant::now();
+    let rounds = 20;
+    let mut max_stacks = 0;
+    for _ in 0..rounds {
+        let mut m = Matcher::new(g.clone()).unwrap();
+        for &id in &ids {
+            assert!(m.allows(&table, id).unwrap());
+            m.accept_token(&table, id).unwrap();
+            max_stacks = max_stacks.max(m.paths());
+        }
+    }
+    std::println!(
+        "{} tokens: {:?} per token (check + accept), at most {max_stacks} stacks",
+        ids.len(),
+        t0.elapsed() / (rounds * ids.len() as u32)
+    );
+}
+
+/// Random grammars and schemas from pieces of valid ones: every outcome is a grammar or an
+/// error, never a panic (in wasm a panic is a trap), and matching random text stays in its caps.
+#[test]
+fn random_grammars_and_schemas_never_panic() {
+    let mut seed = 0x1234_5678_9abc_def0u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let pieces = [
+        "root",
+        " ::= ",
+        "x",
+        " ::= ",
+        "\"a\"",
+        "\"é😀\"",
+        "[a-z]",
+        "[^\"\\\\]",
+        "[\\x00-\\x1F]",
+        "(",
+        ")",
+        "|",
+        "*",
+        "+",
+        "?",
+        "{2}",
+        "{1,3}",
+        "{0,}",
+        ".",
+        "\n",
+        " ",
+        "# c\n",
+        "\\",
+        "\"",
+        "[",
+        "]",
+        "-",
+        "{",
+        "}",
+        ",",
+        "x?",
+        "root",
+        "\\u00e9",
+        "\\U0001F600",
+    ];
+    let (mut grammars, mut schemas) = (0, 0);
+    for _ in 0..4000 {
+        let mut g = alloc::string::String::from("root ::= ");
+        for _ in 0..(next() % 24) {
+            g.push_str(pieces[(next() % pieces.len() as u64) as usize]);
+        }
+        if let Ok(grammar) = Grammar::parse(&g)
+            && let Ok(mut m) = Matcher::new(grammar)
+        {
+            grammars += 1;
+            for _ in 0..8 {
+                let b = [b'a', 0xC3, 0xA9, b'"', b'z', 0xF0][(next() % 6) as usize];
+                let _ = m.accept_bytes(&[b]);
+                let _ = m.can_end();
+            }
+        }
+    }
+    let parts = [
+        r#"{"type":"object","properties":{"a":"#,
+        r#"{"type":"string","maxLength":3}"#,
+        "}",
+        ",",
+        r#""required":["a"]"#,
+        r##"{"$ref":"#/$defs/x"}"##,
+        r#""$defs":{"x":"#,
+        r#"{"enum":[1,"b",null]}"#,
+        r#"{"anyOf":["#,
+        "]",
+        r#"{"type":"array","items":"#,
+        r#""minItems":2"#,
+        r#""maxItems":1"#,
+        r#"{"pattern":"^(a|b)*$"}"#,
+        r#"{"const":{"k":[1,2]}}"#,
+        "true",
+        "false",
+        r#"{"type":["string","null"]}"#,
+        r#"{"additionalProperties":"#,
+        r#"{"type":"integer","minimum":3,"maximum":2}"#,
+    ];
+    for _ in 0..4000 {
+        let mut s = alloc::string::String::new();
+        for _ in 0..(1 + next() % 10) {
+            s.push_str(parts[(next() % parts.len() as u64) as usize]);
+        }
+        if let Ok(g) = schema::to_gbnf(s.as_bytes()) {
+            schemas += Grammar::parse(&g).and_then(Matcher::new).is_ok() as usize;
+        }
+    }
+    // Enough of them were valid for the matcher to be exercised.
+    assert!(
+        grammars > 100 && schemas > 30,
+        "{grammars} grammars, {schemas} schemas"
+    );
+}
