@@ -43,36 +43,7 @@ const PREFILL_CHUNK: usize = 64;
 /// Most messages a conversation holds (older ones must be dropped or the chat reset).
 pub const MAX_MESSAGES: usize = 1 << 16;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    System = 0,
-    User = 1,
-    Assistant = 2,
-    /// Text fed as it is, with no template markup; a reply continues it (completion mode).
-    Raw = 3,
-}
-
-impl Role {
-    pub fn from_u32(v: u32) -> Result<Role> {
-        Ok(match v {
-            0 => Role::System,
-            1 => Role::User,
-            2 => Role::Assistant,
-            3 => Role::Raw,
-            _ => bail!(
-                Status::InvalidArgument,
-                "chat role {} is not 0 system, 1 user, 2 assistant or 3 raw",
-                v
-            ),
-        })
-    }
-}
-
-#[derive(Clone, Debug)]
-pub struct Message {
-    pub role: Role,
-    pub text: String,
-}
+pub use crate::template::{Message, Role};
 
 /// `text` -> ids, control tokens parsed; BOS first when `first` and the vocabulary adds it.
 pub fn encode_prompt(

@@ -36,10 +36,41 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt::Write;
 
-use crate::chat::{Message, Role};
 use crate::error::{Result, Status};
 use crate::json::Reader;
 use crate::{bail, err};
+
+/// Who says a message. The numbers are the ABI's (`chat_add`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    System = 0,
+    User = 1,
+    Assistant = 2,
+    /// Text fed as it is, with no template markup; a reply continues it (completion mode).
+    Raw = 3,
+}
+
+impl Role {
+    pub fn from_u32(v: u32) -> Result<Role> {
+        Ok(match v {
+            0 => Role::System,
+            1 => Role::User,
+            2 => Role::Assistant,
+            3 => Role::Raw,
+            _ => bail!(
+                Status::InvalidArgument,
+                "chat role {} is not 0 system, 1 user, 2 assistant or 3 raw",
+                v
+            ),
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Message {
+    pub role: Role,
+    pub text: String,
+}
 
 /// One role's markup: `open`, the message text (without C `isspace` whitespace at either end
 /// when `trim`), `close`.

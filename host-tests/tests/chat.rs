@@ -518,24 +518,6 @@ fn echo_into_wasmind_chat_answers() {
     assert!(stdout.contains("Paris"), "{stdout:?}");
 }
 
-/// `wasmind generate --model SmolLM2 ARGS… --json`: its JSON output.
-fn generate_json(args: &[&str]) -> serde_json::Value {
-    let out = wasmind_cmd()
-        .args(["generate", "--model", shared(SMOLLM2).to_str().unwrap()])
-        .args(args)
-        .arg("--json")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    println!("{v}");
-    v
-}
-
 #[test]
 fn generate_json_gives_llama_cpps_prompt_and_reply() {
     let r = json("reference/smollm2-q4_1.json");

@@ -481,29 +481,18 @@ fn wasmind_cmd() -> std::process::Command {
 #[test]
 fn command_line_json_schema_grammar_and_json() {
     let schema = schemas()[1].to_string();
-    let out = wasmind_cmd()
-        .args([
-            "generate",
-            "--chat",
-            PROMPTS[1],
-            "--temp",
-            "0",
-            "--threads",
-            "2",
-            "-n",
-            "256",
-            "--json-schema",
-            &schema,
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = generate_json(&[
+        "--chat",
+        PROMPTS[1],
+        "--temp",
+        "0",
+        "--threads",
+        "2",
+        "-n",
+        "256",
+        "--json-schema",
+        &schema,
+    ]);
     let reply: Value = serde_json::from_str(v["text"].as_str().unwrap()).unwrap();
     assert!(
         ["positive", "negative", "neutral"].contains(&reply["sentiment"].as_str().unwrap()),

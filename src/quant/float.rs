@@ -3,6 +3,9 @@
 //! ggml multiplies F16 weights with activations rounded to f16 and BF16 weights with
 //! activations rounded to bf16 (both converted back to f32 and summed in f32); F32 weights with
 //! the f32 activations as they are. Bits per weight: 32, 16 and 16.
+//!
+//! The three `Kernels` impls share their shape on purpose: one specialisation per element type
+//! (how a weight is read, and which rounding its activations get).
 
 use super::Kernels;
 use super::activation::{ActRow, ActivationKind};

@@ -314,7 +314,8 @@ fn unicode_ascii_lower(c: u32) -> u32 {
     }
 }
 
-/// GPT-2's pattern over `cps[start..end]`.
+/// GPT-2's pattern over `cps[start..end]`. (`gpt2` and `llama3` open the same way on purpose:
+/// each is one regex written out as a loop, and they part at the first alternative.)
 fn gpt2(cps: &[Cp], start: usize, end: usize, out: &mut Vec<(u32, u32)>) {
     let seg = Seg { cps, end };
     let mut cuts = Cuts { out, prev: start };

@@ -139,35 +139,35 @@ impl TokenTable {
     /// Inserts `id`; returns the id already holding the same text, if any.
     fn insert(&mut self, texts: &Texts, id: u32) -> Option<u32> {
         let key = texts.get(id);
-        let h = hash_bytes(key);
-        let tag = (h >> 32) as u32;
-        let mut i = h as usize & self.mask;
-        loop {
-            let (t, v) = self.slots[i];
-            if v == EMPTY {
-                self.slots[i] = (tag, id + 1);
-                return None;
+        match self.probe(texts, key) {
+            Ok(found) => Some(found),
+            Err((slot, tag)) => {
+                self.slots[slot] = (tag, id + 1);
+                None
             }
-            if t == tag && texts.get(v - 1) == key {
-                return Some(v - 1);
-            }
-            i = (i + 1) & self.mask;
         }
     }
 
     /// The id whose text is `key`.
     #[inline]
     pub fn get(&self, texts: &Texts, key: &[u8]) -> Option<u32> {
+        self.probe(texts, key).ok()
+    }
+
+    /// Linear probing from `key`'s hash: `Ok(id)` where its text is, else `Err((empty slot,
+    /// tag))` where it would go.
+    #[inline]
+    fn probe(&self, texts: &Texts, key: &[u8]) -> core::result::Result<u32, (usize, u32)> {
         let h = hash_bytes(key);
         let tag = (h >> 32) as u32;
         let mut i = h as usize & self.mask;
         loop {
             let (t, v) = self.slots[i];
             if v == EMPTY {
-                return None;
+                return Err((i, tag));
             }
             if t == tag && texts.get(v - 1) == key {
-                return Some(v - 1);
+                return Ok(v - 1);
             }
             i = (i + 1) & self.mask;
         }

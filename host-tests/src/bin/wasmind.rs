@@ -92,6 +92,15 @@ const CHAT_VALUES: &[&str] = &[
     "--seed",
 ];
 
+/// The chat commands' flags (`--json`: chat's JSON-object mode, generate's JSON output).
+const CHAT_FLAGS: &[&str] = &[
+    "--drop-oldest",
+    "--think",
+    "--stats",
+    "--json",
+    "--json-object",
+];
+
 fn accepts(command: &str) -> Option<Accepts> {
     let a = |values, flags, positional| {
         Some(Accepts {
@@ -116,26 +125,10 @@ fn accepts(command: &str) -> Option<Accepts> {
             false,
         ),
         "embed" => a(&[&["--model", "--threads"]], &["--json"], false),
-        "chat" => a(
-            &[MODEL_VALUES, CHAT_VALUES],
-            &[
-                "--drop-oldest",
-                "--think",
-                "--stats",
-                "--json",
-                "--json-object",
-            ],
-            false,
-        ),
+        "chat" => a(&[MODEL_VALUES, CHAT_VALUES], CHAT_FLAGS, false),
         "generate" => a(
             &[MODEL_VALUES, CHAT_VALUES, &["--prompt", "--chat"]],
-            &[
-                "--drop-oldest",
-                "--think",
-                "--stats",
-                "--json",
-                "--json-object",
-            ],
+            CHAT_FLAGS,
             false,
         ),
         "serve" => a(

@@ -75,6 +75,24 @@ pub fn teacher_forced_argmax(
     decisive
 }
 
+/// `wasmind generate --model SmolLM2 ARGS… --json`: its JSON output.
+pub fn generate_json(args: &[&str]) -> serde_json::Value {
+    let out = wasmind_cmd()
+        .args(["generate", "--model", shared(SMOLLM2).to_str().unwrap()])
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    println!("{v}");
+    v
+}
+
 pub const SMOLLM2: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 /// The `wasmind` command line (without $WASMIND_MODEL: tests never download).
