@@ -7,6 +7,7 @@
 //!   WASI), the wasmtime host tests, and the Node and Chromium tests of the glue.
 //! - `bench`: throughput of the modules beside their peers (wllama, llama.cpp, model2vec-rs,
 //!   model2vec), measured in one run; tables and `target/bench/*.json` (src/bench.rs).
+//! - `fuzz`: the fuzz targets of host-tests/fuzz (cargo fuzz, nightly), N seconds each.
 //! - `soak`: load/chat/embed/unload cycles (100 by default): the heap must come back each time.
 //! - `serve`: the demos (chat, semantic search) with COOP/COEP; `--no-isolation` without.
 
@@ -25,10 +26,11 @@ fn main() -> ExitCode {
         Some("test") => test(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
         Some("soak") => soak(&args[1..]),
+        Some("fuzz") => fuzz(&args[1..]),
         Some("serve") => serve(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask dist | lint | test | bench [--only llm,grammar,tokenize,embed] [--no-peers] | soak [--cycles N] | serve [--no-isolation] [--port N]"
+                "usage: cargo xtask dist | lint | test | bench [--only llm,grammar,tokenize,embed] [--no-peers] | soak [--cycles N] | fuzz [--seconds N] [TARGET] | serve [--no-isolation] [--port N]"
             );
             return ExitCode::from(2);
         }
@@ -144,6 +146,95 @@ fn lint() -> Result<(), String> {
             .args(["--target", "wasm32-wasip1", "--target-dir", "target/wasi"])
             .args(["--", "-D", "warnings"]),
     )
+}
+
+/// The fuzz targets (host-tests/fuzz, cargo fuzz on nightly) and the real files that seed them.
+const FUZZ_TARGETS: [(&str, &[&str]); 6] = [
+    (
+        "gguf_model",
+        &[
+            "models/tiny/tiny-llama-Q4_0.gguf",
+            "models/tiny/tiny-qwen2-Q8_0.gguf",
+            "models/tiny/tiny-gemma3-Q4_K.gguf",
+            "models/tiny/tiny-phi3-Q8_0.gguf",
+            "models/vocab/vocab-bpe-smollm.gguf",
+        ],
+    ),
+    ("tokenize", &["reference/prompts.json"]),
+    ("stream_decode", &["reference/prompts.json"]),
+    ("embed", &[]),
+    (
+        "json",
+        &[
+            "models/m2v-minilm-256/config.json",
+            "reference/prompts.json",
+        ],
+    ),
+    ("chat", &["reference/prompts.json"]),
+];
+
+/// `cargo xtask fuzz [--seconds N] [TARGET]`: runs each target (or one) for N seconds (default
+/// 60), its corpus in host-tests/fuzz/corpus/TARGET seeded from ../shared; a crash is saved in
+/// host-tests/fuzz/artifacts/TARGET and fails the run (make it a regression test).
+fn fuzz(args: &[String]) -> Result<(), String> {
+    let (mut seconds, mut only) = (60u32, None);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--seconds" => {
+                seconds = it
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .ok_or("--seconds needs a number")?
+            }
+            t if FUZZ_TARGETS.iter().any(|(name, _)| *name == t) => only = Some(t.to_string()),
+            other => {
+                let names: Vec<&str> = FUZZ_TARGETS.iter().map(|(n, _)| *n).collect();
+                return Err(format!(
+                    "fuzz: unknown argument {other:?}; usage: cargo xtask fuzz [--seconds N] [{}]",
+                    names.join(" | ")
+                ));
+            }
+        }
+    }
+    let root = workspace_root();
+    let fuzz_dir = root.join("host-tests/fuzz");
+    let shared = root.join("../shared");
+    for (name, seeds) in FUZZ_TARGETS {
+        if only.as_deref().is_some_and(|o| o != name) {
+            continue;
+        }
+        let corpus = fuzz_dir.join("corpus").join(name);
+        std::fs::create_dir_all(&corpus).map_err(|e| format!("{}: {e}", corpus.display()))?;
+        for seed in seeds {
+            let from = shared.join(seed);
+            let to = corpus.join(seed.replace('/', "_"));
+            if !to.exists() {
+                std::fs::copy(&from, &to).map_err(|e| {
+                    format!("seed {}: {e} (see ../shared/README.md)", from.display())
+                })?;
+            }
+        }
+        run(
+            &format!("fuzz {name} for {seconds} s"),
+            Command::new("cargo")
+                .current_dir(&root)
+                .args(["+nightly", "fuzz", "run", "--fuzz-dir"])
+                .arg(&fuzz_dir)
+                .arg(name)
+                .arg(&corpus)
+                .arg("--")
+                .arg(format!("-max_total_time={seconds}"))
+                .args(["-timeout=10", "-rss_limit_mb=4096", "-max_len=1100000"]),
+        )
+        .map_err(|e| {
+            format!(
+                "{e}\n(needs `rustup toolchain install nightly` and `cargo install cargo-fuzz`; \
+                 a crash input is in host-tests/fuzz/artifacts/{name})"
+            )
+        })?;
+    }
+    Ok(())
 }
 
 /// The long version of the leak test: `--cycles N` (default 100) load -> chat -> embed ->

@@ -1,0 +1,44 @@
+//! Any bytes as a GGUF file: parse; build the tokenizer when there is a vocabulary (and encode
+//! and decode a text with it); load the model when there are tensors (as stored, and quantized
+//! to Q8_0 at load) and run two tokens. Errors are fine; a panic, hang or runaway allocation
+//! is a finding.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use wasmind::gguf::Gguf;
+use wasmind::model::{LoadOptions, Model};
+use wasmind::quant::GgmlType;
+use wasmind::tokenizer::{Tokenizer, Work};
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(g) = Gguf::parse(data) else { return };
+    if let Ok(tok) = Tokenizer::from_gguf(&g) {
+        let mut ids = Vec::new();
+        let mut work = Work::default();
+        if tok
+            .encode_with(
+                &mut work,
+                "Hello, world! <|im_start|> 123 déjà",
+                true,
+                true,
+                &mut ids,
+            )
+            .is_ok()
+        {
+            let mut out = Vec::new();
+            let _ = tok.decode(&ids, true, &mut out);
+        }
+    }
+    for quantize in [None, Some(GgmlType::Q8_0)] {
+        if let Ok(mut m) = Model::load_with(
+            &g,
+            LoadOptions {
+                context: 8,
+                quantize,
+            },
+        ) {
+            let vocab = m.cfg.vocab as u32;
+            let _ = m.forward(&[1 % vocab, 2 % vocab], None);
+        }
+    }
+});

@@ -1,0 +1,47 @@
+//! What the fuzz targets share: the fixtures in `../shared` (read once per process).
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// `../shared/<rel>` beside the checkout (`WASMIND_SHARED` overrides the folder).
+pub fn shared(rel: &str) -> Vec<u8> {
+    let dir = std::env::var_os("WASMIND_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")));
+    let path = dir.join(rel);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("fuzz fixture {}: {e}", path.display()))
+}
+
+/// SmolLM2's byte-level BPE vocabulary, built once.
+pub fn smollm2() -> &'static wasmind::tokenizer::Tokenizer {
+    static TOK: OnceLock<wasmind::tokenizer::Tokenizer> = OnceLock::new();
+    TOK.get_or_init(|| {
+        let bytes = shared("models/vocab/vocab-bpe-smollm.gguf");
+        let g = wasmind::gguf::Gguf::parse(&bytes).expect("the SmolLM2 vocabulary parses");
+        wasmind::tokenizer::Tokenizer::from_gguf(&g).expect("the SmolLM2 vocabulary loads")
+    })
+}
+
+/// Splits `data` at the first two `\0\xFF\0` separators (missing parts are empty).
+pub fn three_parts(data: &[u8]) -> [&[u8]; 3] {
+    const SEP: &[u8] = b"\0\xFF\0";
+    let mut parts = [&data[..0]; 3];
+    let mut rest = data;
+    for (k, part) in parts.iter_mut().enumerate() {
+        match rest
+            .windows(SEP.len())
+            .position(|w| w == SEP)
+            .filter(|_| k < 2)
+        {
+            Some(at) => {
+                *part = &rest[..at];
+                rest = &rest[at + SEP.len()..];
+            }
+            None => {
+                *part = rest;
+                break;
+            }
+        }
+    }
+    parts
+}
