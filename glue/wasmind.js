@@ -210,8 +210,12 @@ export class WasmindModule {
    *  `finish(options)` hands the block to load_model (as loadModel; returns modelInfo()),
    *  `abort()` frees it. Threaded: the shared memory's maximum must hold it (memoryFor(total)). */
   beginLoad(total) {
-    const ptr = this.exports.alloc(total);
-    if (ptr === 0) throw new WasmindError(2, `alloc(${total}) failed: the model does not fit in memory`);
+    // wasm32 memory holds 4 GiB at most: a larger file is refused before anything is copied.
+    const ptr = total < 2 ** 32 ? this.exports.alloc(total) : 0;
+    if (ptr === 0) {
+      throw new WasmindError(2, `the model (${total} bytes) does not fit in the module's memory ` +
+        `(${this.memory.buffer.byteLength} bytes now; a wasm32 memory grows to 4 GiB at most)`);
+    }
     let at = 0, open = true;
     const end = () => { if (!open) throw new Error('this load is over'); open = false; };
     return {

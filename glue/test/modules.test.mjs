@@ -56,3 +56,10 @@ test('a missing dist/ is an error that says how to build it', async () => {
       /cannot read the module .*wasmind(-mt)?\.wasm .*cargo xtask dist/);
   }
 });
+
+test('a model larger than the memory is OUT_OF_MEMORY with the sizes, before any byte is copied', async () => {
+  const wm = await load({ threaded: false });
+  try {
+    assert.throws(() => wm.beginLoad(5e9), (e) => e.status === 'OUT_OF_MEMORY' && /5000000000 bytes/.test(e.message));
+  } finally { await wm.close(); }
+});

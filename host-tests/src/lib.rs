@@ -235,9 +235,18 @@ impl Wasmind {
 
     /// Allocates `bytes.len()` bytes in the module and copies `bytes` there.
     pub fn put(&mut self, bytes: &[u8]) -> Result<u32> {
-        let ptr = self.call::<u32, u32>("alloc", bytes.len() as u32)?;
-        if ptr == 0 && !bytes.is_empty() {
-            wasmtime::bail!("alloc({}) failed: out of memory", bytes.len());
+        let Ok(len) = u32::try_from(bytes.len()) else {
+            wasmtime::bail!(
+                "out of memory: {} bytes cannot fit in a wasm32 module's memory (4 GiB at most)",
+                bytes.len()
+            );
+        };
+        let ptr = self.call::<u32, u32>("alloc", len)?;
+        if ptr == 0 && len > 0 {
+            wasmtime::bail!(
+                "out of memory: alloc({len}) failed (the memory holds {} bytes and can grow to 4 GiB at most)",
+                self.memory_bytes()
+            );
         }
         self.write(ptr, bytes);
         Ok(ptr)
@@ -327,7 +336,19 @@ impl Wasmind {
         Ok(())
     }
 
+    /// Reads and loads a model file; one that cannot fit in a wasm32 memory is refused before
+    /// anything is read.
     pub fn load_model_file(&mut self, path: &std::path::Path, context: u32) -> Result<()> {
+        let len = std::fs::metadata(path)
+            .map_err(|e| wasmtime::format_err!("{}: {e}", path.display()))?
+            .len();
+        let max = MAX_PAGES as u64 * 65_536;
+        if len >= max {
+            wasmtime::bail!(
+                "out of memory: {} is {len} bytes, and a wasm32 module's memory holds at most {max} bytes (4 GiB) with the model's cache beside it",
+                path.display()
+            );
+        }
         let bytes =
             std::fs::read(path).map_err(|e| wasmtime::format_err!("{}: {e}", path.display()))?;
         self.load_model_bytes(&bytes, context)

@@ -111,3 +111,23 @@ fn a_second_start_does_not_compile_the_module_again() {
         assert!(best.as_secs_f64() < 0.5, "threads {threads}: {best:?}");
     }
 }
+
+/// A model larger than wasm32's 4 GiB is refused with the sizes, before it is read (the file
+/// here is sparse: 5 GB of nothing).
+#[test]
+fn a_model_larger_than_the_memory_is_refused_before_it_is_read() {
+    let path = std::env::temp_dir().join(format!("wasmind-huge-{}.gguf", std::process::id()));
+    std::fs::File::create(&path)
+        .unwrap()
+        .set_len(5_000_000_000)
+        .unwrap();
+    let start = std::time::Instant::now();
+    let (code, _, err) = run(&["info", "--model", path.to_str().unwrap()]);
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("out of memory") && err.contains("5000000000 bytes") && err.contains("4 GiB"),
+        "{err}"
+    );
+    assert!(start.elapsed().as_secs() < 5, "took {:?}", start.elapsed());
+}
