@@ -1,20 +1,26 @@
-//! Memory comes back: load -> chat -> embed -> unload cycles return the module's heap to where
-//! it started (within 1 MiB), in the single-threaded module and with helpers. The short version
-//! runs in the suite; `cargo xtask soak` runs it with `WASMIND_SOAK_CYCLES=100`.
+//! Long runs: load -> chat -> embed -> unload cycles return the module's heap to where it
+//! started (within 1 MiB), in the single-threaded module and with helpers; and replies with
+//! random seeds, thread counts and stop requests are the single-threaded module's reply with
+//! the same seed (or a prefix of it, when stopped). The short versions run in the suite;
+//! `cargo xtask soak` runs them long (`WASMIND_SOAK_CYCLES=100`, `WASMIND_SOAK_REPLIES=1000`).
 
 mod common;
 
 use common::*;
-use host_tests::{ROLE_USER, Sampling, Wasmind};
+use host_tests::{E_END, E_STOPPED, ROLE_USER, Sampling, Wasmind};
 
 /// Most a cycle may leave behind.
 const LEAK_TOLERANCE: u32 = 1 << 20;
 
-fn cycles() -> usize {
-    std::env::var("WASMIND_SOAK_CYCLES")
+fn setting(name: &str, default: usize) -> usize {
+    std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(3)
+        .unwrap_or(default)
+}
+
+fn cycles() -> usize {
+    setting("WASMIND_SOAK_CYCLES", 3)
 }
 
 #[test]
@@ -68,4 +74,79 @@ fn load_chat_embed_unload_cycles_give_the_memory_back() {
             "threads {threads}: heap in use {start} bytes at the start, after each cycle {after:?}"
         );
     }
+}
+
+#[test]
+fn replies_are_the_same_for_any_thread_count_seed_and_stop() {
+    const PROMPTS: [&str; 4] = [
+        "Write a short poem about the sea.",
+        "What is the capital of France?",
+        "List three fruits.",
+        "Tell me a story about a dragon.",
+    ];
+    let replies = setting("WASMIND_SOAK_REPLIES", 12);
+    let open = |threads| {
+        let mut w = Wasmind::with_threads(threads).unwrap();
+        w.load_model_file(&shared(SMOLLM2), 512).unwrap();
+        w
+    };
+    let mut reference = open(0);
+    let mut threaded: Vec<Wasmind> = (1..=4).map(open).collect();
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let (mut stopped, mut whole) = (0, 0);
+    for i in 0..replies {
+        let (seed, threads) = (next() % 1_000_000, 1 + next() % 4);
+        let stop_after = match next() % 3 {
+            0 => Some(1 + next() % 6),
+            _ => None,
+        };
+        let prompt = PROMPTS[i % PROMPTS.len()];
+        let reply = |w: &mut Wasmind, stop_after: Option<u64>| {
+            w.chat_reset().unwrap();
+            w.sampler_set(&Sampling {
+                temperature: 0.8,
+                seed,
+                ..Sampling::default()
+            })
+            .unwrap();
+            w.chat_add(ROLE_USER, prompt).unwrap();
+            let stop = std::sync::atomic::AtomicBool::new(false);
+            let mut pieces = 0;
+            w.chat_reply_stoppable(24, &stop, |_| {
+                pieces += 1;
+                if Some(pieces) == stop_after {
+                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            })
+            .unwrap()
+            .unwrap()
+        };
+        let want = reply(&mut reference, None);
+        let got = reply(&mut threaded[threads as usize - 1], stop_after);
+        let what =
+            format!("reply {i}: seed {seed}, {threads} threads, stop after {stop_after:?} pieces");
+        if got.end.code == E_STOPPED {
+            stopped += 1;
+            assert!(
+                want.ids.starts_with(&got.ids),
+                "{what}: {:?} is not a prefix of {:?}",
+                got.ids,
+                want.ids
+            );
+        } else {
+            whole += 1;
+            assert_eq!(got.end.code, want.end.code, "{what}");
+            assert!(got.end.code == E_END || got.ids.len() == 24, "{what}");
+            assert_eq!(got.ids, want.ids, "{what}");
+        }
+    }
+    println!(
+        "{replies} replies: {whole} whole and equal to the single-threaded module's, {stopped} stopped and a prefix of it"
+    );
 }

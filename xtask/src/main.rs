@@ -237,8 +237,9 @@ fn fuzz(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// The long version of the leak test: `--cycles N` (default 100) load -> chat -> embed ->
-/// unload cycles in the single-threaded module and with helpers, in wasmtime.
+/// The long version of the soak tests: `--cycles N` (default 100) load -> chat -> embed ->
+/// unload cycles in the single-threaded module and with helpers, and 10 N replies with random
+/// seeds, thread counts and stops against the single-threaded module's, in wasmtime.
 fn soak(args: &[String]) -> Result<(), String> {
     let cycles = match args {
         [] => "100".to_string(),
@@ -257,7 +258,11 @@ fn soak(args: &[String]) -> Result<(), String> {
                 "leaks",
             ])
             .args(["--", "--nocapture"])
-            .env("WASMIND_SOAK_CYCLES", cycles),
+            .env("WASMIND_SOAK_CYCLES", &cycles)
+            .env(
+                "WASMIND_SOAK_REPLIES",
+                (cycles.parse::<u32>().unwrap_or(100) * 10).to_string(),
+            ),
     )
 }
 
