@@ -138,14 +138,6 @@ impl<'a, T> Disjoint<'a, T> {
         }
     }
 
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Elements `range`, for writing.
     ///
     /// # Safety

@@ -4,8 +4,8 @@
 //! ## Blocks
 //! `alloc(size)` gives the host a block of linear memory aligned to [`ALLOC_ALIGN`]; the host
 //! writes a model file into it and hands it over with `load_model`/`load_embedder`. From then on
-//! the module owns it as a [`Block`], which frees it when dropped. On the host (unit tests) the
-//! same code runs over std's allocator.
+//! the module owns it as a [`Block`], which frees it when dropped. On the host the same code
+//! compiles over std's allocator.
 //!
 //! ## The allocator (wasm only)
 //! dlmalloc's own `global` feature refuses to build with `atomics` (it has no lock), and in the
@@ -57,27 +57,6 @@ impl Block {
         Ok(Block { ptr, len })
     }
 
-    /// A new block holding a copy of `bytes` (tests and tools; the host hands over its own).
-    pub fn copy_of(bytes: &[u8]) -> Result<Block> {
-        let layout = block_layout(bytes.len())
-            .ok_or_else(|| err!(Status::OutOfMemory, "{} bytes", bytes.len()))?;
-        // SAFETY: the layout has nonzero size.
-        let ptr = unsafe { alloc::alloc::alloc(layout) };
-        let Some(ptr) = NonNull::new(ptr) else {
-            return Err(err!(
-                Status::OutOfMemory,
-                "cannot allocate {} bytes",
-                bytes.len()
-            ));
-        };
-        // SAFETY: a fresh block of at least `bytes.len()` bytes, not overlapping `bytes`.
-        unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr.as_ptr(), bytes.len()) };
-        Ok(Block {
-            ptr,
-            len: bytes.len(),
-        })
-    }
-
     pub fn bytes(&self) -> &[u8] {
         // SAFETY: `len` bytes from `alloc`, alive until drop, written by no one.
         unsafe { core::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
@@ -99,7 +78,7 @@ impl Drop for Block {
     fn drop(&mut self) {
         if let Some(layout) = block_layout(self.len) {
             // SAFETY: the block came from the global allocator with this layout (`from_raw`'s
-            // contract or `copy_of`), and is freed only here.
+            // contract), and is freed only here.
             unsafe { alloc::alloc::dealloc(self.ptr.as_ptr(), layout) };
         }
     }

@@ -153,10 +153,7 @@ impl LlmEngine {
     }
 
     pub fn tokenizer(&self) -> Result<&Tokenizer> {
-        self.loaded
-            .as_ref()
-            .and_then(|l| l.tokenizer.as_ref())
-            .ok_or_else(no_vocabulary)
+        tokenizer_of(&self.loaded)
     }
 
     /// `text` -> ids (returned as a slice of an engine buffer).
@@ -164,11 +161,7 @@ impl LlmEngine {
         let Ok(text) = core::str::from_utf8(text) else {
             bail!(Status::InvalidUtf8, "text is not valid UTF-8");
         };
-        let tok = self
-            .loaded
-            .as_ref()
-            .and_then(|l| l.tokenizer.as_ref())
-            .ok_or_else(no_vocabulary)?;
+        let tok = tokenizer_of(&self.loaded)?;
         self.ids.clear();
         tok.encode_with(
             &mut self.work,
@@ -191,11 +184,7 @@ impl LlmEngine {
     /// Streaming detokenization: the complete UTF-8 text `id` brings, in `out`. `id < 0`
     /// flushes what is held back and restarts the stream.
     pub fn stream_piece(&mut self, id: i64, flags: u32, out: &mut Vec<u8>) -> Result<usize> {
-        let tok = self
-            .loaded
-            .as_ref()
-            .and_then(|l| l.tokenizer.as_ref())
-            .ok_or_else(no_vocabulary)?;
+        let tok = tokenizer_of(&self.loaded)?;
         out.clear();
         if id < 0 {
             self.stream.finish(out);
@@ -311,9 +300,7 @@ impl LlmEngine {
     /// Runs the new messages and the generation prompt; returns the prompt tokens run. A
     /// grammar set with `chat_set_grammar` applies to this reply (and is used up by it).
     pub fn chat_start(&mut self, max_tokens: u32, now_ms: f64) -> Result<usize> {
-        let l = self.loaded.as_mut().ok_or_else(no_vocabulary)?;
-        let tok = l.tokenizer.as_ref().ok_or_else(no_vocabulary)?;
-        let model = l.model.as_mut().ok_or_else(no_weights)?;
+        let (model, tok) = generator_of(&mut self.loaded)?;
         let constraint = match &self.grammar_next {
             Some(g) => {
                 if self.token_table.is_none() {
@@ -340,9 +327,7 @@ impl LlmEngine {
 
     /// The next piece of the reply in `out`; its length, or the end status.
     pub fn chat_next(&mut self, now_ms: f64, out: &mut Vec<u8>) -> Result<usize> {
-        let l = self.loaded.as_mut().ok_or_else(no_vocabulary)?;
-        let tok = l.tokenizer.as_ref().ok_or_else(no_vocabulary)?;
-        let model = l.model.as_mut().ok_or_else(no_weights)?;
+        let (model, tok) = generator_of(&mut self.loaded)?;
         let table = self.token_table.as_ref();
         self.chat
             .next(model, tok, &mut self.sampler, table, now_ms, out)
@@ -475,6 +460,23 @@ fn template_by_name(name: &[u8]) -> Result<Option<Template>> {
         );
     }
     Ok(found)
+}
+
+/// The tokenizer of what is loaded. (Free functions over the `loaded` field, so that callers can
+/// use the engine's other fields beside what they return.)
+fn tokenizer_of(loaded: &Option<LoadedModel>) -> Result<&Tokenizer> {
+    loaded
+        .as_ref()
+        .and_then(|l| l.tokenizer.as_ref())
+        .ok_or_else(no_vocabulary)
+}
+
+/// The model with weights and its tokenizer: what a reply needs.
+fn generator_of(loaded: &mut Option<LoadedModel>) -> Result<(&mut Model<'static>, &Tokenizer)> {
+    let l = loaded.as_mut().ok_or_else(no_vocabulary)?;
+    let tok = l.tokenizer.as_ref().ok_or_else(no_vocabulary)?;
+    let model = l.model.as_mut().ok_or_else(no_weights)?;
+    Ok((model, tok))
 }
 
 fn no_vocabulary() -> crate::error::Error {
