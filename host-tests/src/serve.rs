@@ -144,11 +144,10 @@ fn handle(
 }
 
 fn read_body(request: &mut tiny_http::Request) -> std::result::Result<Value, HttpError> {
+    let too_large = || HttpError(413, format!("the body is larger than {MAX_BODY} bytes"));
     if request.body_length().is_some_and(|n| n > MAX_BODY) {
-        return Err(HttpError(
-            413,
-            format!("the body is larger than {MAX_BODY} bytes"),
-        ));
+        drain(request);
+        return Err(too_large());
     }
     let mut bytes = Vec::new();
     request
@@ -157,15 +156,24 @@ fn read_body(request: &mut tiny_http::Request) -> std::result::Result<Value, Htt
         .read_to_end(&mut bytes)
         .map_err(|e| HttpError(400, e.to_string()))?;
     if bytes.len() > MAX_BODY {
-        return Err(HttpError(
-            413,
-            format!("the body is larger than {MAX_BODY} bytes"),
-        ));
+        drain(request);
+        return Err(too_large());
     }
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Value::Null);
     }
     serde_json::from_slice(&bytes).map_err(|e| HttpError(400, format!("the body is not JSON: {e}")))
+}
+
+/// Reads and drops what is left of a refused body (up to `DRAIN_LIMIT`), so that the answer
+/// reaches the client: closing a socket with unread data resets the connection, and the client
+/// may then see the reset instead of the 413.
+fn drain(request: &mut tiny_http::Request) {
+    const DRAIN_LIMIT: u64 = 64 << 20;
+    let _ = std::io::copy(
+        &mut request.as_reader().take(DRAIN_LIMIT),
+        &mut std::io::sink(),
+    );
 }
 
 fn now_s() -> u64 {
