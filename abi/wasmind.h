@@ -32,6 +32,7 @@ typedef uint32_t wasmind_ptr; /* offset in linear memory */
 #define WASMIND_E_WRONG_THREAD      9  /* not allowed from this build or thread */
 #define WASMIND_E_STOPPED          10  /* generation stopped through the stop flag */
 #define WASMIND_E_END              11  /* the reply is complete (end-of-generation token or max_tokens); not a failure */
+#define WASMIND_E_HELPER_LOST      12  /* a helper stopped mid-job (trap, terminated worker): no progress for 3 s; sticky, unload and start a new module */
 
 /* Shared state block (threaded build: shared by every instance). Offsets from shared_state(). */
 #define WASMIND_SHARED_MAGIC        0x646e6d77u /* "wmnd" little-endian, at offset 0 */
@@ -66,6 +67,8 @@ WASMIND_API uint32_t    pool_threads(void);
 WASMIND_API int32_t     pool_helpers_ready(void);
 WASMIND_API void        pool_shutdown(void);               /* driver; releases every helper */
 WASMIND_API int32_t     pool_selftest(uint32_t jobs, uint32_t seed, uint32_t max_threads);
+/* diagnostics: helper `id` fails in the next chunk it claims (kind 1 traps, 2 sleeps for ever, 0 clears) */
+WASMIND_API int32_t     pool_inject_fault(uint32_t id, uint32_t kind);
 
 /* tokenize flags */
 #define WASMIND_TOKENIZE_ADD_SPECIAL   1 /* BOS/EOS as the model's metadata says */

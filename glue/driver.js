@@ -147,8 +147,18 @@ function progress(id, total) {
   };
 }
 
+/** After a lost helper (HELPER_LOST) the module computes nothing more: a load starts a new one
+ *  (fresh memory, fresh helpers); what the old one held is gone. */
+async function renewIfLost() {
+  if (!wm.poolLost()) return;
+  await wm.close();
+  wm = null; modelBytes = 0; model = null; embedder = null;
+  await start(capacity);
+}
+
 async function loadModel({ id, source, options = {}, reload = false }) {
   const { cache = true, context = 0, size, quantize, template } = options;
+  if (!reload) await renewIfLost();
   wm.exports.unload_model(); modelBytes = 0; model = null; // frees the old file before the new one is allocated
   const parts = typeof source === 'string' ? splitParts(source) : null;
   if (parts) return loadSplit({ id, source, parts, options, reload });
@@ -228,6 +238,7 @@ function setTemplate(name) {
 
 async function loadEmbedder({ id, files, options = {}, reload = false }) {
   const cache = options.cache ?? true;
+  if (!reload) await renewIfLost();
   if (typeof files === 'string') {
     const dir = files.endsWith('/') ? files : `${files}/`;
     files = { safetensors: `${dir}model.safetensors`, tokenizer: `${dir}tokenizer.json`, config: `${dir}config.json` };
@@ -310,6 +321,7 @@ const ops = {
   tokens: () => ({ ids: wm.chatTokens(), last: wm.exports.chat_last_token() }),
   reset: () => { wm.resetChat(); return true; },
   deleteCached: ({ url }) => deleteCached(url),
+  injectFault: ({ helper, kind }) => wm.injectFault(helper, kind),
   async close() {
     stopper?.terminate(); stopper = null;
     if (wm) await wm.close();

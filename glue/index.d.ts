@@ -136,6 +136,8 @@ export class Wasmind {
   /** Memory figures of the driver: wasm memory bytes, JS heap where known, the last load's peak. */
   usage(): Promise<{ wasm: number; heap: number | null; peakLoadHeap: number | null; loadHeapBase: number | null; chunkMax: number }>;
   /** Ends every worker and releases the memory; load() starts them again. */
+  /** Diagnostics: helper `helper` fails in the next chunk it claims (a lost helper: HELPER_LOST). */
+  injectFault(helper: number, kind: 'trap' | 'stall'): Promise<number>;
   unload(): Promise<void>;
 }
 

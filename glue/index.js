@@ -239,6 +239,12 @@ export class Wasmind {
    *  JS heap (where the engine reports it), arrayBuffers (Node), peakLoadHeap }. */
   async usage() { return this.#driver ? this.#call('usage') : { wasm: 0 }; }
 
+  /** Diagnostics: helper worker `helper` fails in the next chunk it claims ('trap' or 'stall',
+   *  the latter as a worker terminated mid-job), so a page can test its handling of HELPER_LOST:
+   *  the call then in progress rejects with it within 5 s, later calls fail at once, `load` or
+   *  `loadEmbedder` starts a new module, `unload` ends the workers. */
+  async injectFault(helper, kind) { return this.#call('injectFault', { helper, kind }); }
+
   /** Ends every worker and releases the memory; `load` starts them again. */
   async unload() {
     const d = this.#driver;

@@ -19,9 +19,12 @@ const DIST = new URL('../dist/', import.meta.url);
 const PAGE = 65536, MAX_PAGES = 65536, MiB = 1 << 20;
 const HELPER_STACK = MiB, MAX_HELPERS = 255; // stack ≥ WASMIND_HELPER_STACK_MIN (256 KiB)
 export const STATUS = ['OK', 'INVALID_ARGUMENT', 'OUT_OF_MEMORY', 'BAD_FORMAT', 'UNSUPPORTED',
-  'NO_MODEL', 'CONTEXT_FULL', 'INVALID_UTF8', 'BUFFER_TOO_SMALL', 'WRONG_THREAD', 'STOPPED', 'END'];
+  'NO_MODEL', 'CONTEXT_FULL', 'INVALID_UTF8', 'BUFFER_TOO_SMALL', 'WRONG_THREAD', 'STOPPED', 'END',
+  'HELPER_LOST'];
 export const ROLE = { system: 0, user: 1, assistant: 2, raw: 3 };
-const E_CONTEXT_FULL = 6, E_STOPPED = 10, E_END = 11, STOP_FLAG_OFFSET = 64;
+const E_CONTEXT_FULL = 6, E_STOPPED = 10, E_END = 11, STOP_FLAG_OFFSET = 64, POOL_LOST_OFFSET = 460;
+/** `pool_inject_fault` kinds (diagnostics): the helper traps, or sleeps for ever holding a chunk. */
+export const FAULT = { none: 0, trap: 1, stall: 2 };
 export const MATH = { exp: 0, log: 1, sin: 2, cos: 3, expf4: 4 };
 
 /** A failed call: `code` is the positive WASMIND_E_* status, `status` its name. */
@@ -331,6 +334,13 @@ export class WasmindModule {
   }
 
   setThreads(n) { return this.check(this.exports.pool_set_threads(n)); }
+  /** True once a helper was lost mid-job (HELPER_LOST: see abi/ABI.md, "A lost helper"): nothing
+   *  more is computed on this module; unload, close() and load a new one. */
+  poolLost() {
+    return this.threaded && Atomics.load(new Int32Array(this.memory.buffer), (this.exports.shared_state() + POOL_LOST_OFFSET) / 4) !== 0;
+  }
+  /** Diagnostics: helper `id` fails in the next chunk it claims (FAULT.trap or FAULT.stall). */
+  injectFault(id, kind) { return this.check(this.exports.pool_inject_fault(id, FAULT[kind] ?? kind)); }
   poolSelftest(jobs, seed, maxThreads) { return this.check(this.exports.pool_selftest(jobs, seed, maxThreads)); }
   /** Applies MATH[fn] to a Float64Array (exp/log/sin/cos) or Float32Array (expf4); returns a new array. */
   mathApply(fn, values) {
@@ -342,11 +352,13 @@ export class WasmindModule {
   }
 
   /** Releases the helpers (pool_shutdown), waits for them to leave helper_loop, ends their
-   *  workers and frees their stacks. The module stays usable on this thread alone. */
+   *  workers and frees their stacks. The module stays usable on this thread alone. After a lost
+   *  helper (poolLost()) it waits only briefly: the lost one never leaves, its worker is ended. */
   async close() {
+    const wait = this.poolLost() ? 250 : 10000;
     this.exports.pool_shutdown();
     for (const h of this.helpers.splice(0)) {
-      const left = await within(h.done, 10000, 'helper shutdown').then(() => true, () => false);
+      const left = await within(h.done, wait, 'helper shutdown').then(() => true, () => false);
       await h.worker.terminate();
       if (left) this.exports.free(h.stack, HELPER_STACK); // else a stuck helper may still use it
     }

@@ -14,6 +14,8 @@ port.addEventListener('message', async ({ data: { module, memory, id, stackTop }
     port.postMessage({ rc: exports.helper_loop(id) }); // blocks until pool_shutdown
     if (port === globalThis) globalThis.close(); // a browser worker ends itself (see driver.js, close)
   } catch (e) {
+    // A trap (or a failed start): say so, and end (the driver's next job reports HELPER_LOST).
     port.postMessage({ error: `helper ${id}: ${e?.stack ?? e}` });
+    if (port === globalThis) globalThis.close();
   }
 }, { once: true });

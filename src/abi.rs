@@ -198,6 +198,28 @@ pub extern "C" fn pool_shutdown() {
     pool::shutdown();
 }
 
+/// Diagnostics: helper `id` fails in the next chunk it claims, holding it: `kind` 1 traps
+/// (`unreachable`), 2 sleeps for ever (as a worker terminated mid-job); 0 clears. The job then
+/// makes no progress, and the call running it returns `-HELPER_LOST` after `STALL_LIMIT_MS`
+/// (3 s); so does every compute call after it. For testing hosts' handling of a lost helper.
+#[unsafe(no_mangle)]
+pub extern "C" fn pool_inject_fault(id: u32, kind: u32) -> i32 {
+    let fault = match kind {
+        0 => None,
+        1 => Some(pool::Fault::Trap),
+        2 => Some(pool::Fault::Stall),
+        _ => {
+            return fail(err!(
+                Status::InvalidArgument,
+                "fault kind {} (0, 1 or 2)",
+                kind
+            ));
+        }
+    };
+    pool::inject_fault(id.min(pool::MAX_HELPERS), fault);
+    0
+}
+
 /// Diagnostics: runs `jobs` jobs of pseudo-random sizes (from `seed`), changing the thread count
 /// between jobs within `1..=max_threads`, each job filling an array through stack-heavy kernels.
 /// Returns a checksum that must not depend on the thread counts.

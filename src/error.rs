@@ -35,6 +35,10 @@ pub enum Status {
     /// The reply is complete (an end-of-generation token or the token limit): not a failure,
     /// the status `chat_next` returns once a reply is over.
     End = 11,
+    /// A helper thread stopped mid-job (it trapped, or its worker was terminated): the job made
+    /// no progress for [`crate::pool::STALL_LIMIT_MS`]. Later compute calls fail the same way;
+    /// unloading still works, and a new module (fresh memory, fresh helpers) starts over.
+    HelperLost = 12,
 }
 
 impl Status {
@@ -54,6 +58,7 @@ impl Status {
             Status::WrongThread => "wrong thread or build",
             Status::Stopped => "stopped",
             Status::End => "end of reply",
+            Status::HelperLost => "helper thread lost",
         }
     }
 }

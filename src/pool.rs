@@ -24,6 +24,13 @@
 //!   `memory.atomic.wait32`. Lowering the thread count only lowers `participants`: the extra
 //!   helpers see the new word, find their id too high, and go back to waiting.
 //! - `shutdown`: `pool_shutdown` sets it and bumps `job_word`; every helper returns.
+//! - `lost`: a helper that traps or whose worker is terminated while it holds a chunk would
+//!   keep `done` short of the item count for ever. The driver's wait sleeps in slices and gives
+//!   up after [`STALL_LIMIT_MS`] without progress: it closes the job, sets `lost` for good (later
+//!   jobs run on the driver alone) and [`check`] fails every compute call from then on, so the
+//!   host gets `HELPER_LOST` instead of a hang or of output computed from half a job. (A helper
+//!   that was only frozen and runs again later may still write into its old job's outputs,
+//!   which is why nothing is computed after a loss: the host unloads and starts a new module.)
 //!
 //! Determinism: each output element is computed inside one chunk by one thread, and kernels
 //! compute an element the same way whatever range it arrives in, so results do not depend on
@@ -56,6 +63,12 @@ const SPIN_ROUNDS: u32 = 1 << 16;
 const SPIN_ROUNDS_MIN: u32 = 1 << 8;
 /// Largest item count a job may have (the claim counter is 32 bits and may overshoot by a chunk).
 const MAX_ITEMS: usize = (u32::MAX / 2) as usize;
+/// How long the driver waits for a job that makes no progress (no chunk finishes) before it
+/// declares a helper lost. The longest chunk the guided schedule hands out is a quarter of a
+/// job (two threads), well under a second for any model that fits in wasm32's memory.
+pub const STALL_LIMIT_MS: u32 = 3000;
+/// The driver's wait for a job sleeps in slices this long, counting the ones without progress.
+const STALL_SLICE_MS: u32 = 50;
 
 fn pool() -> &'static PoolState {
     &crate::state::SHARED.pool
@@ -76,6 +89,37 @@ pub fn threads() -> u32 {
 /// Helpers registered and listening.
 pub fn helpers_ready() -> u32 {
     pool().registered.0.load(Ordering::Acquire)
+}
+
+/// Fails once a helper has been lost (see the module comment): every compute call checks it
+/// before it starts and after it ran, so none returns output computed from half a job.
+pub fn check() -> crate::error::Result<()> {
+    if pool().lost.load(Ordering::Acquire) != 0 {
+        return Err(crate::err!(
+            crate::error::Status::HelperLost,
+            "a helper thread stopped mid-job (no progress for {} ms: it trapped, or its worker \
+             was terminated); nothing more is computed in this module: unload, then start a new one",
+            STALL_LIMIT_MS
+        ));
+    }
+    Ok(())
+}
+
+/// What [`inject_fault`] makes a helper do in the next chunk it claims.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u32)]
+pub enum Fault {
+    /// Execute `unreachable`: the helper's instance traps (its worker reports it and ends).
+    Trap = 1,
+    /// Sleep for ever holding the chunk, as a worker terminated mid-job would.
+    Stall = 2,
+}
+
+/// Diagnostics (`pool_inject_fault`): helper `id` fails as `fault` says in the next chunk it
+/// claims, so hosts can test that a lost helper gives `HELPER_LOST` rather than a hang.
+pub fn inject_fault(id: u32, fault: Option<Fault>) {
+    let word = fault.map_or(0, |f| (f as u32) << 16 | (id + 1));
+    pool().fault.store(word, Ordering::Release);
 }
 
 /// Runs `f(ctx, range)` over disjoint ranges that together cover `0..items`, on the driver and
@@ -173,7 +217,7 @@ unsafe fn run_job(kernel: Erased, args: *const u8, items: usize, chunk: usize) {
         .min(p.registered.0.load(Ordering::Acquire))
         .min(chunks.saturating_sub(1) as u32);
     p.jobs_run.fetch_add(1, Ordering::Relaxed);
-    if helpers == 0 || items > MAX_ITEMS {
+    if helpers == 0 || items > MAX_ITEMS || p.lost.load(Ordering::Acquire) != 0 {
         // SAFETY: the caller's contract; one thread runs the whole range.
         unsafe { kernel(args, 0, items) };
         return;
@@ -194,13 +238,21 @@ unsafe fn run_job(kernel: Erased, args: *const u8, items: usize, chunk: usize) {
     p.job_word.0.store(word, Ordering::Release);
     wake(&p.job_word.0, u32::MAX);
     // SAFETY: as above; chunks are claimed atomically, so ranges are disjoint.
-    unsafe { run_chunks(p, word) };
-    wait_until_equal(&p.done.0, items as u32);
+    unsafe { run_chunks(p, word, None) };
+    if !wait_for_job(p, items as u32) {
+        // A participant holds a chunk it will never finish. No one may claim more of this job
+        // (its arguments die when we return), and no later job may wait on the helpers.
+        p.claim
+            .0
+            .store((word as u64) << 32 | CLOSED, Ordering::SeqCst);
+        p.lost.store(1, Ordering::Release);
+    }
 }
 
 /// Claims and runs chunks of the job announced by `word` until none are left (or another job
-/// has replaced it). Returns the number of chunks this thread ran.
-unsafe fn run_chunks(p: &PoolState, word: u32) -> usize {
+/// has replaced it). Returns the number of chunks this thread ran. `fault`: instead of running
+/// the first chunk it claims, fail that way (diagnostics, see [`inject_fault`]).
+unsafe fn run_chunks(p: &PoolState, word: u32, fault: Option<Fault>) -> usize {
     let mut ran = 0;
     loop {
         let c = p.claim.0.load(Ordering::SeqCst);
@@ -237,6 +289,9 @@ unsafe fn run_chunks(p: &PoolState, word: u32) -> usize {
             .is_err()
         {
             continue;
+        }
+        if let Some(fault) = fault {
+            fail_holding_chunk(p, fault);
         }
         // SAFETY: the driver stored a valid `Kernel` before opening the job, and a function
         // pointer round-trips through usize. The claimed range is ours alone, and the job (its
@@ -295,8 +350,9 @@ pub fn helper_loop(id: u32) {
         }
         if id < (word & 0xFF) {
             spins = 0;
+            let fault = fault_for(p, id);
             // SAFETY: run_chunks only runs chunks it claimed for the job `word` announced.
-            let ran = unsafe { run_chunks(p, word) };
+            let ran = unsafe { run_chunks(p, word, fault) };
             spin_budget = if ran > 0 {
                 spin_budget.saturating_mul(2).min(SPIN_ROUNDS)
             } else {
@@ -320,18 +376,58 @@ pub fn shutdown() {
     wake(&p.registered.0, u32::MAX);
 }
 
-fn wait_until_equal(word: &AtomicU32, target: u32) {
-    let mut spins = 0u32;
+/// The fault helper `id` is to inject in the next chunk it claims, if any.
+fn fault_for(p: &PoolState, id: u32) -> Option<Fault> {
+    let word = p.fault.load(Ordering::Acquire);
+    if word & 0xFFFF != id + 1 {
+        return None;
+    }
+    match word >> 16 {
+        1 => Some(Fault::Trap),
+        2 => Some(Fault::Stall),
+        _ => None,
+    }
+}
+
+/// A helper that claimed a chunk fails without finishing it (diagnostics). The fault fires once.
+fn fail_holding_chunk(p: &PoolState, fault: Fault) -> ! {
+    p.fault.store(0, Ordering::Release);
+    match fault {
+        #[cfg(target_arch = "wasm32")]
+        Fault::Trap => core::arch::wasm32::unreachable(),
+        #[cfg(not(target_arch = "wasm32"))]
+        Fault::Trap => panic!("injected helper trap"),
+        Fault::Stall => {
+            // Nothing ever notifies this word.
+            let never = AtomicU32::new(0);
+            loop {
+                sleep_while_equal(&never, 0, None);
+            }
+        }
+    }
+}
+
+/// The driver's wait for the job's `items` to be `done`: spins, then sleeps in slices. Returns
+/// false once [`STALL_LIMIT_MS`] of slices passed without a chunk finishing.
+fn wait_for_job(p: &PoolState, items: u32) -> bool {
+    let (mut spins, mut quiet_ms) = (0u32, 0u32);
+    let mut last = p.done.0.load(Ordering::Acquire);
     loop {
-        let v = word.load(Ordering::Acquire);
-        if v == target {
-            return;
+        let v = p.done.0.load(Ordering::Acquire);
+        if v == items {
+            return true;
+        }
+        if v != last {
+            (last, quiet_ms) = (v, 0);
         }
         spins += 1;
-        if spins > SPIN_ROUNDS {
-            wait_while_equal(word, v, 0);
-        } else {
+        if spins <= SPIN_ROUNDS {
             core::hint::spin_loop();
+        } else if sleep_while_equal(&p.done.0, v, Some(STALL_SLICE_MS)) == Woke::TimedOut {
+            quiet_ms += STALL_SLICE_MS;
+            if quiet_ms >= STALL_LIMIT_MS {
+                return false;
+            }
         }
     }
 }
@@ -345,13 +441,39 @@ fn wait_while_equal(word: &AtomicU32, expected: u32, spin_first: u32) {
         }
         core::hint::spin_loop();
     }
+    sleep_while_equal(word, expected, None);
+}
+
+/// How a sleep in [`sleep_while_equal`] ended.
+#[derive(PartialEq, Eq)]
+enum Woke {
+    /// Notified, or the word already differed.
+    Early,
+    TimedOut,
+}
+
+/// `memory.atomic.wait32` on `word` while it holds `expected`, for at most `timeout_ms` (None:
+/// until notified). Without shared memory (no helpers) it only yields the spin.
+fn sleep_while_equal(word: &AtomicU32, expected: u32, timeout_ms: Option<u32>) -> Woke {
     #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
-    // SAFETY: `word` is a valid, aligned i32 in shared linear memory; wait32 only reads it.
-    unsafe {
-        core::arch::wasm32::memory_atomic_wait32(word.as_ptr() as *mut i32, expected as i32, -1);
+    {
+        let timeout_ns = timeout_ms.map_or(-1, |ms| ms as i64 * 1_000_000);
+        // SAFETY: `word` is a valid, aligned i32 in shared linear memory; wait32 only reads it.
+        let r = unsafe {
+            core::arch::wasm32::memory_atomic_wait32(
+                word.as_ptr() as *mut i32,
+                expected as i32,
+                timeout_ns,
+            )
+        };
+        if r == 2 { Woke::TimedOut } else { Woke::Early }
     }
     #[cfg(not(all(target_arch = "wasm32", target_feature = "atomics")))]
-    core::hint::spin_loop();
+    {
+        let _ = (word, expected, timeout_ms);
+        core::hint::spin_loop();
+        Woke::Early
+    }
 }
 
 fn wake(word: &AtomicU32, count: u32) {
@@ -393,6 +515,10 @@ pub fn selftest(jobs: u32, seed: u32, max_threads: u32) -> crate::error::Result<
             salt: job ^ seed,
         };
         par_for(&args, items, chunk, selftest_kernel);
+        if let Err(e) = check() {
+            set_threads(saved_threads);
+            return Err(e);
+        }
         for &v in &out[..items] {
             checksum = checksum.rotate_left(5) ^ v;
         }

@@ -76,6 +76,11 @@ pub struct PoolState {
     pub shutdown: AtomicU32,
     /// Jobs run so far (diagnostics and tests).
     pub jobs_run: AtomicU32,
+    /// Set, for good, when a job stopped making progress (a helper trapped or its worker was
+    /// terminated mid-job): later jobs run on the driver alone and compute calls fail.
+    pub lost: AtomicU32,
+    /// Diagnostics (`pool_inject_fault`): `(kind << 16) | (helper id + 1)`, 0 = none.
+    pub fault: AtomicU32,
 }
 
 const _: () = assert!(core::mem::size_of::<Line<AtomicU32>>() == 64);
@@ -85,6 +90,8 @@ const _: () = assert!(core::mem::offset_of!(PoolState, registered) == 192);
 const _: () = assert!(core::mem::offset_of!(PoolState, job) == 256);
 const _: () = assert!(core::mem::offset_of!(PoolState, threads) == 320);
 const _: () = assert!(core::mem::offset_of!(PoolState, shutdown) == 324);
+const _: () = assert!(core::mem::offset_of!(PoolState, lost) == 332);
+const _: () = assert!(core::mem::offset_of!(PoolState, fault) == 336);
 const _: () = assert!(core::mem::size_of::<PoolState>() == 384);
 
 impl PoolState {
@@ -103,6 +110,8 @@ impl PoolState {
             threads: AtomicU32::new(1),
             shutdown: AtomicU32::new(0),
             jobs_run: AtomicU32::new(0),
+            lost: AtomicU32::new(0),
+            fault: AtomicU32::new(0),
         }
     }
 }

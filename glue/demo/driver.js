@@ -1,10 +1,25 @@
 // The driver side of the demo, in a module Worker (a browser's main thread may not block).
 // Loads wasmind (threaded if this context is cross-origin isolated), runs pool_selftest on the
-// pool and on the single-threaded module, and posts both checksums back.
+// pool and on the single-threaded module, and posts both checksums back. With `fault` ('trap' or
+// 'stall'), helper 0 fails mid-job instead: it posts how long the pool took to report it.
 import { load, canUseThreads } from '../wasmind.js';
 
-self.onmessage = async ({ data: { threads, jobs, seed } }) => {
+async function lostHelper(threads, jobs, seed, fault) {
+  const wm = await load({ threads });
+  wm.injectFault(0, fault);
+  let t0 = performance.now(), error = null;
+  try { wm.poolSelftest(jobs, seed, wm.exports.pool_threads()); } catch (e) { error = { status: e.status, message: e.message }; }
+  const lostMs = performance.now() - t0;
+  let again = null;
+  try { wm.poolSelftest(1, seed, 2); } catch (e) { again = e.status; }
+  t0 = performance.now();
+  await wm.close();
+  return { done: true, fault, error, lostMs, again, closeMs: performance.now() - t0, helpersAfterClose: wm.exports.pool_helpers_ready() };
+}
+
+self.onmessage = async ({ data: { threads, jobs, seed, fault } }) => {
   try {
+    if (fault) { self.postMessage(await lostHelper(threads, jobs, seed, fault)); return; }
     let t0 = performance.now();
     const wm = await load({ threads });
     const loadMs = performance.now() - t0;

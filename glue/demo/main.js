@@ -4,7 +4,7 @@
 const log = document.getElementById('log');
 const params = Object.fromEntries(new URLSearchParams(location.search));
 const request = { threads: params.threads ? Number(params.threads) : undefined,
-  jobs: Number(params.jobs ?? 2000), seed: Number(params.seed ?? 1) };
+  jobs: Number(params.jobs ?? 2000), seed: Number(params.seed ?? 1), fault: params.fault };
 
 log.textContent = `crossOriginIsolated: ${self.crossOriginIsolated}\nloading…`;
 const driver = new Worker(new URL('./driver.js', import.meta.url), { type: 'module', name: 'wasmind-driver' });

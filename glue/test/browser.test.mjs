@@ -48,6 +48,17 @@ test('demo page in Chromium: isolated, threaded pool, same checksum; fallback wi
     assert.equal(mt.stChecksum, expected, 'single-threaded module in the browser');
     assert.equal(mt.helpersAfterClose, 0, 'close() shut the pool down');
 
+    // A lost helper: one that traps, or stalls holding a chunk (as a worker terminated mid-job);
+    // the driver's call fails with HELPER_LOST within 5 s, later calls at once, close() ends it.
+    for (const fault of ['trap', 'stall']) {
+      const lost = await run(`threads=${THREADS}&jobs=100000&seed=${SEED}&fault=${fault}`);
+      t.diagnostic(`lost helper: ${JSON.stringify(lost)}`);
+      assert.equal(lost.error?.status, 'HELPER_LOST', JSON.stringify(lost));
+      assert.ok(lost.lostMs < 5000, `HELPER_LOST after ${lost.lostMs} ms`);
+      assert.equal(lost.again, 'HELPER_LOST');
+      assert.ok(lost.closeMs < 3000, `close() took ${lost.closeMs} ms`);
+    }
+
     const st = await run(`isolated=0&threads=${THREADS}&jobs=200&seed=${SEED}`);
     t.diagnostic(`not isolated: ${JSON.stringify(st)}`);
     assert.equal(st.error, undefined);

@@ -93,6 +93,32 @@ test('index.js: embed() equals the Python package (cosine ≥ 0.99999); errors; 
   } finally { await ai.unload(); }
 });
 
+test('index.js: a lost helper rejects the reply with HELPER_LOST within 5 s; load() starts a new module; unload() works', async () => {
+  const ai = await Wasmind.create({ threads: 2 });
+  try {
+    await ai.load(MODEL_PATH, { context: 256 });
+    await ai.loadEmbedder(EMBEDDER_DIR);
+    await ai.injectFault(0, 'stall'); // as a helper worker terminated in the middle of a job
+    let t0 = Date.now();
+    await assert.rejects(reply(ai, [{ role: 'user', content: 'What is the capital of France?' }]),
+      (e) => e.name === 'WasmindError' && e.status === 'HELPER_LOST' && /helper thread stopped mid-job/.test(e.message));
+    const lostMs = Date.now() - t0;
+    assert.ok(lostMs < 5000, `the error took ${lostMs} ms`);
+    t0 = Date.now();
+    await assert.rejects(ai.embed('hello'), (e) => e.status === 'HELPER_LOST');
+    assert.ok(Date.now() - t0 < 1000, 'later calls fail at once');
+    await ai.load(MODEL_PATH, { context: 256 }); // a new module, new helpers
+    const r = await reply(ai, [{ role: 'user', content: 'What is the capital of France?' }]);
+    assert.match(r.text, /Paris/);
+    console.log(`# page API: HELPER_LOST after ${lostMs} ms`);
+    await ai.injectFault(0, 'trap');
+    await assert.rejects(reply(ai, [{ role: 'user', content: 'And of Italy?' }]), (e) => e.status === 'HELPER_LOST');
+    t0 = Date.now();
+    await ai.unload();
+    assert.ok(Date.now() - t0 < 3000, `unload took ${Date.now() - t0} ms`);
+  } finally { await ai.unload(); }
+});
+
 test('index.js: a split GGUF (3 parts, as gguf-split writes them) loads from its first part', async () => {
   const { splitGguf } = await import('./reference.mjs');
   const { mkdtempSync, writeFileSync, rmSync } = await import('node:fs');

@@ -62,3 +62,26 @@ test('errors carry the module message', () => {
     (e) => e instanceof WasmindError && e.code === 1 && e.status === 'INVALID_ARGUMENT' && /unknown function 99/.test(e.message));
   assert.equal(st.exports.last_error_code(), -1);
 });
+
+// A lost helper (abi/ABI.md): one that traps, or stalls holding a chunk as a worker terminated
+// mid-job would, makes the running call fail with HELPER_LOST within 5 s instead of hanging;
+// every compute call after it fails at once, and close() ends the workers without its timeout.
+for (const kind of ['trap', 'stall']) {
+  test(`a helper that ${kind}s mid-job: HELPER_LOST within 5 s, then at once; close() ends it`, async () => {
+    const mt = await load({ threads: 3 });
+    mt.injectFault(1, kind);
+    let t0 = Date.now();
+    assert.throws(() => mt.poolSelftest(100000, SEED, 3),
+      (e) => e instanceof WasmindError && e.status === 'HELPER_LOST' && /helper thread stopped mid-job/.test(e.message));
+    const lostMs = Date.now() - t0;
+    assert.ok(lostMs < 5000, `the error took ${lostMs} ms`);
+    assert.equal(mt.poolLost(), true);
+    t0 = Date.now();
+    assert.throws(() => mt.poolSelftest(10, SEED, 3), (e) => e.status === 'HELPER_LOST');
+    assert.ok(Date.now() - t0 < 500, 'later calls fail at once');
+    t0 = Date.now();
+    await mt.close();
+    assert.ok(Date.now() - t0 < 3000, `close() took ${Date.now() - t0} ms`);
+    console.log(`# ${kind}: HELPER_LOST after ${lostMs} ms`);
+  });
+}

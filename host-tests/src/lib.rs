@@ -257,17 +257,31 @@ impl Wasmind {
     }
 
     /// Releases the helpers and waits for their threads to end.
+    /// Releases the helpers and joins their threads; the first helper's trap (if any) is the
+    /// error. A helper still inside `helper_loop` 5 s after `pool_shutdown` (one that stalled
+    /// holding a chunk: wasmtime cannot end a thread asleep in `memory.atomic.wait32`) is left
+    /// behind, detached, and named in the error.
     pub fn shutdown(&mut self) -> Result<()> {
         self.call::<(), ()>("pool_shutdown", ())?;
-        for h in self.helpers.drain(..) {
-            match h.join() {
-                Ok(r) => {
-                    r?;
-                }
-                Err(_) => wasmtime::bail!("a helper thread panicked"),
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut first_error = None;
+        for (id, h) in self.helpers.drain(..).enumerate() {
+            while !h.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            let r = if h.is_finished() {
+                h.join()
+                    .unwrap_or_else(|_| Err(wasmtime::format_err!("a helper thread panicked")))
+            } else {
+                Err(wasmtime::format_err!(
+                    "helper {id} did not leave helper_loop"
+                ))
+            };
+            if let Err(e) = r {
+                first_error.get_or_insert(e);
             }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
 }
 
@@ -620,6 +634,7 @@ pub use wasmind::grammar::{
 pub const E_CONTEXT_FULL: i32 = Status::ContextFull as i32;
 pub const E_STOPPED: i32 = Status::Stopped as i32;
 pub const E_END: i32 = Status::End as i32;
+pub const E_HELPER_LOST: i32 = Status::HelperLost as i32;
 
 /// Milliseconds on a monotonic clock: the timestamps the chat exports take.
 pub fn now_ms() -> f64 {

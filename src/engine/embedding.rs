@@ -73,6 +73,7 @@ impl EmbedEngine {
     }
 
     pub fn embed(&mut self, text: &[u8], out: &mut [f32]) -> Result<usize> {
+        pool::check()?;
         let e = self
             .loaded
             .as_ref()
@@ -89,6 +90,7 @@ impl EmbedEngine {
     /// fails (invalid UTF-8) gets a zero vector, the others are still embedded, and the error of
     /// the lowest such index is returned. Returns `n`.
     pub fn embed_batch(&mut self, texts: &[u8], offsets: &[u32], out: &mut [f32]) -> Result<usize> {
+        pool::check()?;
         let e = self
             .loaded
             .as_ref()
@@ -143,6 +145,7 @@ impl EmbedEngine {
         };
         let chunk = (n / (slots * 8)).clamp(1, 32);
         pool::par_for(&args, n, chunk, embed_batch_kernel);
+        pool::check()?;
         let first = self
             .batch_slots
             .iter_mut()

@@ -558,6 +558,7 @@ impl<'a> Model<'a> {
     /// `forward` after its checks; `record`: append each batch's ids to `self.ids` once it has
     /// run (within the capacity reserved at load, `context`).
     fn run(&mut self, ids: &[u32], record: bool, mut on_logits: OnLogits<'_>) -> Result<()> {
+        pool::check()?;
         let mut done = 0;
         while done < ids.len() {
             let n = (ids.len() - done).min(MAX_BATCH);
@@ -568,6 +569,8 @@ impl<'a> Model<'a> {
                     f(done + i, l)
                 }
             })?;
+            // A helper lost during the batch leaves it half computed: report that, not logits.
+            pool::check()?;
             if record {
                 self.ids.extend_from_slice(batch);
             }
