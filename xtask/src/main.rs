@@ -206,6 +206,14 @@ fn fuzz(args: &[String]) -> Result<(), String> {
         }
         let corpus = fuzz_dir.join("corpus").join(name);
         std::fs::create_dir_all(&corpus).map_err(|e| format!("{}: {e}", corpus.display()))?;
+        if name == "embed" {
+            for (file, bytes) in model2vec_seeds() {
+                let to = corpus.join(file);
+                if !to.exists() {
+                    std::fs::write(&to, bytes).map_err(|e| format!("{}: {e}", to.display()))?;
+                }
+            }
+        }
         for seed in seeds {
             let from = shared.join(seed);
             let to = corpus.join(seed.replace('/', "_"));
@@ -235,6 +243,93 @@ fn fuzz(args: &[String]) -> Result<(), String> {
         })?;
     }
     Ok(())
+}
+
+/// Seeds for the `embed` target (`safetensors \0\xFF\0 tokenizer.json \0\xFF\0 text`): small
+/// valid Model2Vec models, so the fuzzer starts past the parsers' first checks. The real models
+/// in ../shared are larger than an input may be (1.1 MB). One with F16 rows, one with
+/// vocabulary quantization (I8 rows, I32 mapping, F64 weights), as the two in ../shared.
+fn model2vec_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    const VOCAB: [&str; 24] = [
+        "[PAD]", "[UNK]", "[CLS]", "[SEP]", "the", "a", "cat", "dog", "##s", "##ing", "run",
+        "hello", "world", ",", ".", "!", "'", "1", "##2", "é", "中", "文", "naïve", "##ly",
+    ];
+    let vocab: Vec<String> = VOCAB
+        .iter()
+        .enumerate()
+        .map(|(id, t)| format!("{t:?}: {id}"))
+        .collect();
+    let tokenizer = format!(
+        r###"{{"version": "1.0", "added_tokens": [{{"id": 0, "content": "[PAD]", "normalized": false, "special": true}}, {{"id": 1, "content": "[UNK]", "normalized": false, "special": true}}], "normalizer": {{"type": "BertNormalizer", "clean_text": true, "handle_chinese_chars": true, "strip_accents": null, "lowercase": true}}, "pre_tokenizer": {{"type": "BertPreTokenizer"}}, "model": {{"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##", "max_input_chars_per_word": 100, "vocab": {{{}}}}}}}"###,
+        vocab.join(", ")
+    );
+    let n = VOCAB.len();
+    let dim = 8;
+    // Deterministic small values; F16 bit patterns of k/64 for k in -32..32.
+    let f16 = |k: i32| -> [u8; 2] {
+        let bits: u16 = if k == 0 {
+            0
+        } else {
+            let (sign, m) = (if k < 0 { 0x8000 } else { 0 }, k.unsigned_abs());
+            let e = 31 - m.leading_zeros(); // m = 1.f × 2^e, value m / 64
+            let frac = ((m << (10 - e)) & 0x3FF) as u16;
+            sign | ((e as u16 + 15 - 6) << 10) | frac
+        };
+        bits.to_le_bytes()
+    };
+    let value = |row: usize, col: usize| ((row * 7 + col * 13) % 64) as i32 - 32;
+    let f16_rows: Vec<u8> = (0..n * dim)
+        .flat_map(|i| f16(value(i / dim, i % dim)))
+        .collect();
+    let rows_vq = 6;
+    let i8_rows: Vec<u8> = (0..rows_vq * dim)
+        .map(|i| value(i / dim, i % dim) as i8 as u8)
+        .collect();
+    let mapping: Vec<u8> = (0..n)
+        .flat_map(|id| ((id % rows_vq) as i32).to_le_bytes())
+        .collect();
+    let weights: Vec<u8> = (0..n)
+        .flat_map(|id| (0.5 + id as f64 / n as f64).to_le_bytes())
+        .collect();
+    let text = "Hello, the cats were running! naïve 12 中文 ☃".as_bytes();
+    let seed = |tensors: &[(&str, &str, Vec<usize>, &[u8])]| {
+        let mut header = Vec::new();
+        let mut offset = 0;
+        for (name, dtype, shape, data) in tensors {
+            let shape: Vec<String> = shape.iter().map(usize::to_string).collect();
+            header.push(format!(
+                r#""{name}": {{"dtype": "{dtype}", "shape": [{}], "data_offsets": [{offset}, {}]}}"#,
+                shape.join(", "),
+                offset + data.len()
+            ));
+            offset += data.len();
+        }
+        let header = format!("{{{}}}", header.join(", "));
+        let mut out = (header.len() as u64).to_le_bytes().to_vec();
+        out.extend_from_slice(header.as_bytes());
+        for (_, _, _, data) in tensors {
+            out.extend_from_slice(data);
+        }
+        for part in [tokenizer.as_bytes(), text] {
+            out.extend_from_slice(b"\0\xFF\0");
+            out.extend_from_slice(part);
+        }
+        out
+    };
+    vec![
+        (
+            "seed-f16",
+            seed(&[("embeddings", "F16", vec![n, dim], &f16_rows)]),
+        ),
+        (
+            "seed-vq",
+            seed(&[
+                ("embeddings", "I8", vec![rows_vq, dim], &i8_rows),
+                ("mapping", "I32", vec![n], &mapping),
+                ("weights", "F64", vec![n], &weights),
+            ]),
+        ),
+    ]
 }
 
 /// The long version of the soak tests: `--cycles N` (default 100) load -> chat -> embed ->
