@@ -163,6 +163,9 @@ async function loadModel({ id, source, options = {}, reload = false }) {
   const parts = typeof source === 'string' ? splitParts(source) : null;
   if (parts) return loadSplit({ id, source, parts, options, reload });
   const opened = await open(source, { cache, size });
+  if (opened.total !== null) {
+    try { wm.assertFits(opened.total); } catch (e) { opened.cancel?.(e); throw e; }
+  }
   let total = opened.total, gathered = null;
   if (total === null) gathered = await gather(opened); // no length announced: one JS copy
   else if (!reload) await ensureRoom(total, { keepModel: false, keepEmbedder: true }); // before the body is read
@@ -190,6 +193,7 @@ async function loadSplit({ id, source, parts, options, reload }) {
     const heads = [];
     for (const it of iters) heads.push(await readHeader(it));
     const joined = joinHeaders(heads.map((h) => h.header), opened.map((o) => o.total));
+    wm.assertFits(joined.total);
     if (!reload) await ensureRoom(joined.total, { keepModel: false, keepEmbedder: true });
     const writer = wm.beginLoad(joined.total);
     const tick = progress(id, opened.reduce((n, o) => n + o.total, 0));

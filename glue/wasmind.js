@@ -172,6 +172,14 @@ export class WasmindModule {
     this.copyIn(ptr, data);
     return ptr;
   }
+  /** Refuses a file of `total` bytes that a wasm32 memory (4 GiB at most) cannot hold, before
+   *  any byte of it is read (`size`: the file's size, when `total` stands for "failed"). */
+  assertFits(total, size = total) {
+    if (total >= 2 ** 32) {
+      throw new WasmindError(2, `the model (${size} bytes) does not fit in the module's memory ` +
+        `(${this.memory.buffer.byteLength} bytes now; a wasm32 memory grows to 4 GiB at most)`);
+    }
+  }
   /** Copies `data` (bytes or a typed array) to `ptr` (a fresh view: memory may have grown). */
   copyIn(ptr, data) {
     const src = new Uint8Array(data.buffer ?? data, data.byteOffset ?? 0, data.byteLength);
@@ -213,12 +221,9 @@ export class WasmindModule {
    *  `finish(options)` hands the block to load_model (as loadModel; returns modelInfo()),
    *  `abort()` frees it. Threaded: the shared memory's maximum must hold it (memoryFor(total)). */
   beginLoad(total) {
-    // wasm32 memory holds 4 GiB at most: a larger file is refused before anything is copied.
-    const ptr = total < 2 ** 32 ? this.exports.alloc(total) : 0;
-    if (ptr === 0) {
-      throw new WasmindError(2, `the model (${total} bytes) does not fit in the module's memory ` +
-        `(${this.memory.buffer.byteLength} bytes now; a wasm32 memory grows to 4 GiB at most)`);
-    }
+    this.assertFits(total);
+    const ptr = this.exports.alloc(total);
+    if (ptr === 0) this.assertFits(Infinity, total);
     let at = 0, open = true;
     const end = () => { if (!open) throw new Error('this load is over'); open = false; };
     return {

@@ -144,7 +144,15 @@ test('index.js over HTTP in Node: streamed (never a whole copy in the heap); no 
   const { createReadStream, statSync } = await import('node:fs');
   const { fileURLToPath } = await import('node:url');
   const file = fileURLToPath(MODEL_PATH), size = statSync(file).size;
+  let hugeBytesSent = 0;
   const server = await serve({ port: 0, files: { '/m.gguf': file }, intercept: (req, res, url) => {
+    if (url.pathname === '/huge.gguf') { // 5 GB announced: refused before the body is read
+      res.writeHead(200, { 'Content-Type': 'application/octet-stream', 'Content-Length': String(5e9) });
+      const block = new Uint8Array(1 << 16);
+      const more = () => { while (!res.destroyed) { hugeBytesSent += block.length; if (!res.write(block)) break; } };
+      res.on('drain', more); more();
+      return true;
+    }
     if (url.pathname !== '/chunked.gguf') return false;
     res.writeHead(200, { 'Content-Type': 'application/octet-stream' }); // no length: chunked
     createReadStream(file).pipe(res);
@@ -161,6 +169,11 @@ test('index.js over HTTP in Node: streamed (never a whole copy in the heap); no 
     // not yet collected (the Chromium test measures after a GC: ~1 MB). A whole copy of the file
     // in JS would add at least its size.
     assert.ok(u.peakLoadHeap - u.loadHeapBase < size / 2, `the load added ${u.peakLoadHeap - u.loadHeapBase} bytes`);
+    const t0 = Date.now();
+    await assert.rejects(ai.load(`${base}/huge.gguf`, { cache: false }),
+      (e) => e.status === 'OUT_OF_MEMORY' && /the model \(5000000000 bytes\) does not fit/.test(e.message));
+    t.diagnostic(`a 5 GB model URL: refused after ${Date.now() - t0} ms, ${hugeBytesSent} bytes sent by the server`);
+    assert.ok(Date.now() - t0 < 5000 && hugeBytesSent < 64 << 20, `${hugeBytesSent} bytes sent before the refusal`);
     const chunked = await ai.load(`${base}/chunked.gguf`, { context: 256 });
     assert.equal(chunked.bytes, size);
     const r = await reply(ai, [{ role: 'user', content: 'What is the capital of France?' }]);
