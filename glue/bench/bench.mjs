@@ -1,18 +1,19 @@
 // bench.mjs: throughput of the real .wasm modules in Node through glue/wasmind.js, one JSON
 // object per line on stdout (the same fields as host-tests' `bench`). `cargo xtask bench` runs it.
 //
-//   node glue/bench/bench.mjs llm      --model M.gguf --prompt-file P.txt [--gen 128] [--threads 0,1,2,4,8] [--reps 3]
+//   node glue/bench/bench.mjs llm      --model M.gguf --prompt-file P.txt [--long-prompt-file L.txt] [--gen 128] [--threads 0,1,2,4,8] [--reps 3]
 //   node glue/bench/bench.mjs tokenize --model M.gguf --texts T.json [--min-secs 1]
 //   node glue/bench/bench.mjs embed    --model DIR --texts T.json --set NAME [--threads 0,1,2] [--min-secs 1]
 //
 // `--threads 0` is the single-threaded module; N >= 1 the threaded one with N - 1 helper workers.
 // `--dist DIR` takes the two .wasm files from DIR instead of dist/.
-// Inputs are copied into linear memory once; the timed loops contain only export calls (and, for
-// decode, the argmax over the logits that any host does to pick the next token).
+// Inputs are copied into linear memory once; the timed loops contain only export calls
+// (measure.mjs: the LLM measurement, shared with the Chromium bench).
 import { readFile } from 'node:fs/promises';
 import { pathToFileURL } from 'node:url';
 import { loadavg } from 'node:os';
 import { load, memoryFor } from '../wasmind.js';
+import { check, median, measureLlm, putText } from './measure.mjs';
 
 const [cmd, ...rest] = process.argv.slice(2);
 const opt = (name, dflt) => { const i = rest.indexOf(name); return i >= 0 ? rest[i + 1] : dflt; };
@@ -22,7 +23,6 @@ function fail(msg) { console.error(`bench.mjs: ${msg}`); process.exit(1); }
 
 const emit = (v) => console.log(JSON.stringify({ ...v, engine: 'node', loadavg: loadavg()[0] }));
 const moduleName = (t) => (t === 0 ? 'wasmind.wasm' : 'wasmind-mt.wasm');
-const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
 const now = () => performance.now() / 1000;
 
 const DIST = opt('--dist') && pathToFileURL(opt('--dist').replace(/\/?$/, '/'));
@@ -32,66 +32,14 @@ async function open(threads, maxMemory) {
   return threads === 0 ? load({ threaded: false, ...dist }) : load({ threaded: true, threads, maxMemory, ...dist });
 }
 
-function check(wm, rc, what) {
-  if (rc < 0) throw new Error(`${what} failed (${rc}): ${wm.lastError()}`);
-  return rc;
-}
-
-function putText(wm, s) {
-  const b = new TextEncoder().encode(s);
-  return [b.length ? wm.put(b) : wm.exports.alloc(1), b.length];
-}
-
-function tokenizeIn(wm, text, flags) {
-  const [p, n] = putText(wm, text);
-  const cap = n + 8, out = wm.exports.alloc(cap * 4);
-  const count = check(wm, wm.exports.tokenize(p, n, flags, out, cap), 'tokenize');
-  return { ptr: out, n: count };
-}
-
 async function llm() {
   const modelBytes = await readFile(need('--model'));
   const prompt = await readFile(need('--prompt-file'), 'utf8');
+  const longPrompt = opt('--long-prompt-file') && await readFile(opt('--long-prompt-file'), 'utf8');
   const gen = Number(opt('--gen', 128)), reps = Number(opt('--reps', 3));
   for (const threads of threadList('0,1,2,4,8')) {
     const wm = await open(threads, memoryFor(modelBytes.length) + 64 * 2 ** 20);
-    const x = wm.exports;
-    x.set_context(1024);
-    check(wm, x.load_model(wm.put(modelBytes), modelBytes.length), 'load_model');
-    const infoLen = check(wm, x.model_info(), 'model_info'); // then result_ptr: the buffer may move
-    const vocab = JSON.parse(new TextDecoder().decode(wm.bytes(x.result_ptr(), infoLen))).vocab;
-    const ids = tokenizeIn(wm, prompt, 3); // add BOS/EOS per metadata, parse special tokens
-    const argmax = (ptr) => {
-      const l = new Float32Array(wm.memory.buffer, ptr, vocab);
-      let best = 0;
-      for (let i = 1; i < vocab; i++) if (l[i] > l[best]) best = i;
-      return best;
-    };
-    const pre = [], dec = [];
-    let generated = [];
-    for (let rep = 0; rep <= reps; rep++) {
-      check(wm, x.reset(), 'reset');
-      let t0 = now();
-      check(wm, x.prefill(ids.ptr, ids.n), 'prefill');
-      const prefillS = now() - t0;
-      let ptr = x.logits();
-      const genNow = rep === 0 ? 8 : gen, out = [];
-      t0 = now();
-      for (let i = 0; i < genNow; i++) {
-        const next = argmax(ptr);
-        out.push(next);
-        ptr = x.step(next);
-        if (ptr === 0) throw new Error(`step failed: ${wm.lastError()}`);
-      }
-      const decodeS = now() - t0;
-      if (rep > 0) { pre.push(ids.n / prefillS); dec.push(genNow / decodeS); generated = out; }
-    }
-    emit({
-      bench: 'llm', module: moduleName(threads), threads, prompt_tokens: ids.n, gen_tokens: gen, reps,
-      prefill_tok_s: Math.max(...pre), prefill_tok_s_median: median(pre),
-      decode_tok_s: Math.max(...dec), decode_tok_s_median: median(dec),
-      prefill_all: pre, decode_all: dec, generated_head: generated.slice(0, 16),
-    });
+    emit({ bench: 'llm', module: moduleName(threads), threads, ...measureLlm(wm, { modelBytes, prompt, longPrompt, gen, reps }) });
     await wm.close();
   }
 }

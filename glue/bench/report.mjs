@@ -37,7 +37,7 @@ async function results(dir, name) {
   const p = `${dir}/${name}.json`;
   return existsSync(p) ? JSON.parse(await readFile(p, 'utf8')) : [];
 }
-const ENGINE = { wasmtime: 'wasmind · wasmtime', node: 'wasmind · Node', wllama: 'wllama · Chromium', native: 'llama.cpp native' };
+const ENGINE = { wasmtime: 'wasmind · wasmtime', node: 'wasmind · Node', native: 'llama.cpp native' };
 
 async function report(dir) {
   const out = [];
@@ -48,28 +48,46 @@ async function report(dir) {
   if (llm.length) {
     const ok = llm.filter((r) => !r.error);
     const r0 = ok[0] ?? {};
-    say(`## LLM: SmolLM2-135M-Instruct Q4_1, prompt ${r0.prompt_tokens} tokens (batched prefill), greedy decode of ${r0.gen_tokens} tokens`);
+    say(`## LLM: SmolLM2-135M-Instruct Q4_1, prompt ${r0.prompt_tokens} tokens (batched prefill), greedy decode of ${r0.gen_tokens} tokens; time to first token of a ${r0.long_prompt_tokens ?? '~1,000'}-token prompt`);
     say();
-    // The thread count a row stands for: wasmind's 0 (single-threaded module) and wllama's
-    // non-isolated page (its single-thread runtime) are "1 thread" for the comparisons.
-    const key = (r) => (r.engine === 'wllama' ? (r.requested_threads === 0 ? 0 : r.threads) : r.threads);
+    // In the browser, where users run it: wasmind and wllama on the same page server, interleaved.
+    // Thread count 0 is the page without COOP/COEP (single-threaded module / runtime).
+    const web = ok.filter((r) => r.engine === 'chromium');
+    if (web.length) {
+      const at = (e, t) => web.find((r) => r.browser_engine === e && r.requested_threads === t);
+      const bestWllama = (t, k, low = false) => {
+        const xs = ['wllama2', 'wllama3'].map((e) => at(e, t)?.[k]).filter((x) => x != null);
+        return xs.length ? (low ? Math.min(...xs) : Math.max(...xs)) : null;
+      };
+      say('### Chromium (headless, Debian), interleaved rounds, best round');
+      say();
+      say(table(['engine', 'module', 'threads', 'prefill tok/s', 'decode tok/s', 'decode median', 'TTFT ms', 'peak MB',
+        'decode vs 1T', 'prefill vs best wllama', 'decode vs best wllama', 'TTFT: best wllama ÷ this', 'load'],
+      web.map((r) => {
+        const own1 = at(r.browser_engine, 1) ?? at(r.browser_engine, 0), wasmind = r.browser_engine === 'wasmind';
+        return [r.browser_engine, r.module, r.requested_threads, f(r.prefill_tok_s), f(r.decode_tok_s), f(r.decode_tok_s_median),
+          f(r.ttft_ms, 0), f(r.peak_rss_mb, 0), ratio(r.decode_tok_s, own1?.decode_tok_s),
+          wasmind ? ratio(r.prefill_tok_s, bestWllama(r.requested_threads, 'prefill_tok_s')) : '',
+          wasmind ? ratio(r.decode_tok_s, bestWllama(r.requested_threads, 'decode_tok_s')) : '',
+          wasmind ? ratio(bestWllama(r.requested_threads, 'ttft_ms', true), r.ttft_ms) : '', f(r.loadavg, 2)];
+      })));
+      say();
+    }
+    // wasmind in its other hosts, and native llama.cpp (a different host kind: no wllama ratio).
+    const key = (r) => r.threads;
     const peer = (engine, t) => ok.filter((r) => r.engine === engine && Math.max(1, key(r)) === Math.max(1, t))
       .sort((x, y) => y.decode_tok_s - x.decode_tok_s)[0];
     const one = (engine) => ok.filter((r) => r.engine === engine && Math.max(1, key(r)) === 1).sort((x, y) => y.decode_tok_s - x.decode_tok_s)[0];
-    const rows = ok.map((r) => {
-      const wl = peer('wllama', key(r)), nat = peer('native', key(r)), base = one(r.engine);
-      return [ENGINE[r.engine] ?? r.engine, r.module,
-        key(r), f(r.prefill_tok_s), f(r.decode_tok_s), f(r.decode_tok_s_median),
-        ratio(r.decode_tok_s, base?.decode_tok_s), r.engine === 'wllama' ? '' : ratio(r.decode_tok_s, wl?.decode_tok_s),
-        r.engine === 'wllama' ? '' : ratio(r.prefill_tok_s, wl?.prefill_tok_s), ratio(r.decode_tok_s, nat?.decode_tok_s), f(r.loadavg, 2)];
+    const rows = ok.filter((r) => r.engine !== 'chromium').map((r) => {
+      const nat = peer('native', key(r)), base = one(r.engine);
+      return [ENGINE[r.engine] ?? r.engine, r.module, key(r), f(r.prefill_tok_s), f(r.decode_tok_s), f(r.decode_tok_s_median),
+        f(r.ttft_ms, 0), ratio(r.decode_tok_s, base?.decode_tok_s), ratio(r.prefill_tok_s, nat?.prefill_tok_s),
+        ratio(r.decode_tok_s, nat?.decode_tok_s), f(r.loadavg, 2)];
     });
-    say(table(['engine', 'module', 'threads', 'prefill tok/s', 'decode tok/s', 'decode median', 'decode vs own 1T',
-      'decode vs wllama', 'prefill vs wllama', 'decode vs native', 'load'], rows));
-    const best = (e, k) => Math.max(0, ...ok.filter((r) => r.engine === e).map((r) => r[k]));
+    say('### Node, wasmtime and native llama.cpp');
     say();
-    for (const e of ['wasmtime', 'node']) {
-      say(`best ${ENGINE[e]}: decode ${f(best(e, 'decode_tok_s'))} tok/s = ${ratio(best(e, 'decode_tok_s'), best('wllama', 'decode_tok_s'))} best wllama, ${ratio(best(e, 'decode_tok_s'), best('native', 'decode_tok_s'))} best native; prefill ${f(best(e, 'prefill_tok_s'))} tok/s = ${ratio(best(e, 'prefill_tok_s'), best('wllama', 'prefill_tok_s'))} wllama, ${ratio(best(e, 'prefill_tok_s'), best('native', 'prefill_tok_s'))} native`);
-    }
+    say(table(['engine', 'module', 'threads', 'prefill tok/s', 'decode tok/s', 'decode median', 'TTFT ms', 'decode vs own 1T',
+      'prefill vs native', 'decode vs native', 'load'], rows));
     errors(llm);
     say();
   }

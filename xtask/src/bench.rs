@@ -7,10 +7,12 @@
 //!
 //! Runs, one after another (never two at once: they would share the cores):
 //! - `llm`: SmolLM2-135M Q4_1, one ChatML prompt, batched prefill then greedy decode of `--gen`
-//!   tokens. wasmind in wasmtime (`host-tests` bin `bench`) and in Node (glue/bench/bench.mjs)
-//!   for each thread count (0 = the single-threaded module); peers: wllama (llama.cpp compiled to
-//!   wasm, npm `@wllama/wllama`, in headless Chromium) and native llama.cpp (the prebuilt x64
-//!   binary in npm `node-llama-cpp`).
+//!   tokens, and the time to the first token of a ~1,000-token prompt. wasmind in wasmtime
+//!   (`host-tests` bin `bench`) and in Node (glue/bench/bench.mjs) for each thread count (0 = the
+//!   single-threaded module); in headless Chromium (glue/bench/chromium.mjs) wasmind beside its
+//!   peer wllama 2.4.0 and 3.13.0 (llama.cpp compiled to wasm, npm `@wllama/wllama`) at 0, 1, 2
+//!   threads, interleaved, with the renderer's peak memory; and native llama.cpp (the prebuilt
+//!   x64 binary in npm `node-llama-cpp`).
 //! - `grammar`: the same model, greedy chat replies of up to `--gen` tokens with no grammar,
 //!   the JSON-object grammar and a nested JSON schema (wasmtime, 2 threads): what the grammar
 //!   check and the masked draws cost (the target is >= 0.8x unconstrained decode).
@@ -42,6 +44,16 @@ You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>
 Here is a short passage. The river town woke slowly: bakers lit their ovens before dawn, fishermen checked nets by lantern light, and the first ferry sounded its horn across the fog. By noon the market square was full of voices, carts and the smell of bread. Children ran between stalls while traders argued over the price of apples, wool and copper pots. In the evening the lamps came on one by one along the quay. Write a long, detailed story that continues this passage, describing the people of the town, their work, and what happens to them over one year.<|im_end|>
 <|im_start|>assistant
 ";
+
+/// The prompt for the time to the first token: PROMPT with its passage eleven times (about
+/// 1,000 tokens with SmolLM2's vocabulary).
+fn long_prompt_text() -> String {
+    let passage = PROMPT
+        .split_once("Here is a short passage. ")
+        .and_then(|(_, rest)| rest.split_once(" Write a long"))
+        .map_or("", |(p, _)| p);
+    PROMPT.replacen(passage, &[passage; 11].join(" "), 1)
+}
 
 struct Options {
     groups: Vec<String>,
@@ -186,6 +198,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
     // Inputs every engine reads: the prompt, the corpus, short sentences cut from the corpus.
     let prompt = inputs.join("prompt.txt");
     std::fs::write(&prompt, PROMPT).map_err(|e| e.to_string())?;
+    let long_prompt = inputs.join("long-prompt.txt");
+    std::fs::write(&long_prompt, long_prompt_text()).map_err(|e| e.to_string())?;
     let short = inputs.join("short.json");
     status(
         "bench inputs",
@@ -257,15 +271,25 @@ pub fn run(args: &[String]) -> Result<(), String> {
                     c.arg("llm")
                         .args(["--threads", &o.threads])
                         .arg("--dist")
-                        .arg(&dist);
+                        .arg(&dist)
+                        .arg("--long-prompt-file")
+                        .arg(&long_prompt);
                     common(&mut c, &o.reps);
                     collect(label, &mut c, &mut results);
                 }
+                // Where users run it: wasmind and wllama side by side in Chromium, interleaved.
+                let mut c = node("chromium.mjs");
+                let engines = if o.peers {
+                    "wasmind,wllama2,wllama3"
+                } else {
+                    "wasmind"
+                };
+                c.args(["--threads", "0,1,2", "--engines", engines])
+                    .arg("--long-prompt-file")
+                    .arg(&long_prompt);
+                common(&mut c, &wllama_reps);
+                collect("Chromium", &mut c, &mut results);
                 if o.peers {
-                    let mut c = node("wllama.mjs");
-                    c.args(["--threads", "0,1,2"]);
-                    common(&mut c, &wllama_reps);
-                    collect("wllama in Chromium", &mut c, &mut results);
                     let mut c = node("native.mjs");
                     // Not past the cores: llama.cpp's spinning thread pool collapses when
                     // oversubscribed (measured here: 4 threads on 2 cores, one rep of 148 + 32
