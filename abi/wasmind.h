@@ -69,6 +69,8 @@ WASMIND_API void        pool_shutdown(void);               /* driver; releases e
 WASMIND_API int32_t     pool_selftest(uint32_t jobs, uint32_t seed, uint32_t max_threads);
 /* diagnostics: helper `id` fails in the next chunk it claims (kind 1 traps, 2 sleeps for ever, 0 clears) */
 WASMIND_API int32_t     pool_inject_fault(uint32_t id, uint32_t kind);
+/* diagnostics: reads len bytes passes times on the pool's threads (bandwidth); a checksum */
+WASMIND_API int32_t     stream_read(wasmind_ptr data, uint32_t len, uint32_t passes);
 
 /* tokenize flags */
 #define WASMIND_TOKENIZE_ADD_SPECIAL   1 /* BOS/EOS as the model's metadata says */

@@ -228,6 +228,18 @@ pub extern "C" fn pool_selftest(jobs: u32, seed: u32, max_threads: u32) -> i32 {
     status(pool::selftest(jobs, seed, max_threads).map(|c| (c & 0x7FFF_FFFF) as i32))
 }
 
+/// Diagnostics: reads `len` bytes at `ptr` `passes` times on the pool's threads (streaming read
+/// bandwidth, timed by the host); returns the wrapping sum of their u32 words & 0x7FFFFFFF.
+#[unsafe(no_mangle)]
+pub extern "C" fn stream_read(ptr: *const u8, len: usize, passes: u32) -> i32 {
+    // SAFETY: the host passes memory it owns.
+    status(
+        unsafe { bytes(ptr, len) }
+            .and_then(|data| crate::probe::stream_read(data, passes))
+            .map(|s| (s & 0x7FFF_FFFF) as i32),
+    )
+}
+
 // ---------------------------------------------------------------------------------------------
 // Math (diagnostics: lets a host test the hand-written functions inside the module)
 

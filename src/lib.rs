@@ -19,7 +19,8 @@
 //!
 //! Under all of it: [`error`] (status codes and messages), [`state`] (the shared block at a
 //! fixed address: pool words, stop flag, last error), [`math`] (hand-written `exp`/`log`/
-//! `sin`/`cos`), [`pool`] (every kernel split across helper instances on this memory).
+//! `sin`/`cos`), [`pool`] (every kernel split across helper instances on this memory),
+//! [`probe`] (streaming read bandwidth, for the bench).
 //! [`abi`] (wasm only) is the thin `extern "C"` shell over [`engine`].
 //!
 //! The same crate compiles for the host (`cargo test`), where everything but `abi` and the
@@ -60,6 +61,7 @@ pub mod error;
 pub mod state;
 pub mod math;
 pub mod pool;
+pub mod probe;
 
 pub mod wasm_alloc;
 pub mod gguf;

@@ -12,7 +12,9 @@
 // Per row: prefill and decode tok/s; `ttft_ms`, the time to the first token of the long prompt
 // (its prefill and the pick of a token; wllama 3: the wall time of a one-token completion);
 // `peak_rss_mb`, the renderer process's peak resident memory (VmHWM, workers included: each run
-// gets a fresh browser context, so a fresh renderer). wllama 3 figures are llama.cpp's own
+// gets a fresh browser context, so a fresh renderer); for wasmind the streaming read bandwidth
+// inside the module at that thread count and decode as a fraction of the ceiling it sets
+// (bandwidth ÷ the weight bytes a token reads). wllama 3 figures are llama.cpp's own
 // timings, the others are timed in the page or worker. Thread count 0 is the page served without
 // COOP/COEP: wasmind's single-threaded module, wllama's single-thread runtime; N >= 1 an
 // isolated page with N threads (wasmind: the threaded module with N - 1 helper workers).
@@ -189,6 +191,11 @@ for (const [key, rounds] of runs) {
     decode_tok_s: Math.max(...dec), decode_tok_s_median: median(dec),
     long_prompt_tokens: r.long_prompt_tokens, ttft_ms: ttft.length ? Math.min(...ttft) : null,
     peak_rss_mb: Math.max(...ok.map((x) => x.peak_rss_mb)),
+    ...(r.stream_gb_s ? {
+      stream_gb_s: Math.max(...ok.map((x) => x.stream_gb_s)), weight_bytes_per_token: r.weight_bytes_per_token,
+      decode_ceiling_tok_s: Math.max(...ok.map((x) => x.decode_ceiling_tok_s)),
+      decode_of_ceiling: Math.max(...dec) / Math.max(...ok.map((x) => x.decode_ceiling_tok_s)),
+    } : {}),
     prefill_all: pre, decode_all: dec, ttft_all: ttft, loadavg: Math.max(...ok.map((x) => x.loadavg)),
   }));
 }

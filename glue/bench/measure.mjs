@@ -24,6 +24,26 @@ function tokenizeIn(wm, text, flags) {
   return { ptr: out, n: count };
 }
 
+/** Streaming read bandwidth inside the module, on its pool's threads (the `stream_read`
+ *  export over a `mib` MiB buffer, filled first so no page is the shared zero page): bytes/s,
+ *  the best of `rounds` timed rounds of `passes` reads each. */
+export function measureBandwidth(wm, { mib = 128, passes = 4, rounds = 5 } = {}) {
+  const x = wm.exports, len = mib * 2 ** 20;
+  const ptr = x.alloc(len);
+  if (ptr === 0) throw new Error(`stream_read: no room for ${mib} MiB`);
+  try {
+    new Uint8Array(wm.memory.buffer, ptr, len).fill(0x5a);
+    check(wm, x.stream_read(ptr, len, 1), 'stream_read'); // warm-up
+    let best = 0;
+    for (let r = 0; r < rounds; r++) {
+      const t0 = now();
+      check(wm, x.stream_read(ptr, len, passes), 'stream_read');
+      best = Math.max(best, len * passes / (now() - t0));
+    }
+    return best;
+  } finally { x.free(ptr, len); }
+}
+
 /**
  * Loads `modelBytes` and measures, `reps` times after one warm-up round: batched prefill of
  * `prompt`, greedy decode of `gen` tokens, and (with `longPrompt`) the time to the first token of
@@ -31,10 +51,12 @@ function tokenizeIn(wm, text, flags) {
  */
 export function measureLlm(wm, { modelBytes, prompt, longPrompt, gen, reps, context = 2048 }) {
   const x = wm.exports;
+  const bandwidth = typeof x.stream_read === 'function' ? measureBandwidth(wm) : null;
   x.set_context(context);
   check(wm, x.load_model(wm.put(modelBytes), modelBytes.length), 'load_model');
   const infoLen = check(wm, x.model_info(), 'model_info'); // then result_ptr: the buffer may move
-  const vocab = JSON.parse(new TextDecoder().decode(wm.bytes(x.result_ptr(), infoLen))).vocab;
+  const info = JSON.parse(new TextDecoder().decode(wm.bytes(x.result_ptr(), infoLen)));
+  const vocab = info.vocab;
   const ids = tokenizeIn(wm, prompt, 3); // add BOS/EOS per metadata, parse special tokens
   const long = longPrompt ? tokenizeIn(wm, longPrompt, 3) : null;
   const argmax = (ptr) => {
@@ -75,5 +97,11 @@ export function measureLlm(wm, { modelBytes, prompt, longPrompt, gen, reps, cont
     decode_tok_s: Math.max(...dec), decode_tok_s_median: median(dec),
     prefill_all: pre, decode_all: dec, generated_head: generated.slice(0, 16),
     ...(long ? { long_prompt_tokens: long.n, ttft_ms: Math.min(...ttft), ttft_all: ttft } : {}),
+    // Decode reads every weight once a token: its ceiling is bandwidth ÷ bytes per token.
+    ...(bandwidth && info.weight_bytes_per_token ? {
+      stream_gb_s: bandwidth / 1e9, weight_bytes_per_token: info.weight_bytes_per_token,
+      decode_ceiling_tok_s: bandwidth / info.weight_bytes_per_token,
+      decode_of_ceiling: Math.max(...dec) / (bandwidth / info.weight_bytes_per_token),
+    } : {}),
   };
 }

@@ -51,7 +51,8 @@ async function report(dir) {
     say(`## LLM: SmolLM2-135M-Instruct Q4_1, prompt ${r0.prompt_tokens} tokens (batched prefill), greedy decode of ${r0.gen_tokens} tokens; time to first token of a ${r0.long_prompt_tokens ?? '~1,000'}-token prompt`);
     say();
     // In the browser, where users run it: wasmind and wllama on the same page server, interleaved.
-    // Thread count 0 is the page without COOP/COEP (single-threaded module / runtime).
+    // Thread count 0 is the page without COOP/COEP (single-threaded module / runtime). "decode ÷
+    // ceiling": decode tok/s over (streaming read GB/s in the module ÷ weight bytes per token).
     const web = ok.filter((r) => r.engine === 'chromium');
     if (web.length) {
       const at = (e, t) => web.find((r) => r.browser_engine === e && r.requested_threads === t);
@@ -62,11 +63,11 @@ async function report(dir) {
       say('### Chromium (headless, Debian), interleaved rounds, best round');
       say();
       say(table(['engine', 'module', 'threads', 'prefill tok/s', 'decode tok/s', 'decode median', 'TTFT ms', 'peak MB',
-        'decode vs 1T', 'prefill vs best wllama', 'decode vs best wllama', 'TTFT: best wllama ÷ this', 'load'],
+        'read GB/s', 'decode ÷ ceiling', 'decode vs 1T', 'prefill vs best wllama', 'decode vs best wllama', 'TTFT: best wllama ÷ this', 'load'],
       web.map((r) => {
         const own1 = at(r.browser_engine, 1) ?? at(r.browser_engine, 0), wasmind = r.browser_engine === 'wasmind';
         return [r.browser_engine, r.module, r.requested_threads, f(r.prefill_tok_s), f(r.decode_tok_s), f(r.decode_tok_s_median),
-          f(r.ttft_ms, 0), f(r.peak_rss_mb, 0), ratio(r.decode_tok_s, own1?.decode_tok_s),
+          f(r.ttft_ms, 0), f(r.peak_rss_mb, 0), f(r.stream_gb_s), f(r.decode_of_ceiling, 2), ratio(r.decode_tok_s, own1?.decode_tok_s),
           wasmind ? ratio(r.prefill_tok_s, bestWllama(r.requested_threads, 'prefill_tok_s')) : '',
           wasmind ? ratio(r.decode_tok_s, bestWllama(r.requested_threads, 'decode_tok_s')) : '',
           wasmind ? ratio(bestWllama(r.requested_threads, 'ttft_ms', true), r.ttft_ms) : '', f(r.loadavg, 2)];
@@ -81,12 +82,12 @@ async function report(dir) {
     const rows = ok.filter((r) => r.engine !== 'chromium').map((r) => {
       const nat = peer('native', key(r)), base = one(r.engine);
       return [ENGINE[r.engine] ?? r.engine, r.module, key(r), f(r.prefill_tok_s), f(r.decode_tok_s), f(r.decode_tok_s_median),
-        f(r.ttft_ms, 0), ratio(r.decode_tok_s, base?.decode_tok_s), ratio(r.prefill_tok_s, nat?.prefill_tok_s),
+        f(r.ttft_ms, 0), f(r.stream_gb_s), f(r.decode_of_ceiling, 2), ratio(r.decode_tok_s, base?.decode_tok_s), ratio(r.prefill_tok_s, nat?.prefill_tok_s),
         ratio(r.decode_tok_s, nat?.decode_tok_s), f(r.loadavg, 2)];
     });
     say('### Node, wasmtime and native llama.cpp');
     say();
-    say(table(['engine', 'module', 'threads', 'prefill tok/s', 'decode tok/s', 'decode median', 'TTFT ms', 'decode vs own 1T',
+    say(table(['engine', 'module', 'threads', 'prefill tok/s', 'decode tok/s', 'decode median', 'TTFT ms', 'read GB/s', 'decode ÷ ceiling', 'decode vs own 1T',
       'prefill vs native', 'decode vs native', 'load'], rows));
     errors(llm);
     say();

@@ -222,7 +222,8 @@ impl LlmEngine {
                 .uint("train_context", c.train_context as u64)
                 .float32("rope_base", c.rope_base)
                 .float32("rms_eps", c.rms_eps)
-                .uint("kv_cache_bytes", m.kv_cache_bytes() as u64);
+                .uint("kv_cache_bytes", m.kv_cache_bytes() as u64)
+                .uint("weight_bytes_per_token", m.weight_bytes_per_token() as u64);
             // The attention of each layer, the window and local RoPE base where there are
             // local layers, the activation, and the bytes of matrices quantized at load.
             o.strings(

@@ -488,6 +488,28 @@ impl<'a> Model<'a> {
         (self.k_cache.len() + self.v_cache.len()) * 4
     }
 
+    /// Bytes of weights one decode step reads: every layer's matrices and norms, the output
+    /// norm and matrix, and one row of the token embedding (the bandwidth ceiling's numerator).
+    pub fn weight_bytes_per_token(&self) -> usize {
+        let norms = |v: &[&Vec<f32>]| v.iter().map(|n| n.len() * 4).sum::<usize>();
+        let layers: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]
+                    .iter()
+                    .map(|m| m.data.len())
+                    .sum::<usize>()
+                    + norms(&[&l.attn_norm, &l.ffn_norm])
+                    + l.post_attn_norm.as_ref().map_or(0, |n| n.len() * 4)
+                    + l.post_ffn_norm.as_ref().map_or(0, |n| n.len() * 4)
+                    + l.bias.as_ref().map_or(0, |b| norms(&[&b[0], &b[1], &b[2]]))
+                    + l.qk_norm.as_ref().map_or(0, |q| norms(&[&q[0], &q[1]]))
+            })
+            .sum();
+        layers + self.output.data.len() + self.output_norm.len() * 4 + self.token_embd.row_bytes
+    }
+
     /// Forgets the cache.
     pub fn reset(&mut self) {
         self.pos = 0;
