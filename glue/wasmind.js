@@ -49,16 +49,26 @@ async function defaultThreads() {
 }
 
 /** A module file from `dist/`; a missing one is an error that says how to build it. */
-async function readModule(url) {
+/** The compiled module at `url` and its bytes (the import section gives the memory's minimum).
+ *  A browser compiles the response as it streams in (`compileStreaming`), which also lets it
+ *  reuse its cached machine code for a cacheable response on later visits. */
+async function compileModule(url) {
   const missing = (why) => new Error(`wasmind: cannot read the module ${url} (${why}); ` +
     'build dist/ with `cargo xtask dist`, or pass `dist` (the URL of a folder with wasmind.wasm and wasmind-mt.wasm)');
   if (isNode) {
-    try { return await (await import('node:fs/promises')).readFile(url); }
+    let bytes;
+    try { bytes = await (await import('node:fs/promises')).readFile(url); }
     catch (e) { throw missing(e.code ?? e.message); }
+    return { module: await WebAssembly.compile(bytes), bytes };
   }
   const r = await fetch(url);
   if (!r.ok) throw missing(`HTTP ${r.status}`);
-  return new Uint8Array(await r.arrayBuffer());
+  if (typeof WebAssembly.compileStreaming === 'function' && r.headers.get('Content-Type')?.startsWith('application/wasm')) {
+    const [module, bytes] = await Promise.all([WebAssembly.compileStreaming(r.clone()), r.arrayBuffer()]);
+    return { module, bytes: new Uint8Array(bytes) };
+  }
+  const bytes = new Uint8Array(await r.arrayBuffer()); // a server without the wasm MIME type
+  return { module: await WebAssembly.compile(bytes), bytes };
 }
 
 /** Minimum pages of the module's imported memory, read from its import section (id 2). */
@@ -110,8 +120,7 @@ function within(promise, ms, what) {
  */
 export async function load({ threads, threaded = canUseThreads(), maxMemory = 256 * MiB, dist = DIST } = {}) {
   threads = threaded ? Math.max(1, Math.min(MAX_HELPERS + 1, threads ?? await defaultThreads())) : 1;
-  const bytes = await readModule(new URL(threaded ? 'wasmind-mt.wasm' : 'wasmind.wasm', dist));
-  const module = await WebAssembly.compile(bytes);
+  const { module, bytes } = await compileModule(new URL(threaded ? 'wasmind-mt.wasm' : 'wasmind.wasm', dist));
   if (!threaded) return new WasmindModule(module, (await WebAssembly.instantiate(module)).exports, null, []);
   const minimum = importedMemoryMinimum(bytes);
   const maximum = Math.min(MAX_PAGES, Math.max(minimum, Math.ceil(maxMemory / PAGE)));
