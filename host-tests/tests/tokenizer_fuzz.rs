@@ -1,9 +1,11 @@
-//! Differential tokenizer corpus: ~29,000 seeded random Unicode strings by code-point class
+//! Differential tokenizer corpus: ~33,000 seeded random Unicode strings by code-point class
 //! (`testdata/tokenizer-fuzz.json.zst`, made once by `testdata/gen_tokenizer_fuzz.py`) through
 //! the native tokenizers, id for id with llama.cpp under the six vocabulary-only GGUF files
 //! (plain, and with special tokens parsed) and with Hugging Face `tokenizers` for the Model2Vec
 //! WordPiece tokenizer. Natively rather than in wasmtime: the same code, and fast enough to run
-//! every string in the suite.
+//! every string in the suite. `WASMIND_TOKENIZER_FUZZ=PATH` checks another file of the same
+//! form instead (the generator's other seeds and scales, for a longer hunt; such a file may
+//! hold fewer vocabularies and no "wordpiece").
 
 mod common;
 use common::*;
@@ -21,10 +23,12 @@ const CORPUS: &str = concat!(
 /// The number of strings the corpus must have per tokenizer (the issue asks for 20,000).
 const MIN_TEXTS: usize = 20_000;
 
-fn corpus() -> Value {
-    let packed = std::fs::read(CORPUS).unwrap_or_else(|e| panic!("{CORPUS}: {e}"));
-    let json = zstd::decode_all(&packed[..]).unwrap_or_else(|e| panic!("{CORPUS}: {e}"));
-    serde_json::from_slice(&json).unwrap()
+/// The corpus, and whether it is the committed one.
+fn corpus() -> (Value, bool) {
+    let path = std::env::var("WASMIND_TOKENIZER_FUZZ").unwrap_or_else(|_| CORPUS.to_string());
+    let packed = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let json = zstd::decode_all(&packed[..]).unwrap_or_else(|e| panic!("{path}: {e}"));
+    (serde_json::from_slice(&json).unwrap(), path == CORPUS)
 }
 
 /// Mismatches of one tokenizer: (text index, ours, reference's, what).
@@ -59,7 +63,12 @@ impl Tally {
             self.checked,
             100.0 * agree as f64 / self.checked.max(1) as f64
         );
-        for (i, ours, want, how) in self.bad.iter().take(8) {
+        // WASMIND_TOKENIZER_FUZZ_SHOW=N lists more of them (a hunt in a large file).
+        let show = std::env::var("WASMIND_TOKENIZER_FUZZ_SHOW")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(8);
+        for (i, ours, want, how) in self.bad.iter().take(show) {
             let class = classes
                 .iter()
                 .find(|c| (c.1..c.2).contains(i))
@@ -75,7 +84,7 @@ impl Tally {
 
 #[test]
 fn random_strings_match_llama_cpp_and_hf_tokenizers() {
-    let r = corpus();
+    let (r, committed) = corpus();
     let texts = strs(&r["texts"]);
     let classes: Vec<(String, usize, usize)> = r["classes"]
         .as_array()
@@ -86,7 +95,11 @@ fn random_strings_match_llama_cpp_and_hf_tokenizers() {
             (c[0].as_str().unwrap().to_string(), n(1), n(2))
         })
         .collect();
-    assert!(texts.len() >= MIN_TEXTS, "{} texts", texts.len());
+    if committed {
+        assert!(texts.len() >= MIN_TEXTS, "{} texts", texts.len());
+        assert_eq!(r["gguf"].as_object().unwrap().len(), 6, "vocabulary files");
+        assert!(r["wordpiece"].is_object(), "no WordPiece ids");
+    }
     println!(
         "{} texts, seed {}, references {}",
         texts.len(),
@@ -98,7 +111,6 @@ fn random_strings_match_llama_cpp_and_hf_tokenizers() {
     let mut ids = Vec::new();
     let mut work = Work::default();
     let files = r["gguf"].as_object().unwrap();
-    assert_eq!(files.len(), 6, "vocabulary files");
     for (file, refs) in files {
         let bytes = read(&format!("models/vocab/{file}"));
         let g = Gguf::parse(&bytes).unwrap();
@@ -123,19 +135,20 @@ fn random_strings_match_llama_cpp_and_hf_tokenizers() {
         tallies.push(tally);
     }
 
-    let wp = &r["wordpiece"];
-    let json = read(wp["tokenizer"].as_str().unwrap());
-    let tok = HfTokenizer::from_json(&json).unwrap();
-    let limit = wp["truncation"].as_u64().unwrap() as usize;
-    let refs = wp["ids"].as_array().unwrap();
-    assert_eq!(refs.len(), texts.len());
-    let mut scratch = HfScratch::default();
-    let mut tally = Tally::new("WordPiece (m2v-minilm-256)");
-    for (i, text) in texts.iter().enumerate() {
-        tok.encode(text, limit, &mut scratch, &mut ids).unwrap();
-        tally.check(i, &ids, &u32s(&refs[i]), "add_special_tokens=False");
+    if let Some(wp) = r.get("wordpiece") {
+        let json = read(wp["tokenizer"].as_str().unwrap());
+        let tok = HfTokenizer::from_json(&json).unwrap();
+        let limit = wp["truncation"].as_u64().unwrap() as usize;
+        let refs = wp["ids"].as_array().unwrap();
+        assert_eq!(refs.len(), texts.len());
+        let mut scratch = HfScratch::default();
+        let mut tally = Tally::new("WordPiece (m2v-minilm-256)");
+        for (i, text) in texts.iter().enumerate() {
+            tok.encode(text, limit, &mut scratch, &mut ids).unwrap();
+            tally.check(i, &ids, &u32s(&refs[i]), "add_special_tokens=False");
+        }
+        tallies.push(tally);
     }
-    tallies.push(tally);
 
     let bad: usize = tallies.iter().map(|t| t.report(&texts, &classes)).sum();
     assert_eq!(
