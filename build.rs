@@ -46,11 +46,37 @@ fn link_arguments() {
     }
 }
 
+/// The Unicode version of llama.cpp's `unicode-data.cpp` (llama-cpp-python 0.3.36, the
+/// references' version): a letter that a later version added (Tulu-Tigalari U+113B5 in 16.0) is
+/// unassigned there, so `\p{L}` does not match it and the split patterns cut elsewhere. (Probed
+/// through llama.cpp: CJK extension I, new in 15.1, is a letter there; nothing of 16.0 is.)
+const ASSIGNED_VERSION: (u8, u8, u8) = (15, 1, 0);
+
+/// The code points assigned by Unicode `version` (Age <= version), as sorted inclusive ranges.
+fn assigned_by(version: (u8, u8, u8)) -> Vec<(u32, u32)> {
+    use regex_syntax::hir::{Class, HirKind};
+    let (a, b, _) = version;
+    let hir = regex_syntax::Parser::new()
+        .parse(&format!("\\p{{Age=V{a}_{b}}}"))
+        .expect("regex-syntax knows the Unicode Age property");
+    let HirKind::Class(Class::Unicode(class)) = hir.kind() else {
+        panic!("\\p{{Age}} is not a class of code points");
+    };
+    class
+        .ranges()
+        .iter()
+        .map(|r| (r.start() as u32, r.end() as u32))
+        .collect()
+}
+
 /// Writes `$OUT_DIR/unicode_tables.rs`, included by `src/unicode.rs`.
 ///
 /// Every table is made by asking its source about each of the 0x110000 code points and
 /// compressing the answers into runs, so nothing here is transcribed by hand:
-/// - general category: `unicode-general-category` (its `UNICODE_VERSION`), surrogates `Cs`;
+/// - general category: `unicode-general-category` (its `UNICODE_VERSION`), surrogates `Cs`,
+///   and `Cn` for every code point that Unicode [`ASSIGNED_VERSION`] had not assigned yet
+///   (Age from `regex-syntax`): the category serves the BPE pre-tokenizers, which must see text
+///   as llama.cpp's tables (`unicode-data.cpp`, generated from that version) do;
 /// - White_Space and the full lowercase mapping: Rust's own `char::is_whitespace` and
 ///   `char::to_lowercase` (`char::UNICODE_VERSION` of the compiler that runs this script);
 /// - the BERT classes, NFD and canonical combining classes: exactly the crates that Hugging
@@ -70,6 +96,12 @@ fn generate_unicode_tables() {
     writeln!(
         w,
         "pub const CATEGORY_UNICODE_VERSION: (u8, u8, u8) = ({a}, {b}, {c});"
+    )
+    .unwrap();
+    let (a, b, c) = ASSIGNED_VERSION;
+    writeln!(
+        w,
+        "pub const ASSIGNED_UNICODE_VERSION: (u8, u8, u8) = ({a}, {b}, {c});"
     )
     .unwrap();
     let (a, b, c) = char::UNICODE_VERSION;
@@ -125,11 +157,17 @@ fn generate_unicode_tables() {
         .unwrap();
     }
 
-    // 1. General category, numbered in the order of `unicode::Category`.
+    // 1. General category, numbered in the order of `unicode::Category`; unassigned (29) where
+    //    ASSIGNED_VERSION had nothing yet.
+    let assigned = assigned_by(ASSIGNED_VERSION);
     let category = |cp: u32| -> u8 {
         let Some(ch) = char::from_u32(cp) else {
             return 27;
         }; // Cs
+        let i = assigned.partition_point(|r| r.1 < cp);
+        if assigned.get(i).is_none_or(|r| r.0 > cp) {
+            return 29;
+        }
         match get_general_category(ch) {
             G::UppercaseLetter => 0,
             G::LowercaseLetter => 1,

@@ -6,7 +6,10 @@
 //! Lookups below 0x800 index a direct table; above it they binary-search the runs.
 //!
 //! Sources and their Unicode versions (each stated as a constant below):
-//! - [`category`]: the `unicode-general-category` crate ([`UNICODE_VERSION`]).
+//! - [`category`]: the `unicode-general-category` crate ([`UNICODE_VERSION`]), cut to the code
+//!   points that Unicode [`ASSIGNED_UNICODE_VERSION`] had assigned (later ones are `Cn`): it
+//!   serves the BPE pre-tokenizers, which must class text as llama.cpp's tables do, and those
+//!   are generated from that older version.
 //! - [`is_white_space`], [`to_lowercase`]: Rust's own `char::is_whitespace` / `char::to_lowercase`
 //!   ([`STD_UNICODE_VERSION`]) — the same functions Hugging Face `tokenizers` calls.
 //! - [`nfd`], [`canonical_combining_class`], [`bert`]: the very crates `tokenizers` uses in its
@@ -21,6 +24,9 @@ mod tables {
 
 /// Unicode version of the general category data ([`category`]).
 pub const UNICODE_VERSION: (u8, u8, u8) = tables::CATEGORY_UNICODE_VERSION;
+/// The code points that this Unicode version had not assigned are `Cn` in [`category`]
+/// (llama.cpp's `unicode-data.cpp`).
+pub const ASSIGNED_UNICODE_VERSION: (u8, u8, u8) = tables::ASSIGNED_UNICODE_VERSION;
 /// Unicode version of White_Space and lowercase (Rust's `char`, as compiled into build.rs).
 pub const STD_UNICODE_VERSION: (u8, u8, u8) = tables::STD_UNICODE_VERSION;
 /// Unicode version of the decompositions and combining classes (as Hugging Face tokenizers).
@@ -318,18 +324,47 @@ mod tests {
 
     #[test]
     fn category_matches_the_crate_everywhere() {
+        use regex_syntax::hir::{Class, HirKind};
         use unicode_general_category::{GeneralCategory as G, get_general_category};
+        let hir = regex_syntax::Parser::new().parse(r"\p{Age=V15_1}").unwrap();
+        let HirKind::Class(Class::Unicode(assigned)) = hir.kind() else {
+            panic!("{hir:?}")
+        };
+        let assigned = |cp: u32| {
+            assigned
+                .ranges()
+                .iter()
+                .any(|r| (r.start() as u32..=r.end() as u32).contains(&cp))
+        };
+        let mut cut = 0;
         for cp in 0..0x11_0000u32 {
             let want = match char::from_u32(cp).map(get_general_category) {
                 None => "Cs",
                 Some(G::Unassigned) => "Cn",
+                Some(_) if !assigned(cp) => {
+                    cut += 1;
+                    "Cn"
+                }
                 Some(g) => g.abbreviation(),
             };
             assert_eq!(category(cp).abbreviation(), want, "U+{cp:04X}");
         }
+        // Unicode 16.0 assigned 5,185 code points.
+        assert_eq!(cut, 5185);
+        assert_eq!(
+            category(0x113B5),
+            Category::Cn,
+            "Tulu-Tigalari, new in 16.0"
+        );
+        assert_eq!(
+            category(0x2EBF0),
+            Category::Lo,
+            "CJK extension I, new in 15.1"
+        );
         assert_eq!(category(0x11_0000), Category::Cn);
         assert_eq!(category(u32::MAX), Category::Cn);
         assert_eq!(UNICODE_VERSION, (16, 0, 0));
+        assert_eq!(ASSIGNED_UNICODE_VERSION, (15, 1, 0));
         assert!(category('a' as u32).is_letter() && category('!' as u32).is_punctuation());
     }
 

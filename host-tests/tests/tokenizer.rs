@@ -29,12 +29,7 @@ fn check_file(w: &mut Wasmind, texts: &[&str], refs: &[serde_json::Value], what:
 #[test]
 fn vocabulary_files_match_llama_cpp() {
     let r = json("reference/vocab-reference.json");
-    let texts: Vec<&str> = r["texts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_str().unwrap())
-        .collect();
+    let texts = strs(&r["texts"]);
     assert_eq!(texts.len(), 631);
     let mut w = Wasmind::single_threaded().unwrap();
     for (file, refs) in r["files"].as_object().unwrap() {

@@ -20,7 +20,9 @@
 //! each position (first match wins), as a backtracking engine does.
 //!
 //! Classes follow llama.cpp's tables: `\s` is Unicode White_Space (checked before the general
-//! category), `\p{L}`/`\p{N}`/`\p{P}` are the general-category groups; marks, symbols,
+//! category), `\p{L}`/`\p{N}`/`\p{P}` are the general-category groups of llama.cpp's
+//! Unicode version (`unicode::ASSIGNED_UNICODE_VERSION`; code points added later are
+//! unassigned there); marks, symbols,
 //! separators, controls, private use and unassigned code points are all "other" for these
 //! patterns. The `qwen2` and `default` patterns are not special-cased by llama.cpp but run
 //! through `std::regex` over a text in which each non-ASCII code point is collapsed to one

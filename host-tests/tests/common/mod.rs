@@ -23,6 +23,15 @@ pub fn json(path: &str) -> serde_json::Value {
     serde_json::from_slice(&read(path)).unwrap()
 }
 
+/// A JSON array of strings.
+pub fn strs(v: &serde_json::Value) -> Vec<&str> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect()
+}
+
 pub fn u32s(v: &serde_json::Value) -> Vec<u32> {
     v.as_array()
         .unwrap()
