@@ -36,12 +36,7 @@ unsafe fn bytes<'a>(ptr: *const u8, len: usize) -> Result<&'a [u8]> {
         return Ok(&[]);
     }
     if ptr.is_null() || (ptr as usize).checked_add(len).is_none() {
-        return Err(err!(
-            Status::InvalidArgument,
-            "bad buffer: ptr {:p} len {}",
-            ptr,
-            len
-        ));
+        return Err(bad_buffer(ptr, "len", len));
     }
     // SAFETY: the caller's contract.
     Ok(unsafe { core::slice::from_raw_parts(ptr, len) })
@@ -58,15 +53,18 @@ unsafe fn bytes_mut<'a, T>(ptr: *mut T, count: usize) -> Result<&'a mut [T]> {
         || !(ptr as usize).is_multiple_of(core::mem::align_of::<T>())
         || size.and_then(|s| (ptr as usize).checked_add(s)).is_none()
     {
-        return Err(err!(
-            Status::InvalidArgument,
-            "bad buffer: ptr {:p} count {}",
-            ptr,
-            count
-        ));
+        return Err(bad_buffer(ptr, "count", count));
     }
     // SAFETY: the caller's contract.
     Ok(unsafe { core::slice::from_raw_parts_mut(ptr, count) })
+}
+
+/// The error for a buffer [`bytes`] or [`bytes_mut`] refuses: its pointer and size (`what`).
+fn bad_buffer<T>(ptr: *const T, what: &str, size: usize) -> Error {
+    err!(
+        Status::InvalidArgument,
+        "bad buffer: ptr {ptr:p} {what} {size}"
+    )
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -48,6 +48,10 @@ use crate::{bail, err};
 
 /// `"GGUF"` read as a little-endian u32.
 const MAGIC: [u8; 4] = *b"GGUF";
+/// Alignment of the data section when `general.alignment` is absent.
+pub const DEFAULT_ALIGNMENT: usize = 32;
+
+// The caps on what a file may ask for.
 /// Longest string (key, value, array element, tensor name) accepted, in bytes.
 pub const MAX_STRING_BYTES: u64 = 16 << 20;
 /// Longest key accepted, in bytes (the GGUF spec limits keys to 65535).
@@ -64,8 +68,6 @@ pub const MAX_KV_COUNT: u64 = 1 << 16;
 pub const MAX_TENSOR_COUNT: u64 = 1 << 16;
 /// Most dims of a tensor (ggml's `GGML_MAX_DIMS`).
 pub const MAX_DIMS: usize = 4;
-/// Alignment of the data section when `general.alignment` is absent.
-pub const DEFAULT_ALIGNMENT: usize = 32;
 
 /// The type tag of a metadata value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -637,6 +639,12 @@ fn read_str<'a>(c: &mut Cursor<'a>, cap: u64, place: &dyn Place) -> Result<&'a [
     })
 }
 
+/// A GGUF string that must be UTF-8 (a key, a tensor name).
+fn read_utf8<'a>(c: &mut Cursor<'a>, cap: u64, place: &dyn Place) -> Result<&'a str> {
+    let bytes = read_str(c, cap, place)?;
+    core::str::from_utf8(bytes).map_err(|_| err!(Status::BadFormat, "{place}: not UTF-8"))
+}
+
 /// A value of type `ty` at the cursor; arrays are walked in full (nested ones up to
 /// `MAX_ARRAY_DEPTH`) so that later iteration cannot fail.
 fn read_value<'a>(
@@ -859,15 +867,7 @@ fn read_metadata<'a>(c: &mut Cursor<'a>, kv_count: u64) -> Result<(Vec<KeyValue<
     try_reserve(&mut kvs, kv_count as usize, "metadata table")?;
     for i in 0..kv_count {
         let at = c.pos;
-        let key = read_str(c, MAX_KEY_BYTES, &KeyAt(i, at))?;
-        let key = core::str::from_utf8(key).map_err(|_| {
-            err!(
-                Status::BadFormat,
-                "GGUF key #{} at byte {}: not UTF-8",
-                i,
-                at
-            )
-        })?;
+        let key = read_utf8(c, MAX_KEY_BYTES, &KeyAt(i, at))?;
         let ty = c.u32().ok_or_else(|| truncated_key(key, "value type"))?;
         let ty = ValueType::from_id(ty).ok_or_else(|| {
             err!(
@@ -928,15 +928,7 @@ struct RawTensorInfo<'a> {
 /// offset (aligned); its byte size, checked for overflow.
 fn read_tensor_info<'a>(c: &mut Cursor<'a>, i: u64, alignment: usize) -> Result<RawTensorInfo<'a>> {
     let at = c.pos;
-    let name = read_str(c, MAX_TENSOR_NAME_BYTES, &TensorAt(i, at))?;
-    let name = core::str::from_utf8(name).map_err(|_| {
-        err!(
-            Status::BadFormat,
-            "GGUF tensor #{} at byte {}: name not UTF-8",
-            i,
-            at
-        )
-    })?;
+    let name = read_utf8(c, MAX_TENSOR_NAME_BYTES, &TensorAt(i, at))?;
     let n_dims = c.u32().ok_or_else(|| truncated_tensor(name, "n_dims"))?;
     if n_dims == 0 || n_dims as usize > MAX_DIMS {
         bail!(

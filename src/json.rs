@@ -22,10 +22,10 @@ use alloc::string::String;
 pub const MAX_INPUT: usize = 1 << 30;
 /// Deepest nesting of arrays and objects.
 pub const MAX_DEPTH: u32 = 128;
-/// Longest string, in bytes as written (escapes included).
-pub const MAX_STRING: usize = 16 << 20;
 /// Longest number literal, in bytes.
 pub const MAX_NUMBER: usize = 64;
+/// Longest string, in bytes as written (escapes included).
+pub const MAX_STRING: usize = 16 << 20;
 
 /// What the next value is, from its first byte.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -316,44 +316,35 @@ impl<'a> Reader<'a> {
         let b = self.bytes;
         let mut p = start;
         let digit = |p: usize| b.get(p).is_some_and(u8::is_ascii_digit);
+        // A run of one or more digits from `p` (`what` names them when there is none); its end.
+        let digits = |mut p: usize, what: &str| -> Result<usize> {
+            if !digit(p) {
+                bail!(Status::BadFormat, "JSON: expected {what} at byte {p}");
+            }
+            while digit(p) {
+                p += 1;
+            }
+            Ok(p)
+        };
         if b.get(p) == Some(&b'-') {
             p += 1;
         }
         if b.get(p) == Some(&b'0') {
             p += 1;
         } else if digit(p) {
-            while digit(p) {
-                p += 1;
-            }
+            p = digits(p, "a digit")?;
         } else {
             bail!(Status::BadFormat, "JSON: expected a number at byte {start}");
         }
         if b.get(p) == Some(&b'.') {
-            p += 1;
-            if !digit(p) {
-                bail!(
-                    Status::BadFormat,
-                    "JSON: expected a digit after '.' at byte {p}"
-                );
-            }
-            while digit(p) {
-                p += 1;
-            }
+            p = digits(p + 1, "a digit after '.'")?;
         }
         if matches!(b.get(p), Some(b'e' | b'E')) {
             p += 1;
             if matches!(b.get(p), Some(b'+' | b'-')) {
                 p += 1;
             }
-            if !digit(p) {
-                bail!(
-                    Status::BadFormat,
-                    "JSON: expected an exponent digit at byte {p}"
-                );
-            }
-            while digit(p) {
-                p += 1;
-            }
+            p = digits(p, "an exponent digit")?;
         }
         if p - start > MAX_NUMBER {
             bail!(
@@ -376,24 +367,22 @@ impl<'a> Reader<'a> {
 
     /// An integer that fits `i64` (no fraction or exponent).
     pub fn read_i64(&mut self) -> Result<i64> {
-        let at = self.pos;
-        let text = self.read_number_text()?;
-        text.parse::<i64>().map_err(|_| {
-            err!(
-                Status::BadFormat,
-                "JSON: expected an integer at byte {at}, found '{text}'"
-            )
-        })
+        self.read_integer("an integer")
     }
 
     /// A non-negative integer that fits `u64`.
     pub fn read_u64(&mut self) -> Result<u64> {
+        self.read_integer("a non-negative integer")
+    }
+
+    /// A number literal parsed as the integer type `T` (`what` names it in the error).
+    fn read_integer<T: core::str::FromStr>(&mut self, what: &str) -> Result<T> {
         let at = self.pos;
         let text = self.read_number_text()?;
-        text.parse::<u64>().map_err(|_| {
+        text.parse::<T>().map_err(|_| {
             err!(
                 Status::BadFormat,
-                "JSON: expected a non-negative integer at byte {at}, found '{text}'"
+                "JSON: expected {what} at byte {at}, found '{text}'"
             )
         })
     }

@@ -98,22 +98,34 @@ const EXP_OVERFLOW: f64 = f64::from_bits(0x4086_2E42_FEFA_39EF); // 709.78271289
 /// Smallest x with exp(x) > 2^-1075 (which would round to 0). Below it exp is +0.
 const EXP_UNDERFLOW: f64 = f64::from_bits(0xC087_4910_D52D_3051); // -745.1332191019411
 
+/// `sign s^i / k_i!` for `k_i = first + i step` (`s` = `alternate`, 1.0 or -1.0): the Taylor
+/// coefficients of exp, sin and cos. Every k! up to 17! is exact in an f64, so each entry is
+/// the one rounding of `1 / k!`, as the literal `1.0 / 6.0` would be.
+const fn inverse_factorials<const N: usize>(
+    first: u64,
+    step: u64,
+    sign: f64,
+    alternate: f64,
+) -> [f64; N] {
+    let mut out = [0.0; N];
+    let (mut k, mut factorial, mut sign) = (1, 1.0, sign);
+    let mut i = 0;
+    while i < N {
+        let want = first + i as u64 * step;
+        while k < want {
+            k += 1;
+            factorial *= k as f64;
+        }
+        out[i] = sign * (1.0 / factorial);
+        sign *= alternate;
+        i += 1;
+    }
+    out
+}
+
 /// Taylor coefficients of q(r) = (e^r - 1 - r) / r^2 = sum_{n>=2} r^(n-2) / n!, to r^13/13!.
 /// On |r| <= ln2/2 the first omitted term is r^14/14! < 4.2e-18 (0.04 ulp).
-const EXP_Q: [f64; 12] = [
-    1.0 / 2.0,
-    1.0 / 6.0,
-    1.0 / 24.0,
-    1.0 / 120.0,
-    1.0 / 720.0,
-    1.0 / 5_040.0,
-    1.0 / 40_320.0,
-    1.0 / 362_880.0,
-    1.0 / 3_628_800.0,
-    1.0 / 39_916_800.0,
-    1.0 / 479_001_600.0,
-    1.0 / 6_227_020_800.0,
-];
+const EXP_Q: [f64; 12] = inverse_factorials(2, 1, 1.0, 1.0);
 
 /// e^x. Exact at 0 (1.0), +inf for x > 709.78..., +0 for x < -745.13..., NaN for NaN,
 /// subnormal results rounded once (gradual underflow).
@@ -177,18 +189,15 @@ const TWO_POW_54: f64 = f64::from_bits(0x4350_0000_0000_0000);
 /// Coefficients of R(z)/z, z = s^2, where 2 atanh(s) = 2s + s R and
 /// R = sum_{n>=1} 2 s^(2n) / (2n + 1), to s^20. With |s| <= 0.1716 the first omitted term,
 /// relative to the result, is below 6e-19.
-const LOG_R: [f64; 10] = [
-    2.0 / 3.0,
-    2.0 / 5.0,
-    2.0 / 7.0,
-    2.0 / 9.0,
-    2.0 / 11.0,
-    2.0 / 13.0,
-    2.0 / 15.0,
-    2.0 / 17.0,
-    2.0 / 19.0,
-    2.0 / 21.0,
-];
+const LOG_R: [f64; 10] = {
+    let mut r = [0.0; 10];
+    let mut n = 1;
+    while n <= 10 {
+        r[n - 1] = 2.0 / (2 * n + 1) as f64;
+        n += 1;
+    }
+    r
+};
 
 /// Natural logarithm. log(±0) = -inf, log(x < 0) = NaN, log(+inf) = +inf, log(1) = +0,
 /// subnormal inputs handled.
@@ -432,28 +441,11 @@ fn reduce_payne_hanek(ax: f64) -> Reduced {
 
 /// sin h = h + h^3 S(h^2), S(z) = sum_{n>=1} (-1)^n z^(n-1) / (2n+1)!, to h^17/17!.
 /// On |h| <= pi/4 the first omitted term is below 1.1e-19 relative.
-const SIN_S: [f64; 8] = [
-    -1.0 / 6.0,
-    1.0 / 120.0,
-    -1.0 / 5_040.0,
-    1.0 / 362_880.0,
-    -1.0 / 39_916_800.0,
-    1.0 / 6_227_020_800.0,
-    -1.0 / 1_307_674_368_000.0,
-    1.0 / 355_687_428_096_000.0,
-];
+const SIN_S: [f64; 8] = inverse_factorials(3, 2, -1.0, -1.0);
 
 /// cos h = 1 - h^2/2 + h^4 C(h^2), C(z) = sum_{n>=2} (-1)^n z^(n-2) / (2n)!, to h^16/16!.
 /// On |h| <= pi/4 the first omitted term is below 2.1e-18.
-const COS_C: [f64; 7] = [
-    1.0 / 24.0,
-    -1.0 / 720.0,
-    1.0 / 40_320.0,
-    -1.0 / 3_628_800.0,
-    1.0 / 479_001_600.0,
-    -1.0 / 87_178_291_200.0,
-    1.0 / 20_922_789_888_000.0,
-];
+const COS_C: [f64; 7] = inverse_factorials(4, 2, 1.0, -1.0);
 
 /// sin(h + t) for |h| <= ~pi/4, |t| <= ulp(h): sin h + t cos h, with cos h ~ 1 - h^2/2 (the
 /// t^2 and t h^4 terms are far below an ulp).

@@ -40,17 +40,18 @@ use crate::error::{Result, Status};
 use crate::json::Reader;
 use crate::{bail, err};
 
-/// Who says a message. The numbers are the ABI's (`chat_add`).
+/// Who says a message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
-    System = 0,
-    User = 1,
-    Assistant = 2,
+    System,
+    User,
+    Assistant,
     /// Text fed as it is, with no template markup; a reply continues it (completion mode).
-    Raw = 3,
+    Raw,
 }
 
 impl Role {
+    /// The role of the ABI's number (`chat_add`).
     pub fn from_u32(v: u32) -> Result<Role> {
         Ok(match v {
             0 => Role::System,
@@ -899,12 +900,7 @@ mod tests {
         for d in r["detect"].as_array().unwrap() {
             let src = d["source"].as_str().unwrap();
             let (t, w) = Template::detect(Some(src));
-            let alike: Vec<&str> = d["alike"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_str().unwrap())
-                .collect();
+            let alike = d["alike"].as_array().unwrap();
             match d["name"].as_str() {
                 // Qwen3's program is ChatML to llama.cpp; we add its think switch.
                 Some("chatml") if src.contains("enable_thinking") => {
@@ -912,7 +908,7 @@ mod tests {
                 }
                 Some(name) if Template::from_name(name).is_some() => {
                     assert!(
-                        alike.contains(&t.name()) && w.is_none(),
+                        alike.iter().any(|a| *a == t.name()) && w.is_none(),
                         "{src}: {t:?} {w:?}"
                     )
                 }

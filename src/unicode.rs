@@ -22,6 +22,8 @@ mod tables {
     include!(concat!(env!("OUT_DIR"), "/unicode_tables.rs"));
 }
 
+use tables::{CCC_DIRECT, CCC_RUN_START, CCC_RUN_VALUE};
+
 /// Unicode version of the general category data ([`category`]).
 pub const UNICODE_VERSION: (u8, u8, u8) = tables::CATEGORY_UNICODE_VERSION;
 /// The code points that this Unicode version had not assigned are `Cn` in [`category`]
@@ -214,13 +216,14 @@ pub fn to_lowercase(cp: u32) -> Lowercase {
 
 /// Hangul syllables decompose by formula (Unicode §3.12), not by table.
 mod hangul {
+    // The syllable block, then the leading, vowel and trailing jamo it is made of.
     pub const S_BASE: u32 = 0xAC00;
+    pub const S_COUNT: u32 = 19 * V_COUNT * T_COUNT;
     pub const L_BASE: u32 = 0x1100;
     pub const V_BASE: u32 = 0x1161;
     pub const T_BASE: u32 = 0x11A7;
     pub const V_COUNT: u32 = 21;
     pub const T_COUNT: u32 = 28;
-    pub const S_COUNT: u32 = 19 * V_COUNT * T_COUNT;
 }
 
 /// Full canonical decomposition of one code point, emitted in order (not yet canonically
@@ -257,19 +260,15 @@ pub fn canonical_combining_class(cp: u32) -> u8 {
     if cp >= 0x11_0000 {
         return 0;
     }
-    run_lookup(
-        cp,
-        &tables::CCC_DIRECT,
-        &tables::CCC_RUN_START,
-        &tables::CCC_RUN_VALUE,
-    )
+    run_lookup(cp, &CCC_DIRECT, &CCC_RUN_START, &CCC_RUN_VALUE)
 }
 
 /// Character classes of Hugging Face's BERT normalizer and pre-tokenizer, one byte of flags
 /// per code point. A code point whose class is 0 passes normalization unchanged and is part of
 /// a word.
 pub mod bert {
-    use super::{run_lookup, tables};
+    use super::run_lookup;
+    use super::tables::{BERT_DIRECT, BERT_RUN_START, BERT_RUN_VALUE};
 
     /// Removed by `clean_text`: U+0000, U+FFFD, and Cc/Cf/Co (of `unicode_categories`) other
     /// than tab, newline and carriage return.
@@ -294,12 +293,7 @@ pub mod bert {
         if cp >= 0x11_0000 {
             return 0;
         }
-        run_lookup(
-            cp,
-            &tables::BERT_DIRECT,
-            &tables::BERT_RUN_START,
-            &tables::BERT_RUN_VALUE,
-        )
+        run_lookup(cp, &BERT_DIRECT, &BERT_RUN_START, &BERT_RUN_VALUE)
     }
 }
 

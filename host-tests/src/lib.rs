@@ -182,6 +182,12 @@ impl Wasmind {
         f.call(&mut self.store, args)
     }
 
+    /// Calls a status-returning export and [`check`](Self::check)s what it returns.
+    pub fn call_checked<P: WasmParams>(&mut self, name: &str, args: P) -> Result<i32> {
+        let value = self.call::<P, i32>(name, args)?;
+        self.check(name, value)
+    }
+
     /// A status-returning call: `Ok(value)` if `>= 0`, else the module's error message.
     pub fn check(&mut self, name: &str, value: i32) -> Result<i32> {
         if value >= 0 {
@@ -338,15 +344,13 @@ impl Wasmind {
     pub fn load_model_bytes(&mut self, bytes: &[u8], context: u32) -> Result<()> {
         self.call::<u32, i32>("set_context", context)?;
         let ptr = self.put(bytes)?;
-        let r = self.call::<(u32, u32), i32>("load_model", (ptr, bytes.len() as u32))?;
-        self.check("load_model", r)?;
+        self.call_checked::<(u32, u32)>("load_model", (ptr, bytes.len() as u32))?;
         Ok(())
     }
 
     /// The type the next model load turns F32/F16/BF16 matrices into: 0 = as stored, 8 = Q8_0.
     pub fn set_quantize(&mut self, ggml_type: u32) -> Result<()> {
-        let r = self.call::<u32, i32>("set_quantize", ggml_type)?;
-        self.check("set_quantize", r)?;
+        self.call_checked::<u32>("set_quantize", ggml_type)?;
         Ok(())
     }
 
@@ -375,8 +379,7 @@ impl Wasmind {
     }
 
     pub fn model_info(&mut self) -> Result<String> {
-        let n = self.call::<(), i32>("model_info", ())?;
-        let n = self.check("model_info", n)?;
+        let n = self.call_checked::<()>("model_info", ())?;
         Ok(String::from_utf8_lossy(&self.result(n)?).into_owned())
     }
 
@@ -415,11 +418,10 @@ impl Wasmind {
         let cap = text.len() + 8;
         let out = self.put(&vec![0u8; cap * 4])?;
         let r = self.with_buffer(text, |w, t| {
-            let n = w.call::<(u32, u32, u32, u32, u32), i32>(
+            let n = w.call_checked::<(u32, u32, u32, u32, u32)>(
                 "tokenize",
                 (t, text.len() as u32, flags, out, cap as u32),
-            )?;
-            let n = w.check("tokenize", n)? as usize;
+            )? as usize;
             assert!(n <= cap, "more ids than bytes");
             Ok(w.read_u32s(out, n))
         });
@@ -430,8 +432,8 @@ impl Wasmind {
     pub fn detokenize(&mut self, ids: &[u32], flags: u32) -> Result<Vec<u8>> {
         let bytes = Self::ids_bytes(ids);
         self.with_buffer(&bytes, |w, p| {
-            let n = w.call::<(u32, u32, u32), i32>("detokenize", (p, ids.len() as u32, flags))?;
-            let n = w.check("detokenize", n)?;
+            let n =
+                w.call_checked::<(u32, u32, u32)>("detokenize", (p, ids.len() as u32, flags))?;
             w.result(n)
         })
     }
@@ -478,8 +480,7 @@ impl Wasmind {
         let vocab = self.vocab()?;
         let bytes = Self::ids_bytes(ids);
         self.with_buffer(&bytes, |w, p| {
-            let r = w.call::<(u32, u32), i32>("prefill", (p, ids.len() as u32))?;
-            w.check("prefill", r)?;
+            w.call_checked::<(u32, u32)>("prefill", (p, ids.len() as u32))?;
             let l = w.call::<(), u32>("logits", ())?;
             Ok(w.read_f32s(l, vocab))
         })
@@ -496,12 +497,10 @@ impl Wasmind {
     }
 
     pub fn reset(&mut self) -> Result<()> {
-        let r = self.call::<(), i32>("reset", ())?;
-        self.check("reset", r)?;
+        self.call_checked::<()>("reset", ())?;
         Ok(())
     }
 
-    /// Loads a Model2Vec directory (model.safetensors, tokenizer.json, config.json).
     /// Drops the model and frees its file (`unload_model`).
     pub fn unload_model(&mut self) -> Result<()> {
         self.call::<(), ()>("unload_model", ())
@@ -517,6 +516,7 @@ impl Wasmind {
         self.call::<(), u32>("heap_in_use", ())
     }
 
+    /// Loads a Model2Vec directory (model.safetensors, tokenizer.json, config.json).
     pub fn load_embedder_dir(&mut self, dir: &std::path::Path) -> Result<usize> {
         let read = |f: &str| {
             std::fs::read(dir.join(f))
@@ -553,8 +553,7 @@ impl Wasmind {
     pub fn embed(&mut self, text: &[u8], dim: usize) -> Result<Vec<f32>> {
         let out = self.put(&vec![0u8; dim * 4])?;
         let r = self.with_buffer(text, |w, t| {
-            let n = w.call::<(u32, u32, u32), i32>("embed", (t, text.len() as u32, out))?;
-            w.check("embed", n)?;
+            w.call_checked::<(u32, u32, u32)>("embed", (t, text.len() as u32, out))?;
             Ok(w.read_f32s(out, dim))
         });
         self.call::<(u32, u32), ()>("free", (out, (dim * 4) as u32))?;
@@ -568,11 +567,10 @@ impl Wasmind {
         let out = self.put(&vec![0u8; out_bytes.max(1)])?;
         let offs = self.put(&Self::ids_bytes(&offsets))?;
         let r = self.with_buffer(&joined, |w, t| {
-            let n = w.call::<(u32, u32, u32, u32), i32>(
+            w.call_checked::<(u32, u32, u32, u32)>(
                 "embed_batch",
                 (t, offs, texts.len() as u32, out),
             )?;
-            w.check("embed_batch", n)?;
             Ok(w.read_f32s(out, texts.len() * dim)
                 .chunks_exact(dim.max(1))
                 .map(|r| r.to_vec())
@@ -587,11 +585,10 @@ impl Wasmind {
         let cap = text.len() + 8;
         let out = self.put(&vec![0u8; cap * 4])?;
         let r = self.with_buffer(text, |w, t| {
-            let n = w.call::<(u32, u32, u32, u32), i32>(
+            let n = w.call_checked::<(u32, u32, u32, u32)>(
                 "embed_ids",
                 (t, text.len() as u32, out, cap as u32),
-            )?;
-            let n = w.check("embed_ids", n)? as usize;
+            )? as usize;
             Ok(w.read_u32s(out, n.min(cap)))
         });
         self.call::<(u32, u32), ()>("free", (out, (cap * 4) as u32))?;
@@ -699,7 +696,7 @@ impl Wasmind {
     }
 
     pub fn sampler_set(&mut self, s: &Sampling) -> Result<()> {
-        let r = self.call::<(f32, u32, f32, f32, f32, u32, u32), i32>(
+        self.call_checked::<(f32, u32, f32, f32, f32, u32, u32)>(
             "sampler_set",
             (
                 s.temperature,
@@ -711,13 +708,11 @@ impl Wasmind {
                 s.seed as u32,
             ),
         )?;
-        self.check("sampler_set", r)?;
         Ok(())
     }
 
     pub fn chat_reset(&mut self) -> Result<()> {
-        let r = self.call::<(), i32>("chat_reset", ())?;
-        self.check("chat_reset", r)?;
+        self.call_checked::<()>("chat_reset", ())?;
         Ok(())
     }
 
@@ -755,46 +750,39 @@ impl Wasmind {
 
     /// The ids in the KV cache.
     pub fn chat_tokens(&mut self) -> Result<Vec<u32>> {
-        let n = self.call::<(u32, u32), i32>("chat_tokens", (0, 0))?;
-        let n = self.check("chat_tokens", n)? as usize;
+        let n = self.call_checked::<(u32, u32)>("chat_tokens", (0, 0))? as usize;
         let out = self.put(&vec![0u8; n.max(1) * 4])?;
-        let r = self.call::<(u32, u32), i32>("chat_tokens", (out, n as u32))?;
+        self.call_checked::<(u32, u32)>("chat_tokens", (out, n as u32))?;
         let ids = self.read_u32s(out, n);
         self.call::<(u32, u32), ()>("free", (out, (n.max(1) * 4) as u32))?;
-        self.check("chat_tokens", r)?;
         Ok(ids)
     }
 
     pub fn chat_stats(&mut self) -> Result<serde_json::Value> {
-        let n = self.call::<(), i32>("chat_stats", ())?;
-        let n = self.check("chat_stats", n)?;
+        let n = self.call_checked::<()>("chat_stats", ())?;
         Ok(serde_json::from_slice(&self.result(n)?)?)
     }
 
     /// The module's sampler defaults (`sampler_defaults`).
     pub fn sampler_defaults(&mut self) -> Result<serde_json::Value> {
-        let n = self.call::<(), i32>("sampler_defaults", ())?;
-        let n = self.check("sampler_defaults", n)?;
+        let n = self.call_checked::<()>("sampler_defaults", ())?;
         Ok(serde_json::from_slice(&self.result(n)?)?)
     }
 
     pub fn chat_set_options(&mut self, flags: u32) -> Result<()> {
-        let r = self.call::<u32, i32>("chat_set_options", flags)?;
-        self.check("chat_set_options", r)?;
+        self.call_checked::<u32>("chat_set_options", flags)?;
         Ok(())
     }
 
     pub fn chat_set_template(&mut self, id: u32) -> Result<()> {
-        let r = self.call::<u32, i32>("chat_set_template", id)?;
-        self.check("chat_set_template", r)?;
+        self.call_checked::<u32>("chat_set_template", id)?;
         Ok(())
     }
 
     /// The template by name (llama.cpp's names, `qwen3`; empty: the model's).
     pub fn chat_set_template_name(&mut self, name: &str) -> Result<()> {
         self.with_buffer(name.as_bytes(), |w, p| {
-            let r = w.call::<(u32, u32), i32>("chat_set_template_name", (p, name.len() as u32))?;
-            w.check("chat_set_template_name", r)?;
+            w.call_checked::<(u32, u32)>("chat_set_template_name", (p, name.len() as u32))?;
             Ok(())
         })
     }
@@ -804,11 +792,10 @@ impl Wasmind {
     pub fn template_render(&mut self, name: &str, request_json: &[u8]) -> Result<Vec<u8>> {
         self.with_buffer(name.as_bytes(), |w, np| {
             w.with_buffer(request_json, |w, jp| {
-                let n = w.call::<(u32, u32, u32, u32), i32>(
+                let n = w.call_checked::<(u32, u32, u32, u32)>(
                     "template_render",
                     (np, name.len() as u32, jp, request_json.len() as u32),
                 )?;
-                let n = w.check("template_render", n)?;
                 w.result(n)
             })
         })

@@ -381,20 +381,22 @@ fn gbnf_grammars_json_object_mode_and_errors_through_the_abi() {
     let mut w = Wasmind::with_threads(1).unwrap();
     w.load_model_file(&shared(SMOLLM2), 1024).unwrap();
     w.sampler_set(&Sampling::GREEDY).unwrap();
-    let ask = |w: &mut Wasmind, kind: u32, g: &str, prompt: &str| -> Reply {
+    // A reply under grammar `g` of `kind`, and its text.
+    let ask = |w: &mut Wasmind, kind: u32, g: &str, prompt: &str| -> (Reply, String) {
         w.chat_reset().unwrap();
         w.chat_add(ROLE_USER, prompt).unwrap();
         w.chat_set_grammar(kind, g).unwrap().unwrap();
-        w.chat_reply(256, |_| {}).unwrap().unwrap()
+        let r = w.chat_reply(256, |_| {}).unwrap().unwrap();
+        let text = String::from_utf8(r.text.clone()).unwrap();
+        (r, text)
     };
     // A GBNF grammar.
-    let r = ask(
+    let (r, text) = ask(
         &mut w,
         GRAMMAR_GBNF,
         "root ::= (\"yes\" | \"no\") \", because \" [a-z ]{1,40} \".\"",
         "Is the sky blue?",
     );
-    let text = String::from_utf8(r.text.clone()).unwrap();
     assert_eq!(r.stats["state"], "eog", "{text}");
     assert!(
         (text.starts_with("yes, because ") || text.starts_with("no, because "))
@@ -402,17 +404,15 @@ fn gbnf_grammars_json_object_mode_and_errors_through_the_abi() {
         "{text}"
     );
     // Multi-byte characters from the grammar.
-    let r = ask(
+    let (_, text) = ask(
         &mut w,
         GRAMMAR_GBNF,
         "root ::= \"→ \" [é-ë] \" 😀\"",
         "Say something.",
     );
-    let text = String::from_utf8(r.text.clone()).unwrap();
     assert!(text.starts_with("→ ") && text.ends_with(" 😀"), "{text}");
     // json_object mode.
-    let r = ask(&mut w, GRAMMAR_JSON_OBJECT, "", "Describe a cat as JSON.");
-    let text = String::from_utf8(r.text.clone()).unwrap();
+    let (r, text) = ask(&mut w, GRAMMAR_JSON_OBJECT, "", "Describe a cat as JSON.");
     assert_eq!(r.stats["state"], "eog", "{text}");
     assert!(
         serde_json::from_str::<Value>(&text).unwrap().is_object(),

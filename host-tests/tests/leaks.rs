@@ -92,13 +92,8 @@ fn replies_are_the_same_for_any_thread_count_seed_and_stop() {
     };
     let mut reference = open(0);
     let mut threaded: Vec<Wasmind> = (1..=4).map(open).collect();
-    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
-    let mut next = move || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng
-    };
+    let mut rng = XorShift64(0x9E37_79B9_7F4A_7C15);
+    let mut next = move || rng.next();
     let (mut stopped, mut whole) = (0, 0);
     for i in 0..replies {
         let (seed, threads) = (next() % 1_000_000, 1 + next() % 4);

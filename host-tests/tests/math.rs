@@ -2,26 +2,13 @@
 //! (The same functions are tested natively and under wasip1 by the crate's unit tests; this
 //! checks the code as it runs in the shipped .wasm.)
 
+mod common;
+
+use common::XorShift64;
 use host_tests::Wasmind;
 
 const SAMPLES: usize = 1_000_000;
 const MAX_ULP: u64 = 2;
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * self.unit()
-    }
-}
 
 fn ulp_diff64(a: f64, b: f64) -> u64 {
     if a.is_nan() && b.is_nan() {
@@ -95,7 +82,7 @@ fn modules() -> Vec<(&'static str, Wasmind)> {
 
 #[test]
 fn exp_log_sin_cos_match_libm_inside_the_module() {
-    let mut rng = Rng(0x1234_5678_9abc_def1);
+    let mut rng = XorShift64(0x1234_5678_9abc_def1);
     let exp_args: Vec<f64> = (0..SAMPLES).map(|_| rng.uniform(-708.0, 709.0)).collect();
     // log over (0, 1e308]: log-uniform exponents, subnormals included.
     let log_args: Vec<f64> = (0..SAMPLES)
@@ -144,46 +131,33 @@ fn special_values_inside_the_module() {
             -746.0,
             -1.0,
         ];
-        let exp = apply64(&mut w, 0, &xs);
-        let log = apply64(&mut w, 1, &xs);
-        let sin = apply64(&mut w, 2, &xs);
-        let cos = apply64(&mut w, 3, &xs);
-        for i in 0..xs.len() {
-            assert!(
-                ulp_diff64(exp[i], libm::exp(xs[i])) <= MAX_ULP,
-                "exp({:e}) = {:e}",
-                xs[i],
-                exp[i]
-            );
-            assert!(
-                ulp_diff64(log[i], libm::log(xs[i])) <= MAX_ULP,
-                "log({:e}) = {:e}",
-                xs[i],
-                log[i]
-            );
-            assert!(
-                ulp_diff64(sin[i], libm::sin(xs[i])) <= MAX_ULP,
-                "sin({:e}) = {:e}",
-                xs[i],
-                sin[i]
-            );
-            assert!(
-                ulp_diff64(cos[i], libm::cos(xs[i])) <= MAX_ULP,
-                "cos({:e}) = {:e}",
-                xs[i],
-                cos[i]
-            );
+        let functions = [
+            (0, "exp", libm::exp as fn(f64) -> f64),
+            (1, "log", libm::log),
+            (2, "sin", libm::sin),
+            (3, "cos", libm::cos),
+        ];
+        for (which, name, reference) in functions {
+            let got = apply64(&mut w, which, &xs);
+            for (&x, &y) in xs.iter().zip(&got) {
+                assert!(
+                    ulp_diff64(y, reference(x)) <= MAX_ULP,
+                    "{name}({x:e}) = {y:e}"
+                );
+            }
+            if name == "sin" {
+                assert!(
+                    got[1].is_sign_negative() && got[1] == 0.0,
+                    "sin(-0) must be -0"
+                );
+            }
         }
-        assert!(
-            sin[1].is_sign_negative() && sin[1] == 0.0,
-            "sin(-0) must be -0"
-        );
     }
 }
 
 #[test]
 fn simd_expf_matches_libm_inside_the_module() {
-    let mut rng = Rng(0xfeed_beef_cafe_f00d);
+    let mut rng = XorShift64(0xfeed_beef_cafe_f00d);
     let xs: Vec<f32> = (0..SAMPLES)
         .map(|_| rng.uniform(-87.0, 88.0) as f32)
         .collect();

@@ -148,13 +148,8 @@ fn hostile_files_are_errors_not_traps() {
         load_is_refused(&mut w, &file[..cut], &format!("truncated at {cut}"));
     }
     // Random bytes, and random bytes after a valid magic.
-    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng
-    };
+    let mut rng = XorShift64(0x9e37_79b9_7f4a_7c15);
+    let mut next = move || rng.next();
     for i in 0..200 {
         let n = 16 + (next() % 4096) as usize;
         let mut junk: Vec<u8> = (0..n).map(|_| next() as u8).collect();

@@ -177,7 +177,9 @@ fn header_exports() -> Vec<(String, Sig)> {
     out
 }
 
-fn check_exports(which: &str, p: &Parsed) {
+/// What both modules must be: the exports of wasmind.h with their signatures and no others,
+/// the stack pointer exported, SIMD instructions used, and at most [`SIZE_BUDGET`] bytes.
+fn check_module(which: &str, wasm: &[u8], p: &Parsed) {
     for (name, sig) in header_exports() {
         let found = p.exports.iter().find(|(n, _)| *n == name);
         let Some((_, actual)) = found else {
@@ -199,6 +201,8 @@ fn check_exports(which: &str, p: &Parsed) {
         p.globals_exported.contains(&"__stack_pointer".to_string()),
         "{which}: __stack_pointer not exported"
     );
+    assert!(p.simd_ops > 0, "no SIMD instructions in {which}");
+    assert!(wasm.len() <= SIZE_BUDGET, "{which} is {} bytes", wasm.len());
 }
 
 #[test]
@@ -206,19 +210,13 @@ fn single_threaded_module_has_no_imports_and_exports_its_memory() {
     let p = parse(WASM_ST);
     assert!(p.imports.is_empty(), "imports: {:?}", p.imports);
     assert!(p.exported_memory);
-    check_exports("wasmind.wasm", &p);
-    assert!(p.simd_ops > 0, "no SIMD instructions in wasmind.wasm");
+    check_module("wasmind.wasm", WASM_ST, &p);
     assert_eq!(p.wait_notify_ops, 0);
     println!(
         "wasmind.wasm: {} bytes, {} exports, {} SIMD ops",
         WASM_ST.len(),
         p.exports.len(),
         p.simd_ops
-    );
-    assert!(
-        WASM_ST.len() <= SIZE_BUDGET,
-        "wasmind.wasm is {} bytes",
-        WASM_ST.len()
     );
 }
 
@@ -232,8 +230,7 @@ fn threaded_module_imports_only_a_shared_memory_with_a_maximum() {
     assert!(m.shared, "imported memory is not shared");
     assert!(m.maximum.is_some(), "imported memory has no maximum");
     assert!(!m.memory64);
-    check_exports("wasmind-mt.wasm", &p);
-    assert!(p.simd_ops > 0, "no SIMD instructions in wasmind-mt.wasm");
+    check_module("wasmind-mt.wasm", WASM_MT, &p);
     assert!(
         p.atomic_ops > 0,
         "no atomic instructions in wasmind-mt.wasm"
@@ -250,11 +247,6 @@ fn threaded_module_imports_only_a_shared_memory_with_a_maximum() {
         p.atomic_ops,
         m.initial,
         m.maximum
-    );
-    assert!(
-        WASM_MT.len() <= SIZE_BUDGET,
-        "wasmind-mt.wasm is {} bytes",
-        WASM_MT.len()
     );
 }
 

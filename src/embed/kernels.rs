@@ -95,6 +95,8 @@ pub fn sum_squares_ref(x: &[f32]) -> f32 {
     lanes.iter().sum()
 }
 
+// The f32 and i8 kernels, in their 1- and 4-row forms, repeat one shape on purpose (one
+// specialisation per row type and width: see the module doc).
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod simd128 {
     use core::arch::wasm32::*;

@@ -397,10 +397,19 @@ impl<'a> Embedder<'a> {
         Ok((row, w))
     }
 
-    /// `acc += Σ w·row` over f32 rows, four rows at a time.
-    fn pool_f32(&self, table: &[f32], rows: &[(u32, f32)], acc: &mut [f32]) -> Result<()> {
+    /// `acc += Σ w·row` over the rows of `table` (f32 or i8), four rows at a time with `add4`,
+    /// the rest with `add` (the kernels of the table's type).
+    #[inline]
+    fn pool_rows<T>(
+        &self,
+        table: &[T],
+        rows: &[(u32, f32)],
+        acc: &mut [f32],
+        add4: impl Fn(&mut [f32], [&[T]; 4], [f32; 4]),
+        add: impl Fn(&mut [f32], &[T], f32),
+    ) -> Result<()> {
         let dim = self.dim;
-        let row = |r: u32| -> Result<&[f32]> {
+        let row = |r: u32| -> Result<&[T]> {
             let r = r as usize;
             let slice = table.get(r * dim..(r + 1) * dim);
             slice.ok_or_else(|| err!(Status::BadFormat, "embedding row {r} is out of range"))
@@ -408,10 +417,10 @@ impl<'a> Embedder<'a> {
         let mut quads = rows.chunks_exact(4);
         for q in &mut quads {
             let r = [row(q[0].0)?, row(q[1].0)?, row(q[2].0)?, row(q[3].0)?];
-            kernels::add4_f32(acc, r, [q[0].1, q[1].1, q[2].1, q[3].1]);
+            add4(acc, r, [q[0].1, q[1].1, q[2].1, q[3].1]);
         }
         for &(r, w) in quads.remainder() {
-            kernels::add_f32(acc, row(r)?, w);
+            add(acc, row(r)?, w);
         }
         Ok(())
     }
@@ -447,24 +456,9 @@ impl<'a> Embedder<'a> {
             rows.push((row as u32, w * run.len() as f32));
         }
         match &self.rows {
-            Rows::F32(t) => self.pool_f32(t, rows, acc)?,
-            Rows::Owned(t) => self.pool_f32(t, rows, acc)?,
-            Rows::I8(t) => {
-                let row = |r: u32| -> Result<&[i8]> {
-                    let r = r as usize;
-                    let slice = t.get(r * dim..(r + 1) * dim);
-                    slice
-                        .ok_or_else(|| err!(Status::BadFormat, "embedding row {r} is out of range"))
-                };
-                let mut quads = rows.chunks_exact(4);
-                for q in &mut quads {
-                    let r = [row(q[0].0)?, row(q[1].0)?, row(q[2].0)?, row(q[3].0)?];
-                    kernels::add4_i8(acc, r, [q[0].1, q[1].1, q[2].1, q[3].1]);
-                }
-                for &(r, w) in quads.remainder() {
-                    kernels::add_i8(acc, row(r)?, w);
-                }
-            }
+            Rows::F32(t) => self.pool_rows(t, rows, acc, kernels::add4_f32, kernels::add_f32)?,
+            Rows::Owned(t) => self.pool_rows(t, rows, acc, kernels::add4_f32, kernels::add_f32)?,
+            Rows::I8(t) => self.pool_rows(t, rows, acc, kernels::add4_i8, kernels::add_i8)?,
         }
         let inv_n = 1.0 / ids.len() as f32;
         for (o, a) in out.iter_mut().zip(acc.iter()) {

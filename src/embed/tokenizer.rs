@@ -226,12 +226,33 @@ fn read_added<'a>(r: &mut Reader<'a>) -> Result<Vec<AddedSpec<'a>>> {
     Ok(out)
 }
 
-fn read_normalizer(r: &mut Reader) -> Result<Normalizer> {
+/// Steps into the object of component `what`; false if it is null (absent).
+fn open_component(r: &mut Reader, what: &str) -> Result<bool> {
     if r.skip_null()? {
+        return Ok(false);
+    }
+    expect_kind(r, Kind::Object, what)?;
+    r.begin_object()?;
+    Ok(true)
+}
+
+/// Whether component `what` was of the one type supported, `only` (`kind_ok`: `None` when
+/// it had no type).
+fn check_type(kind_ok: Option<bool>, what: &str, only: &str) -> Result<()> {
+    match kind_ok {
+        Some(true) => Ok(()),
+        Some(false) => bail!(
+            Status::Unsupported,
+            "tokenizer.json: only the {only} is supported"
+        ),
+        None => bail!(Status::BadFormat, "tokenizer.json: {what} has no type"),
+    }
+}
+
+fn read_normalizer(r: &mut Reader) -> Result<Normalizer> {
+    if !open_component(r, "normalizer")? {
         return Ok(Normalizer::None);
     }
-    expect_kind(r, Kind::Object, "normalizer")?;
-    r.begin_object()?;
     let mut kind_ok = None;
     // Hugging Face's defaults; strip_accents None follows lowercase.
     let (mut clean, mut chinese, mut strip, mut lower) = (true, true, None, true);
@@ -254,27 +275,19 @@ fn read_normalizer(r: &mut Reader) -> Result<Normalizer> {
             r.skip_value()?;
         }
     }
-    match kind_ok {
-        Some(true) => Ok(Normalizer::Bert(BertNormalizer {
-            clean_text: clean,
-            handle_chinese_chars: chinese,
-            strip_accents: strip.unwrap_or(lower),
-            lowercase: lower,
-        })),
-        Some(false) => bail!(
-            Status::Unsupported,
-            "tokenizer.json: only the BertNormalizer is supported"
-        ),
-        None => bail!(Status::BadFormat, "tokenizer.json: normalizer has no type"),
-    }
+    check_type(kind_ok, "normalizer", "BertNormalizer")?;
+    Ok(Normalizer::Bert(BertNormalizer {
+        clean_text: clean,
+        handle_chinese_chars: chinese,
+        strip_accents: strip.unwrap_or(lower),
+        lowercase: lower,
+    }))
 }
 
 fn read_pre_tokenizer(r: &mut Reader) -> Result<HfPreTokenizer> {
-    if r.skip_null()? {
+    if !open_component(r, "pre_tokenizer")? {
         return Ok(HfPreTokenizer::None);
     }
-    expect_kind(r, Kind::Object, "pre_tokenizer")?;
-    r.begin_object()?;
     let mut kind_ok = None;
     while let Some(k) = r.next_key()? {
         if k.eq_str("type") {
@@ -283,17 +296,8 @@ fn read_pre_tokenizer(r: &mut Reader) -> Result<HfPreTokenizer> {
             r.skip_value()?;
         }
     }
-    match kind_ok {
-        Some(true) => Ok(HfPreTokenizer::Bert),
-        Some(false) => bail!(
-            Status::Unsupported,
-            "tokenizer.json: only the BertPreTokenizer is supported"
-        ),
-        None => bail!(
-            Status::BadFormat,
-            "tokenizer.json: pre_tokenizer has no type"
-        ),
-    }
+    check_type(kind_ok, "pre_tokenizer", "BertPreTokenizer")?;
+    Ok(HfPreTokenizer::Bert)
 }
 
 fn read_model<'a>(r: &mut Reader<'a>) -> Result<ModelSpec<'a>> {

@@ -32,16 +32,17 @@ mod tests;
 
 pub use matcher::{Matcher, TokenTable};
 
+// The caps: on the text, its nesting and repetitions, then on what it expands to.
 /// Largest grammar text accepted (bytes).
 pub const MAX_GRAMMAR_BYTES: usize = 1 << 20;
+/// Deepest nesting of parentheses.
+pub const MAX_NESTING: u32 = 64;
+/// Largest count in a `{m,n}` repetition (llama.cpp has the same limit).
+pub const MAX_REPETITION: u32 = 2000;
 /// Most elements of all rules together (after repetitions are expanded).
 pub const MAX_ELEMENTS: usize = 1 << 20;
 /// Most rules (helper rules included).
 pub const MAX_RULES: usize = 1 << 16;
-/// Largest count in a `{m,n}` repetition (llama.cpp has the same limit).
-pub const MAX_REPETITION: u32 = 2000;
-/// Deepest nesting of parentheses.
-pub const MAX_NESTING: u32 = 64;
 
 /// One element of a rule. A rule is its alternatives back to back, each ending in `Alt`
 /// except the last, which ends in `End`. A character class is a `Char`/`CharNot` followed by

@@ -51,35 +51,30 @@ impl Rng {
 
 /// Distance in representable doubles (+0 and -0 coincide; two NaNs are 0 apart).
 fn ulp_diff(a: f64, b: f64) -> u64 {
-    if a.is_nan() || b.is_nan() {
-        return if a.is_nan() && b.is_nan() {
-            0
-        } else {
-            u64::MAX
-        };
-    }
-    let ord = |x: f64| -> i128 {
-        let bits = x.to_bits();
-        let mag = (bits & !SIGN_MASK) as i128;
-        if bits & SIGN_MASK != 0 { -mag } else { mag }
-    };
-    (ord(a) - ord(b)).unsigned_abs() as u64
+    ulp_distance(
+        [a.is_nan(), b.is_nan()],
+        [a.to_bits(), b.to_bits()],
+        SIGN_MASK,
+    )
 }
 
+/// The same in representable f32s.
 fn ulp_diff_f32(a: f32, b: f32) -> u64 {
-    if a.is_nan() || b.is_nan() {
-        return if a.is_nan() && b.is_nan() {
-            0
-        } else {
-            u64::MAX
-        };
+    let bits = [a.to_bits() as u64, b.to_bits() as u64];
+    ulp_distance([a.is_nan(), b.is_nan()], bits, 0x8000_0000)
+}
+
+/// Distance between two bit patterns of one float width, whose sign bit is `sign`: each read as
+/// a signed magnitude, so the order of the integers is the order of the floats.
+fn ulp_distance(nan: [bool; 2], bits: [u64; 2], sign: u64) -> u64 {
+    if nan[0] || nan[1] {
+        return if nan[0] && nan[1] { 0 } else { u64::MAX };
     }
-    let ord = |x: f32| -> i64 {
-        let bits = x.to_bits();
-        let mag = (bits & 0x7FFF_FFFF) as i64;
-        if bits & 0x8000_0000 != 0 { -mag } else { mag }
+    let ord = |b: u64| -> i128 {
+        let mag = (b & !sign) as i128;
+        if b & sign != 0 { -mag } else { mag }
     };
-    (ord(a) - ord(b)).unsigned_abs()
+    (ord(bits[0]) - ord(bits[1])).unsigned_abs() as u64
 }
 
 /// Worst case seen over a set of arguments.
@@ -102,7 +97,13 @@ impl Stats {
         }
     }
     fn add(&mut self, x: f64, ours: f64, reference: f64) {
-        let d = ulp_diff(ours, reference);
+        self.record(x, ulp_diff(ours, reference));
+    }
+    fn add_f32(&mut self, x: f32, ours: f32, reference: f32) {
+        self.record(x as f64, ulp_diff_f32(ours, reference));
+    }
+    /// Counts one argument `x` whose result is `d` ulps from libm's.
+    fn record(&mut self, x: f64, d: u64) {
         self.count += 1;
         if d > 0 {
             self.over_half += 1;
@@ -110,17 +111,6 @@ impl Stats {
         if d > self.max_ulp {
             self.max_ulp = d;
             self.worst_x = x;
-        }
-    }
-    fn add_f32(&mut self, x: f32, ours: f32, reference: f32) {
-        let d = ulp_diff_f32(ours, reference);
-        self.count += 1;
-        if d > 0 {
-            self.over_half += 1;
-        }
-        if d > self.max_ulp {
-            self.max_ulp = d;
-            self.worst_x = x as f64;
         }
     }
     fn check(&self, limit: u64) {

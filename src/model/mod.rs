@@ -163,8 +163,55 @@ struct Scratch {
     scores: Vec<f32>,
     /// The rows about to be multiplied, rounded for the weights' type; a group whose matrices
     /// want two different roundings uses both.
-    acts: ActivationBuf,
-    acts2: ActivationBuf,
+    acts: [ActivationBuf; 2],
+}
+
+/// The result a block ends with, before its output projection.
+#[derive(Clone, Copy)]
+enum BlockOutput {
+    /// `att_out` (n, q_dim).
+    Attention,
+    /// `gate` (n, ffn), already multiplied by `up`.
+    FeedForward,
+}
+
+impl Scratch {
+    /// xb = rmsnorm(x) * w for the positions `rows` (each `dim` wide): the input of the
+    /// projections that follow.
+    fn norm_rows(&mut self, rows: Range<usize>, dim: usize, w: &[f32], eps: f32) {
+        for t in rows {
+            let (xb, x) = (
+                &mut self.xb[t * dim..(t + 1) * dim],
+                &self.x[t * dim..(t + 1) * dim],
+            );
+            rmsnorm(xb, x, w, eps);
+        }
+    }
+
+    /// x += [post_norm *] W y over the first `n` positions, y being the attention's output
+    /// (W = Wo) or the gated feed-forward (W = Wdown): the end of a block. W y goes through xb.
+    fn add_block_output(
+        &mut self,
+        w: &Matrix<'_>,
+        y: BlockOutput,
+        n: usize,
+        post_norm: Option<&[f32]>,
+        eps: f32,
+    ) -> Result<()> {
+        let dim = w.rows;
+        let y = match y {
+            BlockOutput::Attention => &self.att_out[..n * w.cols],
+            BlockOutput::FeedForward => &self.gate[..n * w.cols],
+        };
+        matmul_group(&mut [(w, &mut self.xb[..n * dim])], y, n, &mut self.acts)?;
+        if let Some(norm) = post_norm {
+            for xb in self.xb[..n * dim].chunks_exact_mut(dim) {
+                rmsnorm_in_place(xb, norm, eps);
+            }
+        }
+        ops::axpy(&mut self.x[..n * dim], 1.0, &self.xb[..n * dim]);
+        Ok(())
+    }
 }
 
 pub struct Model<'a> {
@@ -457,8 +504,10 @@ impl<'a> Model<'a> {
             gate: try_vec(b * ffn)?,
             up: try_vec(b * ffn)?,
             scores: try_vec(score_rows * (context + SCORE_ROW_PAD))?,
-            acts: ActivationBuf::with_capacity(dim.max(q_dim).max(ffn), b)?,
-            acts2: ActivationBuf::with_capacity(dim.max(q_dim).max(ffn), b)?,
+            acts: [
+                ActivationBuf::with_capacity(dim.max(q_dim).max(ffn), b)?,
+                ActivationBuf::with_capacity(dim.max(q_dim).max(ffn), b)?,
+            ],
         };
         let logits = try_vec(cfg.vocab)?;
         Ok(Model {
@@ -622,14 +671,7 @@ impl<'a> Model<'a> {
         for l in 0..cfg.n_layers {
             let layer = &self.layers[l];
             let s = &mut self.scratch;
-            for t in 0..n {
-                rmsnorm(
-                    &mut s.xb[t * dim..(t + 1) * dim],
-                    &s.x[t * dim..(t + 1) * dim],
-                    &layer.attn_norm,
-                    cfg.rms_eps,
-                );
-            }
+            s.norm_rows(0..n, dim, &layer.attn_norm, cfg.rms_eps);
             matmul_group(
                 &mut [
                     (&layer.wq, &mut s.q[..n * q_dim]),
@@ -639,7 +681,6 @@ impl<'a> Model<'a> {
                 &s.xb[..n * dim],
                 n,
                 &mut s.acts,
-                &mut s.acts2,
             )?;
             for t in 0..n {
                 let (q, k, v) = (
@@ -677,28 +718,9 @@ impl<'a> Model<'a> {
             self.attention(l, n, pos0);
             let layer = &self.layers[l];
             let s = &mut self.scratch;
-            // x += Wo att_out: compute into xb, then add.
-            matmul_group(
-                &mut [(&layer.wo, &mut s.xb[..n * dim])],
-                &s.att_out[..n * q_dim],
-                n,
-                &mut s.acts,
-                &mut s.acts2,
-            )?;
-            if let Some(w) = &layer.post_attn_norm {
-                for xb in s.xb[..n * dim].chunks_exact_mut(dim) {
-                    rmsnorm_in_place(xb, w, cfg.rms_eps);
-                }
-            }
-            ops::axpy(&mut s.x[..n * dim], 1.0, &s.xb[..n * dim]);
-            for t in 0..n {
-                rmsnorm(
-                    &mut s.xb[t * dim..(t + 1) * dim],
-                    &s.x[t * dim..(t + 1) * dim],
-                    &layer.ffn_norm,
-                    cfg.rms_eps,
-                );
-            }
+            let post_norm = layer.post_attn_norm.as_deref();
+            s.add_block_output(&layer.wo, BlockOutput::Attention, n, post_norm, cfg.rms_eps)?;
+            s.norm_rows(0..n, dim, &layer.ffn_norm, cfg.rms_eps);
             matmul_group(
                 &mut [
                     (&layer.w_gate, &mut s.gate[..n * ffn]),
@@ -707,7 +729,6 @@ impl<'a> Model<'a> {
                 &s.xb[..n * dim],
                 n,
                 &mut s.acts,
-                &mut s.acts2,
             )?;
             match cfg.activation {
                 Activation::Silu => ops::swiglu_in_place(&mut s.gate[..n * ffn], &s.up[..n * ffn]),
@@ -715,32 +736,20 @@ impl<'a> Model<'a> {
                     ops::geglu_in_place(&mut s.gate[..n * ffn], &s.up[..n * ffn])
                 }
             }
-            matmul_group(
-                &mut [(&layer.w_down, &mut s.xb[..n * dim])],
-                &s.gate[..n * ffn],
+            let post_norm = layer.post_ffn_norm.as_deref();
+            s.add_block_output(
+                &layer.w_down,
+                BlockOutput::FeedForward,
                 n,
-                &mut s.acts,
-                &mut s.acts2,
+                post_norm,
+                cfg.rms_eps,
             )?;
-            if let Some(w) = &layer.post_ffn_norm {
-                for xb in s.xb[..n * dim].chunks_exact_mut(dim) {
-                    rmsnorm_in_place(xb, w, cfg.rms_eps);
-                }
-            }
-            ops::axpy(&mut s.x[..n * dim], 1.0, &s.xb[..n * dim]);
         }
         self.pos += n;
         // Final norm and the output projection: every position when asked, else the last.
         let first = if all_logits { 0 } else { n - 1 };
         let s = &mut self.scratch;
-        for t in first..n {
-            rmsnorm(
-                &mut s.xb[t * dim..(t + 1) * dim],
-                &s.x[t * dim..(t + 1) * dim],
-                &self.output_norm,
-                cfg.rms_eps,
-            );
-        }
+        s.norm_rows(first..n, dim, &self.output_norm, cfg.rms_eps);
         let vocab = cfg.vocab;
         for t in first..n {
             matmul_group(
@@ -748,7 +757,6 @@ impl<'a> Model<'a> {
                 &s.xb[t * dim..(t + 1) * dim],
                 1,
                 &mut s.acts,
-                &mut s.acts2,
             )?;
             if all_logits {
                 on_logits(t, &self.logits);
@@ -865,9 +873,9 @@ fn matmul_group(
     group: &mut [(&Matrix<'_>, &mut [f32])],
     x: &[f32],
     n: usize,
-    acts: &mut ActivationBuf,
-    acts2: &mut ActivationBuf,
+    acts: &mut [ActivationBuf; 2],
 ) -> Result<()> {
+    let [acts, acts2] = acts;
     debug_assert!(group.len() <= 3 && n <= MAX_BATCH);
     let cols = group[0].0.cols;
     let x = &x[..n * cols];

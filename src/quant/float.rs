@@ -4,7 +4,8 @@
 //! activations rounded to bf16 (both converted back to f32 and summed in f32); F32 weights with
 //! the f32 activations as they are. Bits per weight: 32, 16 and 16.
 //!
-//! The three `Kernels` impls share their shape on purpose: one specialisation per element type
+//! The three `Kernels` impls share their shape on purpose, among themselves and with the
+//! quantized types' in `q4.rs`, `q5.rs` and `k_quants.rs`: one specialisation per element type
 //! (how a weight is read, and which rounding its activations get).
 
 use super::Kernels;

@@ -6,9 +6,10 @@
 //! - Q5_K: as Q4_K with a fifth bit per weight (`qh`); q in 0..32.
 //! - Q6_K: 16 sub-blocks of 16; int8 scale each; `w = d·sc·(q - 32)`, q in 0..64.
 //!
-//! The three `Kernels` impls repeat one shape on purpose: each is one weight type's
-//! specialisation (its bit unpacking differs in every line that matters), written out so the
-//! reference reads as the format does.
+//! The three `Kernels` impls (and the block structs) repeat one shape on purpose, among
+//! themselves and with the legacy types' in `q4.rs`, `q5.rs`, `q8.rs` and the float types' in
+//! `float.rs`: each is one weight type's specialisation (its bit unpacking differs in every
+//! line that matters), written out so the reference reads as the format does.
 //!
 //! The integer part of each product is exact in i32: `Σ_j sc_j Σ_i q_i x_i` is at most
 //! 256·63·31·127 (Q5_K) or 256·128·32·128 (Q6_K), well below 2^31.

@@ -4,6 +4,13 @@
 //!
 //! Products: Q4_0 with Q8_0 activations, Q4_1 with Q8_1 (whose per-block `s = d·Σq` carries
 //! the minimum's share: `Σ (d_w q_w + m)(d_x q_x) = d_w d_x Σ q_w q_x + m s`).
+//!
+//! Deliberate repetition: the block structs and the `Kernels` impls of Q4_0 and Q4_1 have the
+//! shape of each other and of their twins in `q5.rs`, `q8.rs`, `k_quants.rs` and `float.rs`.
+//! Each is one weight type's specialisation (its own `#[repr(C)]` layout pinned by a size
+//! assert, and its own unpacking in every line that matters: offset or minimum, where the
+//! nibbles sit), written out so each reference reads as its format does and each inner loop
+//! stays a plain loop over one layout.
 
 use super::activation::{ActRow, ActivationKind, stored_index};
 use super::half::F16;

@@ -3,6 +3,11 @@
 //! u32 `qh` is the fifth bit of weight `i`.
 //!
 //! Products: Q5_0 with Q8_0 activations, Q5_1 with Q8_1 (see `q4.rs` for the minimum's share).
+//!
+//! Deliberate repetition: the block structs and the `Kernels` impls of Q5_0 and Q5_1 have the
+//! shape of each other and of their twins in `q4.rs`, `q8.rs`, `k_quants.rs` and `float.rs`:
+//! one specialisation per weight type (its layout, and the fifth bit's offset or minimum),
+//! kept apart so each reads as its format does (see `q4.rs`).
 
 use super::activation::{ActRow, ActivationKind, stored_index};
 use super::half::F16;

@@ -3,6 +3,10 @@
 //! ggml's activation blocks Q8_0 and Q8_1 (`BlockQ8_1` below) are recorded here for reference:
 //! this engine stores activations in its own SIMD-friendly layout instead (see
 //! `activation.rs`), with the same numbers.
+//!
+//! Deliberate repetition: `BlockQ8_0`/`BlockQ8_1` and the Q8_0 `Kernels` impl have the shape of
+//! their twins in `q4.rs`, `q5.rs` and `k_quants.rs`: one specialisation per weight type (its
+//! layout and how a weight is read), kept apart so each reads as its format does (see `q4.rs`).
 
 use super::activation::{ActRow, ActivationKind, stored_index};
 use super::half::F16;

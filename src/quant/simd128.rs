@@ -21,6 +21,12 @@
 //! Each kernel reads only the bytes of its row and of the activation slices it is given: the
 //! slice lengths are asserted once per call (`check_activations*`), and the `unsafe` blocks
 //! are the unchecked loads inside those bounds.
+//!
+//! Deliberate repetition: the per-type entry points (`dot_f32`/`dot_f16`/`dot_bf16`, the five
+//! `dot_q*_0/1` with their `Legacy` impls, `dot_q4_k`/`dot_q5_k`) have the shape of each other.
+//! The shared loop is written once (`dot_float`, `dot_legacy`, `dot_k4`); what each repeats is
+//! its own block layout's loads and unpacking, kept per type (and `#[inline(never)]` per type)
+//! so each compiles to straight-line SIMD with no per-type branch in the loop.
 
 // The loops over `T` (vectors in a tile) and `STEPS` index several arrays in lockstep, and V8's
 // code for them is tuned (see the scratch-store comments); iterator rewrites would read worse
@@ -177,6 +183,7 @@ fn dot_float<const T: usize, const STEPS: usize>(
     })
 }
 
+// One entry point per element type over `dot_float` (deliberately alike: see the module doc).
 #[inline(never)]
 pub(super) fn dot_f32<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
     let n = row.len() / 4;
@@ -444,6 +451,10 @@ fn fifth_bits_clear(qh: u32) -> [v128; 4] {
     ]
 }
 
+// The five `Legacy` impls below repeat one shape on purpose: each is one block layout's weight
+// decoding (where its scale, minimum, fifth bits and quants sit, and how the offset applies),
+// the only part of `dot_legacy` that differs per type, written per type so each reads against
+// its block struct and compiles to straight-line SIMD with no per-type branch.
 struct Q4_0;
 impl Legacy for Q4_0 {
     const BYTES: usize = 18;
@@ -521,6 +532,7 @@ impl Legacy for Q8_0 {
     }
 }
 
+// One entry point per legacy type over `dot_legacy` (deliberately alike: see the module doc).
 #[inline(never)]
 pub(super) fn dot_q4_0<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
     dot_legacy::<Q4_0, T>(row, xs)
@@ -654,6 +666,7 @@ fn dot_k4<const BYTES: usize, const T: usize>(
     core::array::from_fn(|t| hsum_f32(acc[t]))
 }
 
+// Q4_K and Q5_K over `dot_k4`: alike on purpose but for the fifth bit (see the module doc).
 #[inline(never)]
 pub(super) fn dot_q4_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
     let low4 = u16x8_splat(0x000f);

@@ -467,6 +467,30 @@ fn f64_dot(
     (exact, magnitude, sum_allowance)
 }
 
+/// Every supported type with its activation kind, at each of its test widths:
+/// `(type, kind, columns, row bytes)`.
+fn dot_cases() -> impl Iterator<Item = (GgmlType, ActivationKind, usize, usize)> {
+    SUPPORTED.into_iter().flat_map(|ty| {
+        let kind = vec_dot_kind(ty).unwrap();
+        test_widths(ty)
+            .iter()
+            .map(move |&n| (ty, kind, n, ty.row_bytes(n as u64).unwrap() as usize))
+    })
+}
+
+/// `got` is within `tol` of `want`; `what` names the product.
+fn assert_within(got: f64, want: f64, tol: f64, what: core::fmt::Arguments<'_>) {
+    assert!(
+        (got - want).abs() <= tol,
+        "{what}: {got} vs {want} (tol {tol:e})"
+    );
+}
+
+/// The scalar reference kernel's dot product of a weight row with an activation row.
+fn scalar_dot(ty: GgmlType, w_row: &[u8], row: &ActRow<'_>) -> f64 {
+    with_kernels!(ty, K => K::dot_ref(w_row, row), _ => unreachable!()) as f64
+}
+
 /// Column counts to try for a type: several blocks, plus odd sizes for the float types.
 fn test_widths(ty: GgmlType) -> &'static [usize] {
     match ty.block_geometry().unwrap().0 {
@@ -480,24 +504,15 @@ fn test_widths(ty: GgmlType) -> &'static [usize] {
 fn scalar_dot_matches_f64_dot_of_dequantized_operands() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut buf = ActivationBuf::new();
-    for ty in SUPPORTED {
-        let kind = vec_dot_kind(ty).unwrap();
-        for &n in test_widths(ty) {
-            let rb = ty.row_bytes(n as u64).unwrap() as usize;
-            let w = random_matrix(ty, 3, n, &mut rng);
-            quantize_activation(ty, &random_activation(n, &mut rng), &mut buf).unwrap();
-            let row = buf.row(0);
-            for w_row in w.chunks_exact(rb) {
-                let got =
-                    with_kernels!(ty, K => K::dot_ref(w_row, &row), _ => unreachable!()) as f64;
-                let (exact, magnitude, allowance) = f64_dot(ty, w_row, &row, kind, n);
-                let tol = DOT_REF_REL_TOL * magnitude + allowance + 1e-30;
-                assert!(
-                    (got - exact).abs() <= tol,
-                    "{} n={n}: {got} vs f64 {exact} (tol {tol:e})",
-                    ty.name()
-                );
-            }
+    for (ty, kind, n, rb) in dot_cases() {
+        let w = random_matrix(ty, 3, n, &mut rng);
+        quantize_activation(ty, &random_activation(n, &mut rng), &mut buf).unwrap();
+        let row = buf.row(0);
+        for w_row in w.chunks_exact(rb) {
+            let got = scalar_dot(ty, w_row, &row);
+            let (exact, magnitude, allowance) = f64_dot(ty, w_row, &row, kind, n);
+            let tol = DOT_REF_REL_TOL * magnitude + allowance + 1e-30;
+            assert_within(got, exact, tol, format_args!("{} n={n}, f64", ty.name()));
         }
     }
 }
@@ -510,33 +525,25 @@ fn scalar_dot_matches_f64_dot_of_dequantized_operands() {
 fn simd_matches_scalar_reference() {
     let mut rng = Rng(0x0123_4567_89ab_cdef);
     let mut buf = ActivationBuf::new();
-    for ty in SUPPORTED {
-        let kind = vec_dot_kind(ty).unwrap();
-        for &n in test_widths(ty) {
-            let rb = ty.row_bytes(n as u64).unwrap() as usize;
-            let n_rows = 5;
-            let n_vecs = 6;
-            let w = random_matrix(ty, n_rows, n, &mut rng);
-            let xs: Vec<f32> = (0..n_vecs)
-                .flat_map(|_| random_activation(n, &mut rng))
-                .collect();
-            quantize_activations(ty, &xs, n, &mut buf).unwrap();
-            let mut y = vec![0.0f32; n_vecs * n_rows];
-            matmul(ty, &w, n, &buf, 0..n_rows, &mut y);
-            for v in 0..n_vecs {
-                let row = buf.row(v);
-                for (r, w_row) in w.chunks_exact(rb).enumerate() {
-                    let reference =
-                        with_kernels!(ty, K => K::dot_ref(w_row, &row), _ => unreachable!()) as f64;
-                    let (_, magnitude, _) = f64_dot(ty, w_row, &row, kind, n);
-                    let got = y[v * n_rows + r] as f64;
-                    let tol = SIMD_REL_TOL * magnitude + 1e-30;
-                    assert!(
-                        (got - reference).abs() <= tol,
-                        "{} n={n} row {r} vec {v}: simd {got} vs scalar {reference}",
-                        ty.name()
-                    );
-                }
+    let (n_rows, n_vecs) = (5, 6);
+    for (ty, kind, n, rb) in dot_cases() {
+        let w = random_matrix(ty, n_rows, n, &mut rng);
+        let xs: Vec<f32> = (0..n_vecs)
+            .flat_map(|_| random_activation(n, &mut rng))
+            .collect();
+        quantize_activations(ty, &xs, n, &mut buf).unwrap();
+        let mut y = vec![0.0f32; n_vecs * n_rows];
+        matmul(ty, &w, n, &buf, 0..n_rows, &mut y);
+        for v in 0..n_vecs {
+            let row = buf.row(v);
+            for (r, w_row) in w.chunks_exact(rb).enumerate() {
+                let reference = scalar_dot(ty, w_row, &row);
+                let (_, magnitude, _) = f64_dot(ty, w_row, &row, kind, n);
+                let got = y[v * n_rows + r] as f64;
+                let tol = SIMD_REL_TOL * magnitude + 1e-30;
+                let name = ty.name();
+                let what = format_args!("{name} n={n} row {r} vec {v}, simd vs scalar");
+                assert_within(got, reference, tol, what);
             }
         }
     }
@@ -550,16 +557,15 @@ fn simd_f16_conversion_is_exact_for_every_value() {
         let h: [u16; 8] = core::array::from_fn(|i| base + i as u16);
         let v = u16x8(h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
         let (low, high) = super::simd128::f16x8_to_f32(v);
-        let got = [
-            f32x4_extract_lane::<0>(low),
-            f32x4_extract_lane::<1>(low),
-            f32x4_extract_lane::<2>(low),
-            f32x4_extract_lane::<3>(low),
-            f32x4_extract_lane::<0>(high),
-            f32x4_extract_lane::<1>(high),
-            f32x4_extract_lane::<2>(high),
-            f32x4_extract_lane::<3>(high),
-        ];
+        let lanes = |v: v128| {
+            [
+                f32x4_extract_lane::<0>(v),
+                f32x4_extract_lane::<1>(v),
+                f32x4_extract_lane::<2>(v),
+                f32x4_extract_lane::<3>(v),
+            ]
+        };
+        let got = [lanes(low), lanes(high)].concat();
         for (g, h) in got.into_iter().zip(h) {
             let e = f16_to_f32(h);
             assert!(

@@ -316,18 +316,13 @@ mod tests {
         let bytes = crate::testutil::read_shared("models/vocab/vocab-bpe-smollm.gguf");
         let g = Gguf::parse(&bytes).unwrap();
         let tok = crate::tokenizer::Tokenizer::from_gguf(&g).unwrap();
-        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut rng = crate::testutil::Rng(0x2545_F491_4F6C_DD1D);
         let letters = b"etaoinshrdlucmfwyp ";
         let mut m = Merger::default();
         for round in 0..400 {
             let len = 2 + round % 200;
             let word: Vec<u8> = (0..len)
-                .map(|_| {
-                    state ^= state << 13;
-                    state ^= state >> 7;
-                    state ^= state << 17;
-                    letters[(state % letters.len() as u64) as usize]
-                })
+                .map(|_| letters[(rng.next() % letters.len() as u64) as usize])
                 .collect();
             let initial: Vec<u32> = word.iter().map(|&c| tok.byte_token[c as usize]).collect();
             m.syms.clear();

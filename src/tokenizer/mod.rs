@@ -30,7 +30,7 @@ mod table;
 use alloc::vec::Vec;
 
 use crate::error::{Result, Status};
-use crate::gguf::{Gguf, ValueType};
+use crate::gguf::{Array, Gguf, ValueType};
 use crate::{bail, err};
 
 pub use pretokenize::PreTokenizer;
@@ -726,17 +726,24 @@ fn algorithm_from_gguf(g: &Gguf<'_>) -> Result<(Algorithm, SpecialIds)> {
     Ok((algorithm, defaults))
 }
 
+/// The elements of array key `key` as read by `items` (`None`: they are not `want`), or an
+/// error naming what they are.
+fn elements<T>(array: &Array<'_>, key: &str, want: &str, items: Option<T>) -> Result<T> {
+    items.ok_or_else(|| {
+        err!(
+            Status::BadFormat,
+            "{key} is an array of {}, expected {want}",
+            array.elem_type().name()
+        )
+    })
+}
+
 /// Step 2: the token texts (an empty one gets llama.cpp's name for it, so it never matches
 /// text) and the index by text (duplicates refused).
 fn read_token_texts(g: &Gguf<'_>) -> Result<(Texts, TokenTable)> {
-    let tokens = g.get_array("tokenizer.ggml.tokens")?;
-    let strings = tokens.strings().ok_or_else(|| {
-        err!(
-            Status::BadFormat,
-            "tokenizer.ggml.tokens is an array of {}, expected strings",
-            tokens.elem_type().name()
-        )
-    })?;
+    let key = "tokenizer.ggml.tokens";
+    let tokens = g.get_array(key)?;
+    let strings = elements(&tokens, key, "strings", tokens.strings())?;
     let n = tokens.len();
     if n == 0 || n > MAX_VOCAB {
         bail!(
@@ -828,13 +835,7 @@ fn read_token_types(g: &Gguf<'_>, n: usize) -> Result<Vec<u16>> {
                     n
                 );
             }
-            let types = a.i32s().ok_or_else(|| {
-                err!(
-                    Status::BadFormat,
-                    "tokenizer.ggml.token_type is an array of {}, expected i32",
-                    a.elem_type().name()
-                )
-            })?;
+            let types = elements(&a, "tokenizer.ggml.token_type", "i32", a.i32s())?;
             attrs.extend(types.take(n).map(|t| match t {
                 1 => attr::NORMAL,
                 2 => attr::UNKNOWN,
@@ -1080,14 +1081,9 @@ fn parse_byte_token(t: &[u8]) -> Option<u8> {
 /// `tokenizer.ggml.merges`: `"left right"` strings, rank = position. Both sides and the
 /// result must be tokens (true of every real vocabulary; a merge that is not is ignored).
 fn build_merges(g: &Gguf<'_>, texts: &Texts, by_text: &TokenTable) -> Result<PairTable> {
-    let merges = g.get_array("tokenizer.ggml.merges")?;
-    let strings = merges.strings().ok_or_else(|| {
-        err!(
-            Status::BadFormat,
-            "tokenizer.ggml.merges is an array of {}, expected strings",
-            merges.elem_type().name()
-        )
-    })?;
+    let key = "tokenizer.ggml.merges";
+    let merges = g.get_array(key)?;
+    let strings = elements(&merges, key, "strings", merges.strings())?;
     let mut table = PairTable::with_capacity(merges.len())?;
     let mut joined = Vec::new();
     for (rank, m) in strings.enumerate() {

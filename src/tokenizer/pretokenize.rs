@@ -374,7 +374,8 @@ fn gpt2(cps: &[Cp], start: usize, end: usize, out: &mut Vec<(u32, u32)>) {
     }
 }
 
-/// Llama 3's pattern over `cps[start..end]`, digits in runs of up to `max_digits`.
+/// Llama 3's pattern over `cps[start..end]`, digits in runs of up to `max_digits`. (It opens
+/// as [`gpt2`] does, on purpose: one regex each, written out as a loop.)
 fn llama3(cps: &[Cp], start: usize, end: usize, max_digits: usize, out: &mut Vec<(u32, u32)>) {
     let seg = Seg { cps, end };
     let mut cuts = Cuts { out, prev: start };

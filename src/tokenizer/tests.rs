@@ -6,6 +6,7 @@ use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::vec;
 
+use crate::testutil::Rng;
 use crate::testutil::read_shared as read;
 
 fn load(rel: &str) -> Tokenizer {
@@ -417,13 +418,8 @@ fn hostile_vocabularies_fail_cleanly() {
 /// load and encode without panicking.
 #[test]
 fn corrupted_vocabularies_never_panic() {
-    let mut state = 0x9E37_79B9_7F4A_7C15u64;
-    let mut rnd = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut rnd = move || rng.next();
     let sample = "Hello <|im_start|>world  \n\n 123 'll café 日本 <start_of_turn>🙂";
     let (mut loaded, mut failed) = (0, 0);
     for rel in [
@@ -465,13 +461,8 @@ fn random_text_roundtrips() {
     let tok = load("models/vocab/vocab-bpe-default.gguf");
     let qwen = load("models/vocab/vocab-bpe-qwen2.gguf");
     let gemma = load("models/vocab/vocab-spm-gemma3.gguf");
-    let mut state = 0x1234_5678_9ABC_DEF1u64;
-    let mut rnd = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut rng = Rng(0x1234_5678_9ABC_DEF1);
+    let mut rnd = move || rng.next();
     let alphabet = [
         'a', 'Z', ' ', ' ', '\n', '\t', '7', '\'', 's', '.', 'é', '日', '🙂', '\u{300}', '\u{a0}',
         '<', '|', '>',

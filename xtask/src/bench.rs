@@ -31,6 +31,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::{cargo, status};
 use xtask::workspace_root;
 
 const SMOLLM2: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -98,23 +99,6 @@ fn parse(args: &[String]) -> Result<Options, String> {
 /// `../shared` beside the repository (as the tests find it).
 fn shared(path: &str) -> PathBuf {
     workspace_root().join("../shared").join(path)
-}
-
-fn cargo(root: &Path) -> Command {
-    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    c.current_dir(root);
-    c
-}
-
-fn status(step: &str, cmd: &mut Command) -> Result<(), String> {
-    let s = cmd
-        .status()
-        .map_err(|e| format!("{step}: cannot start: {e}"))?;
-    if s.success() {
-        Ok(())
-    } else {
-        Err(format!("{step}: failed ({s})"))
-    }
 }
 
 /// Runs a bench program; its stdout lines that are JSON objects are results. A failing peer is

@@ -74,18 +74,25 @@ fn serve(extra: &[String]) -> Result<(), String> {
     )
 }
 
+/// Runs a step under its heading.
 fn run(step: &str, cmd: &mut Command) -> Result<(), String> {
     println!("\n==> {step}");
-    let status = cmd
+    status(step, cmd)
+}
+
+/// Runs a command to its end; an error names the step.
+fn status(step: &str, cmd: &mut Command) -> Result<(), String> {
+    let s = cmd
         .status()
         .map_err(|e| format!("{step}: cannot start: {e}"))?;
-    if status.success() {
+    if s.success() {
         Ok(())
     } else {
-        Err(format!("{step}: failed ({status})"))
+        Err(format!("{step}: failed ({s})"))
     }
 }
 
+/// `cargo` (the one running xtask) in `root`.
 fn cargo(root: &Path) -> Command {
     let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     c.current_dir(root);

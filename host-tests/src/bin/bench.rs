@@ -233,6 +233,15 @@ fn place(w: &mut Wasmind, texts: &[String]) -> Result<Vec<(u32, u32)>, String> {
         .collect()
 }
 
+/// `r`, the return of the export `name`, or its failure.
+fn checked(name: &str, r: i32) -> Result<i32, String> {
+    if r < 0 {
+        Err(format!("{name} failed ({r})"))
+    } else {
+        Ok(r)
+    }
+}
+
 fn rates(times: &mut [f64], texts: usize, bytes: usize) -> Value {
     let best = times.iter().copied().fold(f64::INFINITY, f64::min);
     let med = median(times);
@@ -263,10 +272,7 @@ fn tokenize(args: &Args) -> Result<(), String> {
             let r = f
                 .call(&mut w.store, (p, n, 0, out, cap as u32))
                 .map_err(s)?;
-            if r < 0 {
-                return Err(format!("tokenize failed ({r})"));
-            }
-            ids += r as usize;
+            ids += checked("tokenize", r)? as usize;
         }
         Ok(())
     })?;
@@ -291,25 +297,25 @@ fn embed(args: &Args) -> Result<(), String> {
         let dim = w.load_embedder_dir(&dir).map_err(s)?;
         let placed = place(&mut w, &texts)?;
         let out = w.put(&vec![0u8; texts.len() * dim * 4]).map_err(s)?;
+        let emit_embed = |api: &str, times: &mut [f64]| {
+            let mut v = rates(times, texts.len(), bytes);
+            v["bench"] = json!("embed");
+            v["api"] = json!(api);
+            v["set"] = json!(set);
+            v["module"] = json!(module_name(threads));
+            v["threads"] = json!(threads.max(1));
+            emit(v);
+        };
         // One text per call: only meaningful single-threaded (embed does not use the pool).
         if threads <= 1 {
             let f = w.func::<(u32, u32, u32), i32>("embed").map_err(s)?;
             let mut times = timed_passes(min_secs, || {
                 for &(p, n) in &placed {
-                    let r = f.call(&mut w.store, (p, n, out)).map_err(s)?;
-                    if r < 0 {
-                        return Err(format!("embed failed ({r})"));
-                    }
+                    checked("embed", f.call(&mut w.store, (p, n, out)).map_err(s)?)?;
                 }
                 Ok(())
             })?;
-            let mut v = rates(&mut times, texts.len(), bytes);
-            v["bench"] = json!("embed");
-            v["api"] = json!("embed");
-            v["set"] = json!(set);
-            v["module"] = json!(module_name(threads));
-            v["threads"] = json!(threads.max(1));
-            emit(v);
+            emit_embed("embed", &mut times);
         }
         let refs: Vec<&[u8]> = texts.iter().map(|t| t.as_bytes()).collect();
         let (joined, offsets) = pack_texts(&refs);
@@ -329,19 +335,9 @@ fn embed(args: &Args) -> Result<(), String> {
             let r = f
                 .call(&mut w.store, (t, o, texts.len() as u32, out))
                 .map_err(s)?;
-            if r < 0 {
-                Err(format!("embed_batch failed ({r})"))
-            } else {
-                Ok(())
-            }
+            checked("embed_batch", r).map(drop)
         })?;
-        let mut v = rates(&mut times, texts.len(), bytes);
-        v["bench"] = json!("embed");
-        v["api"] = json!("embed_batch");
-        v["set"] = json!(set);
-        v["module"] = json!(module_name(threads));
-        v["threads"] = json!(threads.max(1));
-        emit(v);
+        emit_embed("embed_batch", &mut times);
         w.shutdown().map_err(s)?;
     }
     Ok(())

@@ -125,3 +125,24 @@ pub fn wasmind_piped(args: &[&str], input: &[u8]) -> std::process::Output {
     child.stdin.take().unwrap().write_all(input).unwrap();
     child.wait_with_output().unwrap()
 }
+
+/// xorshift64 (shifts 13, 7, 17): the tests' source of pseudo-random inputs. The seed must not
+/// be 0.
+pub struct XorShift64(pub u64);
+
+impl XorShift64 {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    /// Uniform in [lo, hi).
+    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * self.unit()
+    }
+}
