@@ -11,9 +11,11 @@ use core::fmt;
 #[repr(i32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {
-    /// An argument is out of range (null pointer, bad length, unknown id).
+    /// An argument is out of range (null pointer, bad length, unknown id, a sampler setting that
+    /// is NaN or negative).
     InvalidArgument = 1,
-    /// An allocation failed; nothing was changed.
+    /// An allocation failed; nothing was changed (the message names what and how much, and the
+    /// size of the memory).
     OutOfMemory = 2,
     /// Input bytes are malformed (truncated file, bad header, inconsistent sizes).
     BadFormat = 3,
@@ -21,7 +23,8 @@ pub enum Status {
     Unsupported = 4,
     /// The call needs a model (or embedder) and none is loaded.
     NoModel = 5,
-    /// The KV cache is full; nothing was written past its end.
+    /// The KV cache is full; nothing was written past its end (`chat_reset`, or turn dropping,
+    /// makes room).
     ContextFull = 6,
     /// Text is not valid UTF-8.
     InvalidUtf8 = 7,

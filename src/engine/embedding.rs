@@ -66,19 +66,12 @@ impl EmbedEngine {
 
     /// The loaded embedder.
     pub fn embedder(&self) -> Result<&Embedder<'static>> {
-        self.loaded
-            .as_ref()
-            .map(|l| &l.embedder)
-            .ok_or_else(no_embedder)
+        loaded_embedder(&self.loaded)
     }
 
     pub fn embed(&mut self, text: &[u8], out: &mut [f32]) -> Result<usize> {
         pool::check()?;
-        let e = self
-            .loaded
-            .as_ref()
-            .map(|l| &l.embedder)
-            .ok_or_else(no_embedder)?;
+        let e = loaded_embedder(&self.loaded)?;
         e.embed_bytes(text, &mut self.scratch, out)?;
         Ok(e.dim())
     }
@@ -91,11 +84,7 @@ impl EmbedEngine {
     /// the lowest such index is returned. Returns `n`.
     pub fn embed_batch(&mut self, texts: &[u8], offsets: &[u32], out: &mut [f32]) -> Result<usize> {
         pool::check()?;
-        let e = self
-            .loaded
-            .as_ref()
-            .map(|l| &l.embedder)
-            .ok_or_else(no_embedder)?;
+        let e = loaded_embedder(&self.loaded)?;
         let dim = e.dim();
         let n = offsets.len().saturating_sub(1);
         if out.len() != n * dim {
@@ -171,6 +160,11 @@ impl EmbedEngine {
         e.encode_ids(text, &mut self.scratch, &mut self.ids)?;
         Ok(&self.ids)
     }
+}
+
+/// The embedder in `loaded` (a field, so callers can borrow the engine's scratch beside it).
+fn loaded_embedder(loaded: &Option<LoadedEmbedder>) -> Result<&Embedder<'static>> {
+    loaded.as_ref().map(|l| &l.embedder).ok_or_else(no_embedder)
 }
 
 fn no_embedder() -> Error {
