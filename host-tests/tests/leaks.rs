@@ -315,3 +315,76 @@ fn a_full_context_is_reported_every_time_and_a_reset_recovers() {
         refills()
     );
 }
+
+/// Text of `words` random lowercase words of 40 letters (each a new word to a tokenizer).
+fn random_words(words: usize) -> String {
+    let mut rng = 0x2545_F491_4F6C_DD1Du64;
+    let mut text = String::new();
+    for _ in 0..words {
+        text.push(' ');
+        for _ in 0..40 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            text.push(char::from(b'a' + (rng % 26) as u8));
+        }
+    }
+    text
+}
+
+/// Regression: `unload_model` kept the tokenizer's scratch and word cache (12 MB after one
+/// 330 KB text), sized by the longest text it had read, for a tokenizer that was gone. The
+/// embedder's buffers (also kept, for warm calls) stay small: a load and unload after long
+/// texts through both leave the heap within 64 KiB of one after a short text.
+#[test]
+fn unloading_frees_what_the_tokenizers_read() {
+    let text = random_words(8000);
+    let texts: Vec<&[u8]> = text.as_bytes().chunks(4096).collect();
+    let mut w = Wasmind::single_threaded().unwrap();
+    let dir = shared("models/m2v-minilm-256");
+    // A cycle with a short text first: what a load and unload leave by themselves.
+    let cycle = |w: &mut Wasmind, texts: &[&[u8]]| {
+        w.load_model_file(&shared(SMOLLM2), 256).unwrap();
+        let ids = w.tokenize(texts.concat().as_slice(), 0).unwrap();
+        let dim = w.load_embedder_dir(&dir).unwrap();
+        w.embed_batch(texts, dim).unwrap();
+        w.embed(&texts.concat(), dim).unwrap();
+        let full = w.heap_in_use().unwrap();
+        w.unload_model().unwrap();
+        w.unload_embedder().unwrap();
+        (ids.len(), full, w.heap_in_use().unwrap())
+    };
+    let (_, _, before) = cycle(&mut w, &[b"a short text"]);
+    let (ids, full, after) = cycle(&mut w, &texts);
+    println!(
+        "heap after a short cycle {before}; with {ids} ids and {} texts read {full}; after unloading {after}",
+        texts.len()
+    );
+    assert!(
+        after <= before + (64 << 10),
+        "unloading kept {} bytes",
+        after - before
+    );
+}
+
+/// Regression: after a reply, `unload_model` kept the sampler's candidates (12 bytes per
+/// vocabulary entry: 0.6 MB for SmolLM2, 3 MB for a 262,144-token vocabulary), so a load ->
+/// chat -> unload cycle left 600 KB behind in a fresh module.
+#[test]
+fn unloading_after_a_reply_frees_the_samplers_buffers() {
+    let mut w = Wasmind::single_threaded().unwrap();
+    let start = w.heap_in_use().unwrap();
+    w.load_model_file(&shared(SMOLLM2), 256).unwrap();
+    w.sampler_set(&Sampling::default()).unwrap();
+    w.chat_add(ROLE_USER, "What is the capital of France?")
+        .unwrap();
+    assert!(!w.chat_reply(8, |_| {}).unwrap().unwrap().ids.is_empty());
+    w.unload_model().unwrap();
+    let after = w.heap_in_use().unwrap();
+    println!("heap {start} before the load, {after} after the reply and the unload");
+    assert!(
+        after <= start + (64 << 10),
+        "a load, a reply and an unload left {} bytes",
+        after - start
+    );
+}
