@@ -18,8 +18,10 @@ const model = readFileSync(MODEL_PATH);
 const embedder = Object.fromEntries(['model.safetensors', 'tokenizer.json', 'config.json']
   .map((f, i) => [['safetensors', 'tokenizer', 'config'][i], readFileSync(new URL(f, EMBEDDER_DIR))]));
 const room = memoryFor(model.byteLength + embedder.safetensors.byteLength);
+// A hang fails the test instead of stalling the run: generous limits, 5 s a cycle or a reply.
+const limit = (n) => ({ timeout: 120_000 + 5000 * n });
 
-test(`threaded module, ${THREADS} threads: ${CYCLES} load -> chat -> embed -> unload cycles give the heap back`, async (t) => {
+test(`threaded module, ${THREADS} threads: ${CYCLES} load -> chat -> embed -> unload cycles give the heap back`, limit(CYCLES), async (t) => {
   const wm = await load({ threads: THREADS, maxMemory: room });
   try {
     assert.equal(wm.threaded, true);
@@ -67,7 +69,7 @@ function reply(wm, { prompt, seed, stopAfter = null, byFlag = false }) {
   }
 }
 
-test(`${REPLIES} replies with random seeds, 1-${THREADS} threads and stops equal the single-threaded module's`, async (t) => {
+test(`${REPLIES} replies with random seeds, 1-${THREADS} threads and stops equal the single-threaded module's`, limit(REPLIES), async (t) => {
   const st = await load({ threaded: false });
   const mt = await load({ threads: THREADS, maxMemory: memoryFor(model.byteLength) });
   try {
