@@ -328,6 +328,12 @@ export class WasmindModule {
         safetensors.byteLength, tok, tokenizer.byteLength, cfg, config.byteLength));
     } finally { this.free(tok, tokenizer.byteLength); this.free(cfg, config.byteLength); }
   }
+  /** Drops the model and frees its file (the module's memory stays as large as it grew). */
+  unloadModel() { this.exports.unload_model(); }
+  /** Drops the embedder and frees its files. */
+  unloadEmbedder() { this.exports.unload_embedder(); this.embedDim = 0; }
+  /** Bytes in the module's live heap blocks: back where it was after the unloads (leak checks). */
+  heapInUse() { return this.exports.heap_in_use() >>> 0; }
   /** Sentence vectors for `texts` (strings), one Float32Array each; split across the pool. */
   embed(texts) {
     const enc = new TextEncoder(), parts = texts.map((t) => enc.encode(t));

@@ -272,30 +272,6 @@ fn a_template_chosen_by_name_carries_a_conversation() {
     }
 }
 
-const QUESTIONS: [&str; 20] = [
-    "Hi! Who are you?",
-    "What is the capital of France?",
-    "Name three fruits.",
-    "What is 2 + 2?",
-    "Tell me a fun fact about cats.",
-    "What color is the sky?",
-    "Write one sentence about the ocean.",
-    "What is the opposite of hot?",
-    "Name a planet.",
-    "How many days are in a week?",
-    "What do bees make?",
-    "Say hello in Spanish.",
-    "What is water made of?",
-    "Name a musical instrument.",
-    "What is the largest animal?",
-    "Give me a word that rhymes with cat.",
-    "What season comes after winter?",
-    "Name a famous painter.",
-    "What is the boiling point of water?",
-    "Thank you, goodbye!",
-];
-const SYSTEM: &str = "You are a helpful assistant. Keep answers short.";
-
 #[test]
 fn twenty_turns_past_a_512_token_context() {
     let mut w = smollm2(2, 512);

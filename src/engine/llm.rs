@@ -126,12 +126,18 @@ impl LlmEngine {
         Ok(())
     }
 
-    /// Drops the model and the conversation, and frees the file.
+    /// Drops the model and the conversation, and frees the file and the buffers sized by it:
+    /// what its tokenizer read (the word cache and scratch of `work`, the last `tokenize` ids)
+    /// and the sampler's vocabulary-sized ones. Kept, they held megabytes for a model that was
+    /// gone. The sampler's settings and RNG stay.
     pub fn unload(&mut self) {
         self.loaded = None;
         self.chat = Chat::default();
         self.stream = StreamDecoder::new();
         self.token_table = None;
+        self.work = Work::default();
+        self.ids = Vec::new();
+        self.sampler.free_buffers();
     }
 
     fn loaded(&self) -> Result<&LoadedModel> {

@@ -8,7 +8,8 @@
 //! - `bench`: throughput of the modules beside their peers (wllama, llama.cpp, model2vec-rs,
 //!   model2vec), measured in one run; tables and `target/bench/*.json` (src/bench.rs).
 //! - `fuzz`: the fuzz targets of host-tests/fuzz (cargo fuzz, nightly), N seconds each.
-//! - `soak`: load/chat/embed/unload cycles (100 by default): the heap must come back each time.
+//! - `soak`: load/chat/embed/unload cycles (100 by default; wasmtime and Node): the heap must
+//!   come back each time; replies equal across thread counts; a small context refilled.
 //! - `serve`: the demos (chat, semantic search) with COOP/COEP; `--no-isolation` without.
 
 mod bench;
@@ -339,33 +340,53 @@ fn model2vec_seeds() -> Vec<(&'static str, Vec<u8>)> {
     ]
 }
 
-/// The long version of the soak tests: `--cycles N` (default 100) load -> chat -> embed ->
-/// unload cycles in the single-threaded module and with helpers, and 10 N replies with random
-/// seeds, thread counts and stops against the single-threaded module's, in wasmtime.
+/// The long version of the soak tests (host-tests/tests/leaks.rs in wasmtime,
+/// glue/test/soak.test.mjs in Node). `--cycles N` (default 100) means: N load -> chat -> embed
+/// -> unload cycles in each host (wasmtime: the single-threaded module and 2 threads; Node: the
+/// threaded module, 4 threads), 10 N replies with random seeds, thread counts and stops in all
+/// (5 N in each host), and N / 2 context refills (with and without turn dropping).
 fn soak(args: &[String]) -> Result<(), String> {
-    let cycles = match args {
-        [] => "100".to_string(),
-        [flag, n] if flag == "--cycles" && n.parse::<u32>().is_ok() => n.clone(),
-        _ => return Err("usage: cargo xtask soak [--cycles N]".into()),
+    let cycles: u32 = match args {
+        [] => 100,
+        [flag, n] if flag == "--cycles" && n.parse::<u32>().is_ok_and(|n| n > 0) => {
+            n.parse().unwrap()
+        }
+        _ => return Err("usage: cargo xtask soak [--cycles N] (N >= 1)".into()),
     };
+    let (replies, refills) = (5 * cycles, (cycles / 2).max(1));
+    println!(
+        "soak --cycles {cycles}: {cycles} load/chat/embed/unload cycles in wasmtime (each module) and in Node (threaded); \
+         {} replies ({replies} in wasmtime, {replies} in Node); {refills} context refills with and without dropping (wasmtime)",
+        2 * replies
+    );
+    dist()?;
+    let env = [
+        ("WASMIND_SOAK_CYCLES", cycles),
+        ("WASMIND_SOAK_REPLIES", replies),
+        ("WASMIND_SOAK_REFILLS", refills),
+    ];
+    let root = workspace_root();
+    let started = std::time::Instant::now();
     run(
-        &format!("soak: {cycles} load/chat/embed/unload cycles"),
-        cargo(&workspace_root())
-            .args([
-                "test",
-                "--release",
-                "--package",
-                "host-tests",
-                "--test",
-                "leaks",
-            ])
-            .args(["--", "--nocapture"])
-            .env("WASMIND_SOAK_CYCLES", &cycles)
-            .env(
-                "WASMIND_SOAK_REPLIES",
-                (cycles.parse::<u32>().unwrap_or(100) * 10).to_string(),
-            ),
-    )
+        "soak in wasmtime (host-tests/tests/leaks.rs)",
+        cargo(&root)
+            .args(["test", "--release", "--package", "host-tests"])
+            .args(["--test", "leaks", "--", "--nocapture"])
+            .envs(env.map(|(k, v)| (k, v.to_string()))),
+    )?;
+    let wasmtime = started.elapsed().as_secs();
+    run(
+        "soak in Node (glue/test/soak.test.mjs)",
+        Command::new("node")
+            .current_dir(&root)
+            .args(["--test", "glue/test/soak.test.mjs"])
+            .envs(env.map(|(k, v)| (k, v.to_string()))),
+    )?;
+    println!(
+        "\nsoak passed: wasmtime {wasmtime} s, Node {} s",
+        started.elapsed().as_secs() - wasmtime
+    );
+    Ok(())
 }
 
 fn test(extra: &[String]) -> Result<(), String> {

@@ -102,6 +102,32 @@ pub fn generate_json(args: &[&str]) -> serde_json::Value {
     v
 }
 
+/// Twenty short questions: a conversation that outgrows a small context (chat, leaks).
+pub const QUESTIONS: [&str; 20] = [
+    "Hi! Who are you?",
+    "What is the capital of France?",
+    "Name three fruits.",
+    "What is 2 + 2?",
+    "Tell me a fun fact about cats.",
+    "What color is the sky?",
+    "Write one sentence about the ocean.",
+    "What is the opposite of hot?",
+    "Name a planet.",
+    "How many days are in a week?",
+    "What do bees make?",
+    "Say hello in Spanish.",
+    "What is water made of?",
+    "Name a musical instrument.",
+    "What is the largest animal?",
+    "Give me a word that rhymes with cat.",
+    "What season comes after winter?",
+    "Name a famous painter.",
+    "What is the boiling point of water?",
+    "Thank you, goodbye!",
+];
+/// The system message the long conversations start with.
+pub const SYSTEM: &str = "You are a helpful assistant. Keep answers short.";
+
 pub const SMOLLM2: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 /// The `wasmind` command line (without $WASMIND_MODEL: tests never download).
