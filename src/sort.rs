@@ -60,7 +60,7 @@ mod tests {
             let mut c = v.clone();
             heapsort_by(&mut c, &mut |p, q| p.0 > q.0 || (p.0 == q.0 && p.1 < q.1));
             let mut d = v;
-            d.sort_by(|p, q| q.0.cmp(&p.0));
+            d.sort_by_key(|q| core::cmp::Reverse(q.0));
             assert_eq!(c, d, "n = {n}, descending and stable");
         }
     }
