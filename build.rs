@@ -136,25 +136,26 @@ fn generate_unicode_tables() {
             direct.join(",")
         )
         .unwrap();
-        // Only the runs that start at or after LATIN (plus the one that covers LATIN).
+        // Only the runs that start at or after LATIN (plus the one that covers LATIN), each
+        // `start << 8 | value` (one array, searched by start).
         let first = r.iter().rposition(|&(s, _)| s <= LATIN).unwrap();
-        let tail = &r[first..];
-        let starts: Vec<String> = tail.iter().map(|x| x.0.to_string()).collect();
-        let vals: Vec<String> = tail.iter().map(|x| x.1.to_string()).collect();
+        let packed: Vec<u32> = r[first..].iter().map(|&(s, v)| s << 8 | v as u32).collect();
         writeln!(
             w,
-            "pub static {name}_RUN_START: [u32; {}] = [{}];",
-            tail.len(),
-            starts.join(",")
+            "pub static {name}_RUNS: [u32; {}] = [{}];",
+            packed.len(),
+            list(&packed)
         )
         .unwrap();
-        writeln!(
-            w,
-            "pub static {name}_RUN_VALUE: [u8; {}] = [{}];",
-            tail.len(),
-            vals.join(",")
-        )
-        .unwrap();
+    }
+    fn list<T: ToString>(v: &[T]) -> String {
+        v.iter()
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+    fn emit<T: ToString>(w: &mut String, name: &str, ty: &str, v: &[T]) {
+        writeln!(w, "pub static {name}: [{ty}; {}] = [{}];", v.len(), list(v)).unwrap();
     }
 
     // 1. General category, numbered in the order of `unicode::Category`; unassigned (29) where
@@ -217,54 +218,58 @@ fn generate_unicode_tables() {
     )
     .unwrap();
 
-    // 3. Full lowercase. LOWER_TO holds the single code point, or for 1->many mappings
-    //    `MULTI | offset << 8 | len` into LOWER_MULTI.
-    let (mut from, mut to, mut multi) = (Vec::new(), Vec::new(), Vec::<u32>::new());
+    // 3. Full lowercase. Single mappings come in ranges with one delta (A-Z +32; Latin
+    //    Extended's upper/lower pairs, every second code point +1): LOWER_RANGES holds
+    //    `start << 11 | (count - 1) << 1 | (stride - 1)`, LOWER_DELTA the delta of each. The
+    //    1->many mappings are listed apart: LOWER_MULTI_FROM, and LOWER_MULTI_AT (`offset << 8
+    //    | len` into LOWER_MULTI).
+    let (mut ranges, mut deltas) = (Vec::<(u32, u32, u32)>::new(), Vec::<i32>::new());
+    let (mut multi_from, mut multi_at, mut multi) = (Vec::new(), Vec::new(), Vec::<u32>::new());
     for ch in chars() {
         let l: Vec<u32> = ch.to_lowercase().map(|c| c as u32).collect();
-        if l == [ch as u32] {
+        let f = ch as u32;
+        if l == [f] {
             continue;
         }
-        from.push(ch as u32);
-        if l.len() == 1 {
-            to.push(l[0]);
-        } else {
+        if l.len() > 1 {
             assert!(l.len() <= 3 && multi.len() < 1 << 16);
-            to.push(0x8000_0000 | (multi.len() as u32) << 8 | l.len() as u32);
+            multi_from.push(f);
+            multi_at.push((multi.len() as u32) << 8 | l.len() as u32);
             multi.extend(&l);
+            continue;
         }
+        let d = l[0] as i32 - f as i32;
+        if let (Some(r), Some(&rd)) = (ranges.last_mut(), deltas.last())
+            && rd == d
+            && r.1 < 1024
+        {
+            if r.1 == 1 && f - r.0 <= 2 {
+                (r.1, r.2) = (2, f - r.0);
+                continue;
+            }
+            if f == r.0 + r.1 * r.2 {
+                r.1 += 1;
+                continue;
+            }
+        }
+        ranges.push((f, 1, 1));
+        deltas.push(d);
     }
-    let list = |v: &[u32]| {
-        v.iter()
-            .map(|x| x.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
-    };
-    writeln!(
-        w,
-        "pub static LOWER_FROM: [u32; {}] = [{}];",
-        from.len(),
-        list(&from)
-    )
-    .unwrap();
-    writeln!(
-        w,
-        "pub static LOWER_TO: [u32; {}] = [{}];",
-        to.len(),
-        list(&to)
-    )
-    .unwrap();
-    writeln!(
-        w,
-        "pub static LOWER_MULTI: [u32; {}] = [{}];",
-        multi.len(),
-        list(&multi)
-    )
-    .unwrap();
+    let packed: Vec<u32> = ranges
+        .iter()
+        .map(|&(s, n, stride)| s << 11 | (n - 1) << 1 | (stride - 1))
+        .collect();
+    emit(w, "LOWER_RANGES", "u32", &packed);
+    emit(w, "LOWER_DELTA", "i32", &deltas);
+    emit(w, "LOWER_MULTI_FROM", "u32", &multi_from);
+    emit(w, "LOWER_MULTI_AT", "u32", &multi_at);
+    emit(w, "LOWER_MULTI", "u32", &multi);
 
-    // 4. NFD (canonical, full) without the Hangul syllables, which are algorithmic.
-    //    NFD_AT: offset << 8 | len into NFD_POOL.
-    let (mut from, mut at, mut pool) = (Vec::new(), Vec::new(), Vec::<u32>::new());
+    // 4. NFD (canonical, full) without the Hangul syllables, which are algorithmic, in two
+    //    tables: code points below U+10000 (whose decompositions stay below it) in u16 arrays,
+    //    the rest in u32 ones. `{NFD,NFD_SUPP}_AT`: `offset << 4 | plane2 << 3 | len` into the
+    //    pool.
+    let mut nfd: [(Vec<u32>, Vec<u32>, Vec<u32>); 2] = Default::default();
     for ch in chars() {
         if (0xAC00..0xAC00 + 11172).contains(&(ch as u32)) {
             continue;
@@ -274,32 +279,22 @@ fn generate_unicode_tables() {
         if d == [ch as u32] {
             continue;
         }
-        assert!(!d.is_empty() && d.len() < 256);
+        let supp = ch as u32 > 0xFFFF;
+        // The few BMP code points whose decomposition leaves the BMP (CJK compatibility
+        // ideographs) decompose into plane 2: their pool entries drop 0x20000, flagged in AT.
+        let plane2 = !supp && d.iter().any(|&c| c > 0xFFFF);
+        assert!(!plane2 || d.iter().all(|&c| c >> 16 == 2));
+        let (from, at, pool) = &mut nfd[supp as usize];
+        assert!(!d.is_empty() && d.len() < 8 && pool.len() < 1 << 12);
         from.push(ch as u32);
-        at.push((pool.len() as u32) << 8 | d.len() as u32);
-        pool.extend(&d);
+        at.push((pool.len() as u32) << 4 | (plane2 as u32) << 3 | d.len() as u32);
+        pool.extend(d.iter().map(|&c| if plane2 { c - 0x20000 } else { c }));
     }
-    writeln!(
-        w,
-        "pub static NFD_FROM: [u32; {}] = [{}];",
-        from.len(),
-        list(&from)
-    )
-    .unwrap();
-    writeln!(
-        w,
-        "pub static NFD_AT: [u32; {}] = [{}];",
-        at.len(),
-        list(&at)
-    )
-    .unwrap();
-    writeln!(
-        w,
-        "pub static NFD_POOL: [u32; {}] = [{}];",
-        pool.len(),
-        list(&pool)
-    )
-    .unwrap();
+    for ((from, at, pool), (name, ty)) in nfd.iter().zip([("NFD", "u16"), ("NFD_SUPP", "u32")]) {
+        emit(w, &format!("{name}_FROM"), ty, from);
+        emit(w, &format!("{name}_AT"), "u16", at);
+        emit(w, &format!("{name}_POOL"), ty, pool);
+    }
     let ccc = |cp: u32| {
         char::from_u32(cp).map_or(
             0,

@@ -44,6 +44,7 @@ use core::fmt;
 
 use crate::error::{Result, Status};
 use crate::quant::GgmlType;
+use crate::sort::heapsort_by;
 use crate::{bail, err};
 
 /// `"GGUF"` read as a little-endian u32.
@@ -1108,7 +1109,10 @@ fn sorted_index<T>(items: &[T], key: impl Fn(&T) -> &str, what: &str) -> Result<
     let mut index: Vec<u32> = Vec::new();
     try_reserve(&mut index, items.len(), what)?;
     index.extend(0..items.len() as u32);
-    index.sort_unstable_by(|&a, &b| key(&items[a as usize]).cmp(key(&items[b as usize])));
+    // Equal names (an error the caller reports) in index order.
+    heapsort_by(&mut index, &mut |&a, &b| {
+        (key(&items[a as usize]), a) < (key(&items[b as usize]), b)
+    });
     Ok(index)
 }
 
@@ -1132,7 +1136,9 @@ fn check_no_overlap(tensors: &[TensorInfo<'_>]) -> Result<()> {
     let mut by_offset: Vec<u32> = Vec::new();
     try_reserve(&mut by_offset, tensors.len(), "tensor order")?;
     by_offset.extend(0..tensors.len() as u32);
-    by_offset.sort_unstable_by_key(|&i| tensors[i as usize].file_offset);
+    heapsort_by(&mut by_offset, &mut |&a, &b| {
+        (tensors[a as usize].file_offset, a) < (tensors[b as usize].file_offset, b)
+    });
     for w in by_offset.windows(2) {
         let (a, b) = (&tensors[w[0] as usize], &tensors[w[1] as usize]);
         if a.file_offset + a.data.len() > b.file_offset {

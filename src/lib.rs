@@ -72,6 +72,7 @@ pub mod quant;
 pub mod model;
 pub mod grammar;
 pub mod sampler;
+pub mod sort;
 pub mod template;
 pub mod chat;
 pub mod embed;

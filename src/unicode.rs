@@ -3,7 +3,9 @@
 //!
 //! Nothing here is hand-maintained: `build.rs` (`generate_unicode_tables`) asks each source
 //! about every code point and writes compact run tables into `$OUT_DIR/unicode_tables.rs`.
-//! Lookups below 0x800 index a direct table; above it they binary-search the runs.
+//! Lookups below 0x800 index a direct table; above it they binary-search the runs (each
+//! `start << 8 | value` in one `u32`). Lowercase is a list of ranges with one delta each, NFD
+//! two tables (u16 for the Basic Multilingual Plane, u32 past it).
 //!
 //! Sources and their Unicode versions (each stated as a constant below):
 //! - [`category`]: the `unicode-general-category` crate ([`UNICODE_VERSION`]), cut to the code
@@ -22,8 +24,6 @@ mod tables {
     include!(concat!(env!("OUT_DIR"), "/unicode_tables.rs"));
 }
 
-use tables::{CCC_DIRECT, CCC_RUN_START, CCC_RUN_VALUE};
-
 /// Unicode version of the general category data ([`category`]).
 pub const UNICODE_VERSION: (u8, u8, u8) = tables::CATEGORY_UNICODE_VERSION;
 /// The code points that this Unicode version had not assigned are `Cn` in [`category`]
@@ -37,16 +37,15 @@ pub const NFD_UNICODE_VERSION: (u8, u8, u8) = tables::NFD_UNICODE_VERSION;
 /// Below this, run tables have a direct per-code-point copy.
 const DIRECT: u32 = 0x800;
 
-/// Looks a code point up in a run table (direct below [`DIRECT`]). Code points past
-/// U+10FFFF fall into the last run (unassigned).
+/// Looks a code point (at most U+10FFFF) up in a run table (direct below [`DIRECT`]).
 #[inline(always)]
-fn run_lookup(cp: u32, direct: &[u8; DIRECT as usize], starts: &[u32], values: &[u8]) -> u8 {
+fn run_lookup(cp: u32, direct: &[u8; DIRECT as usize], runs: &[u32]) -> u8 {
     if cp < DIRECT {
         return direct[cp as usize];
     }
-    // starts[0] <= DIRECT <= cp, so the index is at least 1.
-    let i = starts.partition_point(|&s| s <= cp);
-    values.get(i.wrapping_sub(1)).copied().unwrap_or(0)
+    // The first run starts at or below DIRECT <= cp, so the index is at least 1.
+    let i = runs.partition_point(|&r| r >> 8 <= cp);
+    runs.get(i.wrapping_sub(1)).map_or(0, |&r| r as u8)
 }
 
 /// General category, in the order of Unicode's table (UAX #44).
@@ -141,12 +140,7 @@ pub fn category(cp: u32) -> Category {
     if cp >= 0x11_0000 {
         return Category::Cn;
     }
-    let v = run_lookup(
-        cp,
-        &tables::CATEGORY_DIRECT,
-        &tables::CATEGORY_RUN_START,
-        &tables::CATEGORY_RUN_VALUE,
-    );
+    let v = run_lookup(cp, &tables::CATEGORY_DIRECT, &tables::CATEGORY_RUNS);
     Category::ALL
         .get(v as usize)
         .copied()
@@ -191,13 +185,23 @@ pub fn to_lowercase(cp: u32) -> Lowercase {
             cp
         });
     }
-    let Ok(i) = tables::LOWER_FROM.binary_search(&cp) else {
-        return single(cp);
+    let Some(k) = tables::LOWER_MULTI_FROM.iter().position(|&f| f == cp) else {
+        // The range that starts last at or before cp: `start << 11 | (count - 1) << 1 |
+        // (stride - 1)`; cp maps if it is one of the range's `count` code points.
+        let i = tables::LOWER_RANGES.partition_point(|&r| r >> 11 <= cp);
+        let (Some(&r), Some(&delta)) = (
+            tables::LOWER_RANGES.get(i.wrapping_sub(1)),
+            tables::LOWER_DELTA.get(i.wrapping_sub(1)),
+        ) else {
+            return single(cp);
+        };
+        let (offset, stride) = (cp - (r >> 11), (r & 1) + 1);
+        if !offset.is_multiple_of(stride) || offset / stride > (r >> 1) & 0x3FF {
+            return single(cp);
+        }
+        return single(cp.wrapping_add_signed(delta));
     };
-    let to = tables::LOWER_TO[i];
-    if to & 0x8000_0000 == 0 {
-        return single(to);
-    }
+    let to = tables::LOWER_MULTI_AT[k];
     let (at, len) = (((to >> 8) & 0xFFFF) as usize, (to & 0xFF) as usize);
     let mut m = Lowercase {
         cps: [0; 3],
@@ -244,13 +248,42 @@ pub fn nfd(cp: u32, mut emit: impl FnMut(u32)) {
     if cp < 0xC0 {
         return emit(cp);
     }
-    let Ok(i) = tables::NFD_FROM.binary_search(&cp) else {
-        return emit(cp);
+    if let Ok(bmp) = u16::try_from(cp) {
+        nfd_in(
+            bmp,
+            &tables::NFD_FROM,
+            &tables::NFD_AT,
+            &tables::NFD_POOL,
+            emit,
+        );
+    } else {
+        nfd_in(
+            cp,
+            &tables::NFD_SUPP_FROM,
+            &tables::NFD_SUPP_AT,
+            &tables::NFD_SUPP_POOL,
+            emit,
+        );
+    }
+}
+
+/// [`nfd`] in one of its two tables (`at`: `offset << 4 | plane2 << 3 | len` into `pool`; with
+/// `plane2` the pool holds the code points less 0x20000).
+#[inline(always)]
+fn nfd_in<C: Copy + Ord + Into<u32>>(
+    cp: C,
+    from: &[C],
+    at: &[u16],
+    pool: &[C],
+    mut emit: impl FnMut(u32),
+) {
+    let Some(&at) = from.binary_search(&cp).ok().and_then(|i| at.get(i)) else {
+        return emit(cp.into());
     };
-    let at = tables::NFD_AT[i];
-    let (start, len) = ((at >> 8) as usize, (at & 0xFF) as usize);
-    for &c in tables::NFD_POOL.iter().skip(start).take(len) {
-        emit(c);
+    let (start, len) = ((at >> 4) as usize, (at & 7) as usize);
+    let plane = if at & 8 != 0 { 0x2_0000 } else { 0 };
+    for &c in pool.iter().skip(start).take(len) {
+        emit(c.into() + plane);
     }
 }
 
@@ -260,15 +293,14 @@ pub fn canonical_combining_class(cp: u32) -> u8 {
     if cp >= 0x11_0000 {
         return 0;
     }
-    run_lookup(cp, &CCC_DIRECT, &CCC_RUN_START, &CCC_RUN_VALUE)
+    run_lookup(cp, &tables::CCC_DIRECT, &tables::CCC_RUNS)
 }
 
 /// Character classes of Hugging Face's BERT normalizer and pre-tokenizer, one byte of flags
 /// per code point. A code point whose class is 0 passes normalization unchanged and is part of
 /// a word.
 pub mod bert {
-    use super::run_lookup;
-    use super::tables::{BERT_DIRECT, BERT_RUN_START, BERT_RUN_VALUE};
+    use super::{run_lookup, tables};
 
     /// Removed by `clean_text`: U+0000, U+FFFD, and Cc/Cf/Co (of `unicode_categories`) other
     /// than tab, newline and carriage return.
@@ -293,7 +325,7 @@ pub mod bert {
         if cp >= 0x11_0000 {
             return 0;
         }
-        run_lookup(cp, &BERT_DIRECT, &BERT_RUN_START, &BERT_RUN_VALUE)
+        run_lookup(cp, &tables::BERT_DIRECT, &tables::BERT_RUNS)
     }
 }
 

@@ -1,13 +1,15 @@
 // report.mjs: inputs and tables for `cargo xtask bench`.
 //
 //   node glue/bench/report.mjs inputs CORPUS.json OUT.json   short sentences cut from the corpus
-//   node glue/bench/report.mjs report DIR                    tables from DIR/{llm,grammar,tokenize,embed}.json,
+//   node glue/bench/report.mjs report DIR [DIST]             tables from DIR/{llm,grammar,tokenize,embed}.json
+//                                                            (and the sizes of DIST's modules, raw and gzipped),
 //                                                            also written to DIR/report.md
 //
 // Every ratio compares engines measured in the same run. Figures are the best pass (the median
 // is in the JSON): on a shared 2-core machine the best pass is the least disturbed one.
 import { readFile, writeFile } from 'node:fs/promises';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
+import { gzipSync } from 'node:zlib';
 
 const [cmd, a, b] = process.argv.slice(2);
 
@@ -39,9 +41,23 @@ async function results(dir, name) {
 }
 const ENGINE = { wasmtime: 'wasmind · wasmtime', node: 'wasmind · Node', native: 'llama.cpp native' };
 
-async function report(dir) {
+async function report(dir, dist) {
   const out = [];
   const say = (s = '') => { out.push(s); console.log(s); };
+
+  if (dist) {
+    // What a page downloads: the file, and the file as a server compresses it: gzip at level 9
+    // with Node's zlib (Chromium's fork, whose output here is ~4% larger than GNU gzip -9's).
+    const rows = ['wasmind.wasm', 'wasmind-mt.wasm'].filter((m) => existsSync(`${dist}/${m}`)).map((m) => {
+      const bytes = readFileSync(`${dist}/${m}`), gz = gzipSync(bytes, { level: 9 }).length;
+      const kib = (n) => `${(n / 1024).toFixed(1)} KiB`;
+      return [m, bytes.length, kib(bytes.length), gz, kib(gz)];
+    });
+    say('## Modules');
+    say();
+    say(table(['module', 'bytes', 'KiB', 'gzip bytes (Node zlib, level 9)', 'gzip KiB'], rows));
+    say();
+  }
   const errors = (rs) => rs.filter((r) => r.error).forEach((r) => say(`(missing: ${r.engine} — ${r.error})`));
 
   const llm = await results(dir, 'llm');
@@ -137,5 +153,5 @@ async function report(dir) {
 }
 
 if (cmd === 'inputs') await inputs(a, b);
-else if (cmd === 'report') await report(a);
+else if (cmd === 'report') await report(a, b);
 else { console.error('usage: report.mjs inputs CORPUS OUT | report DIR'); process.exit(2); }

@@ -4,12 +4,14 @@
 use host_tests::{WASM_MT, WASM_ST, Wasmind};
 use wasmparser::{Operator, Parser, Payload, TypeRef, ValType};
 
-/// Size budget per module. The foundation issue set 256 KiB "while features grow"; with the
-/// tokenizers, the generated Unicode tables (~110 KB of data), the Model2Vec embedder and SIMD
-/// kernels for 11 weight types (each monomorphized for 1-4 activation vectors) the modules are
-/// ~700 KB, so the budget now guards against unplanned growth rather than holding the first
-/// figure. The sizes are printed by these tests and by `cargo xtask dist`.
-const SIZE_BUDGET: usize = 1024 * 1024;
+/// Size budget per module. Issue 13 asks for 384 KiB with no loss of speed; the modules hold
+/// the tokenizers, the Unicode tables (~47 KB of data), the Model2Vec embedder, the grammar
+/// engine and SIMD kernels for 11 weight types (each monomorphized for 1-4 activation
+/// vectors), compiled at opt-level 3 (the speed), and are ~750 KiB with the cuts that cost no
+/// speed (no custom sections, small sorts on cold paths, packed Unicode tables). The budget
+/// guards against unplanned growth. The sizes are printed by these tests, by
+/// `cargo xtask dist` and (with gzip) by `cargo xtask bench`.
+const SIZE_BUDGET: usize = 800 * 1024;
 
 #[derive(Debug, PartialEq, Clone)]
 struct Sig {
@@ -44,6 +46,8 @@ fn parse(bytes: &[u8]) -> Parsed {
     let mut raw_exports = vec![];
     for payload in Parser::new(0).parse_all(bytes) {
         match payload.expect("valid module") {
+            // The names are in dist/*.symbols.txt (xtask), not in the module.
+            Payload::CustomSection(c) => panic!("custom section {:?} in the module", c.name()),
             Payload::TypeSection(r) => {
                 for rg in r {
                     for t in rg.expect("type").into_types() {

@@ -17,6 +17,7 @@
 use super::wordpiece::{PieceTable, WORD_PADDING, WordPiece};
 use crate::error::{Result, Status};
 use crate::json::{Kind, Reader, Str};
+use crate::sort::heapsort_by;
 use crate::unicode::{self, bert, utf8_len};
 use crate::{bail, err};
 use alloc::vec::Vec;
@@ -353,7 +354,7 @@ fn median(lengths: &mut [usize]) -> usize {
     if lengths.is_empty() {
         return 0;
     }
-    lengths.sort_unstable();
+    heapsort_by(lengths, &mut |a, b| a < b);
     let n = lengths.len();
     if n % 2 == 1 {
         lengths[n / 2]
@@ -492,7 +493,10 @@ impl HfTokenizer {
             });
             added_arena.extend_from_slice(bytes);
         }
-        added_tokens.sort_by_key(|t| core::cmp::Reverse(t.len));
+        // Longest first; equal lengths in the order they came (`off` grows with it).
+        heapsort_by(&mut added_tokens, &mut |a, b| {
+            (b.len, a.off) < (a.len, b.off)
+        });
         // Every distinct token once (a later duplicate replaced an earlier one in `all`).
         lengths.extend(
             all.keys()

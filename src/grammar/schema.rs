@@ -294,9 +294,11 @@ struct Converter<'s> {
     root: &'s Value,
     /// (name, body) in the order added.
     rules: Vec<(String, String)>,
-    by_name: BTreeMap<String, usize>,
-    /// `$ref` -> its rule name.
-    refs: BTreeMap<String, String>,
+    /// Name -> index in `rules`. (Both maps have the GBNF parser's `u32` values: one copy of
+    /// `BTreeMap`'s code in the module.)
+    by_name: BTreeMap<String, u32>,
+    /// `$ref` -> the index of its rule.
+    refs: BTreeMap<String, u32>,
 }
 
 impl<'s> Converter<'s> {
@@ -339,7 +341,7 @@ impl<'s> Converter<'s> {
         let mut i = 0;
         loop {
             match self.by_name.get(&candidate) {
-                Some(&at) if self.rules[at].1 == body => return Ok(candidate),
+                Some(&at) if self.rules[at as usize].1 == body => return Ok(candidate),
                 Some(_) => {
                     candidate = format!("{base}{i}");
                     i += 1;
@@ -353,7 +355,8 @@ impl<'s> Converter<'s> {
                 "schema: more than {MAX_SCHEMA_RULES} rules"
             );
         }
-        self.by_name.insert(candidate.clone(), self.rules.len());
+        self.by_name
+            .insert(candidate.clone(), self.rules.len() as u32);
         self.rules.push((candidate.clone(), body));
         Ok(candidate)
     }
@@ -364,7 +367,7 @@ impl<'s> Converter<'s> {
             return name.to_string();
         }
         if let Some(&(n, body, deps)) = PRIMITIVES.iter().find(|p| p.0 == name) {
-            self.by_name.insert(n.to_string(), self.rules.len());
+            self.by_name.insert(n.to_string(), self.rules.len() as u32);
             self.rules.push((n.to_string(), body.to_string()));
             for d in deps {
                 self.primitive(d);
@@ -539,8 +542,8 @@ impl<'s> Converter<'s> {
     }
 
     fn reference(&mut self, r: &str, depth: u32) -> Result<String> {
-        if let Some(n) = self.refs.get(r) {
-            return Ok(n.clone());
+        if let Some(&at) = self.refs.get(r) {
+            return Ok(self.rules[at as usize].0.clone());
         }
         let Some(pointer) = r.strip_prefix('#') else {
             bail!(
@@ -561,10 +564,13 @@ impl<'s> Converter<'s> {
         // Reserve the name first: the target may refer back to it.
         let last = pointer.rsplit('/').next().unwrap_or("");
         let name = self.add_rule(&format!("ref-{last}"), format!("\u{0}{r}"))?;
-        self.refs.insert(r.to_string(), name.clone());
+        let at = self.by_name.get(&name).copied();
+        if let Some(at) = at {
+            self.refs.insert(r.to_string(), at);
+        }
         let body = self.visit(target, &format!("{name}-body"), depth)?;
-        if let Some(&at) = self.by_name.get(&name) {
-            self.rules[at].1 = body;
+        if let Some(at) = at {
+            self.rules[at as usize].1 = body;
         }
         Ok(name)
     }

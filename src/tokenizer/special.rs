@@ -14,6 +14,7 @@ use alloc::vec::Vec;
 use super::reserve;
 use super::table::Texts;
 use crate::error::Result;
+use crate::sort::heapsort_by;
 
 /// The special tokens of a vocabulary, sorted by text for prefix search.
 pub struct SpecialTokens {
@@ -52,19 +53,18 @@ impl SpecialTokens {
     pub fn new(texts: &Texts, specials: &[(u32, bool)]) -> SpecialTokens {
         let mut order: Vec<(u32, bool)> = specials.to_vec();
         // Priority: longest text first, then lowest id.
-        order.sort_unstable_by(|a, b| {
-            texts
-                .get(b.0)
-                .len()
-                .cmp(&texts.get(a.0).len())
-                .then(a.0.cmp(&b.0))
+        heapsort_by(&mut order, &mut |a, b| {
+            (texts.get(b.0).len(), a.0) < (texts.get(a.0).len(), b.0)
         });
         let mut by_text: Vec<(u32, u32, bool)> = order
             .iter()
             .enumerate()
             .map(|(p, &(id, always))| (id, p as u32, always))
             .collect();
-        by_text.sort_unstable_by(|a, b| texts.get(a.0).cmp(texts.get(b.0)));
+        // Equal texts (two ids spelled alike) keep their priority order.
+        heapsort_by(&mut by_text, &mut |a, b| {
+            (texts.get(a.0), a.1) < (texts.get(b.0), b.1)
+        });
         let mut first_byte = [false; 256];
         for &(id, _, _) in &by_text {
             if let Some(&b) = texts.get(id).first() {
@@ -114,7 +114,7 @@ impl SpecialTokens {
             return Ok(());
         }
         // 2. Accept them by priority, then position, where the bytes are still free.
-        work.found.sort_unstable();
+        heapsort_by(&mut work.found, &mut |a, b| a < b);
         work.taken.clear();
         reserve(&mut work.taken, text.len(), "special-token scan")?;
         work.taken.resize(text.len(), false);
@@ -131,7 +131,7 @@ impl SpecialTokens {
             work.accepted.push((pos, id, len));
         }
         // 3. Fragments in text order.
-        work.accepted.sort_unstable();
+        heapsort_by(&mut work.accepted, &mut |a, b| a < b);
         let mut at = 0usize;
         for &(pos, id, len) in &work.accepted {
             if pos as usize > at {

@@ -368,5 +368,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
         write_json(&out_dir.join(format!("{group}.json")), &results)?;
     }
     println!();
-    status("report", node("report.mjs").arg("report").arg(&out_dir))
+    // The tables, after the modules' sizes (raw and gzipped) of the dist/ just measured.
+    status(
+        "report",
+        node("report.mjs").arg("report").arg(&out_dir).arg(&dist),
+    )
 }

@@ -126,16 +126,212 @@ pub fn build_module(m: &Module) -> Result<PathBuf, String> {
     Ok(target_dir.join("wasm32-unknown-unknown/release/wasmind.wasm"))
 }
 
-/// Builds both modules and copies them to `dir/`. Returns their paths.
+/// Builds both modules and writes them to `dir/` without their custom sections, each with its
+/// symbols file beside it (`wasmind.symbols.txt` for `wasmind.wasm`, see [`strip`]). Returns the
+/// paths of the modules.
 pub fn build_all_into(dir: &Path) -> Result<Vec<PathBuf>, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let mut out = Vec::new();
     for m in &MODULES {
         let built = build_module(m)?;
+        let bytes =
+            std::fs::read(&built).map_err(|e| format!("cannot read {}: {e}", built.display()))?;
+        let (module, symbols) = strip(&bytes).map_err(|e| format!("{}: {e}", built.display()))?;
         let dest = dir.join(m.file);
-        std::fs::copy(&built, &dest)
-            .map_err(|e| format!("cannot copy {} to {}: {e}", built.display(), dest.display()))?;
+        let symbols_path = dir.join(m.file.replace(".wasm", ".symbols.txt"));
+        for (path, data) in [(&dest, &module[..]), (&symbols_path, symbols.as_bytes())] {
+            std::fs::write(path, data)
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        }
         out.push(dest);
     }
     Ok(out)
+}
+
+/// Splits a module built by rustc into the module without its custom sections (`name`,
+/// `producers`, `target_features`: no host reads them, and the name section alone was ~40 KB)
+/// and a symbols file made from the name section, one line per defined function:
+/// `index offset name`, the index as wasmtime (`<wasm function N>`) and V8 (`wasm-function[N]`)
+/// print it in a trap's backtrace, the offset (hex) where the function's body starts in the
+/// module (backtraces print `0x...` offsets in the same file), and the name demangled when it is
+/// a legacy Rust symbol. The custom sections follow the code, so offsets are the same in both.
+pub fn strip(wasm: &[u8]) -> Result<(Vec<u8>, String), String> {
+    if wasm.len() < 8 || &wasm[..4] != b"\0asm" {
+        return Err("not a wasm module".into());
+    }
+    let mut module = wasm[..8].to_vec();
+    let mut names: Vec<(u32, String)> = Vec::new();
+    let mut bodies: Vec<usize> = Vec::new();
+    let mut imported_funcs = 0u32;
+    let mut pos = 8;
+    while pos < wasm.len() {
+        let id = wasm[pos];
+        let (size, start) = leb(wasm, pos + 1)?;
+        let end = start
+            .checked_add(size as usize)
+            .filter(|&e| e <= wasm.len())
+            .ok_or("a section runs past the end")?;
+        let body = &wasm[start..end];
+        match id {
+            0 => {
+                let (len, at) = leb(body, 0)?;
+                let name = body
+                    .get(at..at + len as usize)
+                    .ok_or("bad custom section name")?;
+                if name == b"name" {
+                    names = function_names(&body[at + len as usize..])?;
+                }
+            }
+            2 => imported_funcs = count_imported_funcs(body)?,
+            10 => {
+                let (count, mut at) = leb(body, 0)?;
+                for _ in 0..count {
+                    let (len, next) = leb(body, at)?;
+                    bodies.push(start + next);
+                    at = next + len as usize;
+                }
+            }
+            _ => {}
+        }
+        if id != 0 {
+            module.extend_from_slice(&wasm[pos..end]);
+        }
+        pos = end;
+    }
+    let mut symbols =
+        String::from("# index offset name (functions of the module beside this file)\n");
+    for (index, name) in names {
+        let Some(&offset) = index
+            .checked_sub(imported_funcs)
+            .and_then(|i| bodies.get(i as usize))
+        else {
+            continue; // an imported function: not in this module's code
+        };
+        symbols.push_str(&format!("{index} {offset:#x} {}\n", demangle(&name)));
+    }
+    Ok((module, symbols))
+}
+
+/// Unsigned LEB128 at `at`: the value and the position after it.
+fn leb(b: &[u8], mut at: usize) -> Result<(u32, usize), String> {
+    let (mut value, mut shift) = (0u32, 0);
+    loop {
+        let byte = *b.get(at).ok_or("truncated LEB128")?;
+        at += 1;
+        value |= u32::from(byte & 0x7f).checked_shl(shift).unwrap_or(0);
+        if byte & 0x80 == 0 {
+            return Ok((value, at));
+        }
+        shift += 7;
+        if shift > 28 {
+            return Err("LEB128 too long".into());
+        }
+    }
+}
+
+/// How many functions the import section imports (they come first in the function index space).
+fn count_imported_funcs(body: &[u8]) -> Result<u32, String> {
+    let (count, mut at) = leb(body, 0)?;
+    let mut funcs = 0;
+    for _ in 0..count {
+        for _ in 0..2 {
+            let (len, next) = leb(body, at)?; // module, then field
+            at = next + len as usize;
+        }
+        let kind = *body.get(at).ok_or("truncated import")?;
+        at += 1;
+        match kind {
+            0 => {
+                funcs += 1;
+                at = leb(body, at)?.1;
+            }
+            1 => {
+                at += 1; // reference type
+                let (flags, next) = leb(body, at)?;
+                at = leb(body, next)?.1;
+                if flags & 1 != 0 {
+                    at = leb(body, at)?.1;
+                }
+            }
+            2 => {
+                let (flags, next) = leb(body, at)?;
+                at = leb(body, next)?.1;
+                if flags & 1 != 0 {
+                    at = leb(body, at)?.1;
+                }
+            }
+            3 => at += 2,
+            _ => return Err(format!("unknown import kind {kind}")),
+        }
+    }
+    Ok(funcs)
+}
+
+/// The function names (subsection 1) of a name section's contents.
+fn function_names(body: &[u8]) -> Result<Vec<(u32, String)>, String> {
+    let mut at = 0;
+    while at < body.len() {
+        let id = body[at];
+        let (size, start) = leb(body, at + 1)?;
+        let end = start + size as usize;
+        if id == 1 {
+            let (count, mut p) = leb(body, start)?;
+            let mut names = Vec::with_capacity(count as usize);
+            for _ in 0..count {
+                let (index, next) = leb(body, p)?;
+                let (len, next) = leb(body, next)?;
+                let name = body
+                    .get(next..next + len as usize)
+                    .ok_or("bad function name")?;
+                names.push((index, String::from_utf8_lossy(name).into_owned()));
+                p = next + len as usize;
+            }
+            return Ok(names);
+        }
+        at = end;
+    }
+    Ok(Vec::new())
+}
+
+/// `_ZN7wasmind5quant14dequantize_row17h0123456789abcdefE` -> `wasmind::quant::dequantize_row`
+/// (legacy Rust mangling, the hash dropped and the common `$..$` escapes decoded). Anything else
+/// (v0 `_R` symbols, exports, C names) is returned as it is.
+fn demangle(name: &str) -> String {
+    let Some(rest) = name.strip_prefix("_ZN").and_then(|r| r.strip_suffix('E')) else {
+        return name.to_string();
+    };
+    let mut parts = Vec::new();
+    let mut s = rest;
+    while !s.is_empty() {
+        let digits = s.bytes().take_while(u8::is_ascii_digit).count();
+        let Ok(len) = s[..digits].parse::<usize>() else {
+            return name.to_string();
+        };
+        let Some(part) = s.get(digits..digits + len) else {
+            return name.to_string();
+        };
+        parts.push(part);
+        s = &s[digits + len..];
+    }
+    if parts
+        .last()
+        .is_some_and(|h| h.len() == 17 && h.starts_with('h'))
+    {
+        parts.pop();
+    }
+    let mut out = parts.join("::");
+    for (from, to) in [
+        ("$LT$", "<"),
+        ("$GT$", ">"),
+        ("$u20$", " "),
+        ("$RF$", "&"),
+        ("$C$", ","),
+        ("$BP$", "*"),
+        ("..", "::"),
+        ("$u7b$", "{"),
+        ("$u7d$", "}"),
+    ] {
+        out = out.replace(from, to);
+    }
+    out
 }
