@@ -460,12 +460,27 @@ impl<'a> Embedder<'a> {
             Rows::Owned(t) => self.pool_rows(t, rows, acc, kernels::add4_f32, kernels::add_f32)?,
             Rows::I8(t) => self.pool_rows(t, rows, acc, kernels::add4_i8, kernels::add_i8)?,
         }
+        // A file may hold NaN or infinity in its rows or weights, or values whose sum overflows:
+        // that is an error naming the cause, never a vector of NaN.
+        if !acc.iter().all(|a| a.is_finite()) {
+            bail!(
+                Status::BadFormat,
+                "the model's rows or weights for this text hold NaN or infinity, or overflow f32 \
+                 when summed"
+            );
+        }
         let inv_n = 1.0 / ids.len() as f32;
         for (o, a) in out.iter_mut().zip(acc.iter()) {
             *o = a * inv_n;
         }
         if self.config.normalize {
-            let norm = libm::sqrtf(kernels::sum_squares(out));
+            let mut norm = libm::sqrtf(kernels::sum_squares(out));
+            if !norm.is_finite() {
+                // The squares overflow: scale by the largest magnitude first (same direction).
+                let max = out.iter().fold(0f32, |m, o| m.max(o.abs()));
+                out.iter_mut().for_each(|o| *o /= max);
+                norm = libm::sqrtf(kernels::sum_squares(out));
+            }
             let inv = 1.0 / (norm + 1e-32);
             for o in out.iter_mut() {
                 *o *= inv;

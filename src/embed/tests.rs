@@ -175,8 +175,13 @@ fn config_defaults() {
     assert!(EmbedConfig::from_json(b"[]").is_err());
 }
 
-/// A small valid model: a 6-piece vocabulary, 2-D F32 rows.
+/// A small valid model: a 6-piece vocabulary, 2-D F32 rows (row r is [r, 1]).
 fn tiny_model() -> (StdVec<u8>, String, String) {
+    tiny_model_with(core::array::from_fn(|r| [r as f32, 1.0]), false)
+}
+
+/// The tiny model's vocabulary with the given rows.
+fn tiny_model_with(rows: [[f32; 2]; 6], normalize: bool) -> (StdVec<u8>, String, String) {
     let tokenizer = r###"{"added_tokens":[{"id":0,"content":"[UNK]","single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true}],
       "normalizer":{"type":"BertNormalizer","clean_text":true,"handle_chinese_chars":true,"strip_accents":null,"lowercase":true},
       "pre_tokenizer":{"type":"BertPreTokenizer"},
@@ -184,12 +189,49 @@ fn tiny_model() -> (StdVec<u8>, String, String) {
         "vocab":{"[UNK]":0,"ba":1,"##na":2,"!":3,"cafe":4,"\u4e2d":5}}}"###;
     let header = r#"{"embeddings":{"dtype":"F32","shape":[6,2],"data_offsets":[0,48]}}"#;
     let mut st = safetensors::tests::file(header, 0);
-    // Pad so the data is 4-byte aligned relative to the buffer start.
-    for r in 0..6u32 {
-        st.extend_from_slice(&(r as f32).to_le_bytes());
-        st.extend_from_slice(&(1.0f32).to_le_bytes());
+    for v in rows.as_flattened() {
+        st.extend_from_slice(&v.to_le_bytes());
     }
-    (st, tokenizer.into(), r#"{"normalize": false}"#.into())
+    (
+        st,
+        tokenizer.into(),
+        format!(r#"{{"normalize": {normalize}}}"#),
+    )
+}
+
+/// Found by the `embed` fuzz target: a table holding NaN or infinity gave a vector of NaN.
+/// Now that is an error; finite values whose squares overflow still normalize.
+#[test]
+fn non_finite_rows_are_errors_and_large_ones_normalize() {
+    let big = 3.0e38;
+    let rows = [
+        [0.0, 1.0],
+        [f32::NAN, 1.0],
+        [f32::INFINITY, 0.0],
+        [big, 1.0],
+        [1.0e30, 1.0e30],
+        [0.0, 1.0],
+    ];
+    let (st, tok, cfg) = tiny_model_with(rows, true);
+    let e = Embedder::load(&st, tok.as_bytes(), cfg.as_bytes()).unwrap();
+    let mut s = EmbedScratch::new();
+    let mut out = [0f32; 2];
+    // "ba": the NaN row; "bana": NaN and infinity; "! !": twice 3e38 overflows when summed.
+    for text in ["ba", "bana", "! !", "ba 中"] {
+        let err = e.embed(text, &mut s, &mut out).unwrap_err();
+        assert_eq!(err.status, Status::BadFormat, "{text:?}");
+        assert!(err.message.as_str().contains("NaN or infinity"), "{text:?}");
+    }
+    e.embed("!", &mut s, &mut out).unwrap();
+    assert_eq!(out, [1.0, 1.0 / big]);
+    e.embed("cafe", &mut s, &mut out).unwrap();
+    let h = core::f32::consts::FRAC_1_SQRT_2;
+    assert!(
+        (out[0] - h).abs() < 1e-6 && (out[1] - h).abs() < 1e-6,
+        "{out:?}"
+    );
+    e.embed("中", &mut s, &mut out).unwrap();
+    assert_eq!(out, [0.0, 1.0]);
 }
 
 #[test]
