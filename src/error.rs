@@ -11,6 +11,7 @@ use core::fmt;
 #[repr(i32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {
+    // A table, one documented line per status (abi/wasmind.h has the same list as C constants).
     /// An argument is out of range (null pointer, bad length, unknown id, a sampler setting that
     /// is NaN or negative).
     InvalidArgument = 1,
@@ -39,7 +40,7 @@ pub enum Status {
     /// the status `chat_next` returns once a reply is over.
     End = 11,
     /// A helper thread stopped mid-job (it trapped, or its worker was terminated): the job made
-    /// no progress for [`crate::pool::STALL_LIMIT_MS`]. Later compute calls fail the same way;
+    /// no progress for 3 s (the pool's stall limit). Later compute calls fail the same way;
     /// unloading still works, and a new module (fresh memory, fresh helpers) starts over.
     HelperLost = 12,
 }
