@@ -39,7 +39,7 @@ async function llm() {
   const gen = Number(opt('--gen', 128)), reps = Number(opt('--reps', 3));
   for (const threads of threadList('0,1,2,4,8')) {
     const wm = await open(threads, memoryFor(modelBytes.length) + 64 * 2 ** 20);
-    emit({ bench: 'llm', module: moduleName(threads), threads, ...measureLlm(wm, { modelBytes, prompt, longPrompt, gen, reps }) });
+    emit({ bench: 'llm', module: moduleName(threads), threads, ...measureLlm(wm, { takeModel: () => modelBytes, prompt, longPrompt, gen, reps }) });
     await wm.close();
   }
 }

@@ -44,16 +44,23 @@ export function measureBandwidth(wm, { mib = 128, passes = 4, rounds = 5 } = {})
   } finally { x.free(ptr, len); }
 }
 
+function loadFile(wm, file) {
+  return wm.exports.load_model(wm.put(file), file.length);
+}
+
 /**
- * Loads `modelBytes` and measures, `reps` times after one warm-up round: batched prefill of
- * `prompt`, greedy decode of `gen` tokens, and (with `longPrompt`) the time to the first token of
- * a long prompt: its prefill plus picking the first token. Returns the rates of every round.
+ * Measures the module's read bandwidth (when it has `stream_read`: before the model, so the
+ * probe's buffer is reused for it), then loads the model that `takeModel()` hands over (the
+ * caller need keep no copy of the file) and measures, `reps` times after one warm-up round:
+ * batched prefill of `prompt`, greedy decode of `gen` tokens, and (with `longPrompt`) the time
+ * to the first token of a long prompt: its prefill plus picking the first token. Returns the
+ * rates of every round.
  */
-export function measureLlm(wm, { modelBytes, prompt, longPrompt, gen, reps, context = 2048 }) {
+export function measureLlm(wm, { takeModel, prompt, longPrompt, gen, reps, context = 2048 }) {
   const x = wm.exports;
   const bandwidth = typeof x.stream_read === 'function' ? measureBandwidth(wm) : null;
   x.set_context(context);
-  check(wm, x.load_model(wm.put(modelBytes), modelBytes.length), 'load_model');
+  check(wm, loadFile(wm, takeModel()), 'load_model'); // no reference to the file outlives this
   const infoLen = check(wm, x.model_info(), 'model_info'); // then result_ptr: the buffer may move
   const info = JSON.parse(new TextDecoder().decode(wm.bytes(x.result_ptr(), infoLen)));
   const vocab = info.vocab;
