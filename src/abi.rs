@@ -357,10 +357,13 @@ pub extern "C" fn load_model(ptr: *mut u8, len: usize) -> i32 {
     status(unsafe { Block::from_raw(ptr, len) }.and_then(|file| llm.load(file).map(|()| 0)))
 }
 
-/// Drops the model and frees its file.
+/// Drops the model and frees its file and the text-result buffer (`result_ptr`).
 #[unsafe(no_mangle)]
 pub extern "C" fn unload_model() {
-    driver().llm.unload();
+    let d = driver();
+    d.llm.unload();
+    // Text results are the model's (pieces, stats, info): their buffer goes with it.
+    d.result = alloc::vec::Vec::new();
 }
 
 /// Writes a JSON description of the loaded model to the result buffer; returns its length

@@ -27,6 +27,7 @@ fn assert_helper_lost(w: &mut Wasmind, rc: i32, what: &str) {
 
 #[test]
 fn a_helper_that_traps_mid_job_fails_the_call_not_hangs_it() {
+    let _hang = Watchdog::new("a lost helper", Duration::from_secs(120));
     let mut w = Wasmind::threaded(3).unwrap();
     w.call::<(u32, u32), i32>("pool_inject_fault", (1, TRAP))
         .unwrap();
@@ -55,6 +56,7 @@ fn a_helper_that_traps_mid_job_fails_the_call_not_hangs_it() {
 
 #[test]
 fn a_helper_that_stalls_mid_chat_fails_the_reply_and_unload_still_works() {
+    let _hang = Watchdog::new("a lost helper", Duration::from_secs(120));
     let mut w = Wasmind::threaded(2).unwrap();
     let heap0 = w.heap_in_use().unwrap();
     w.load_model_file(&shared(SMOLLM2), 512).unwrap();

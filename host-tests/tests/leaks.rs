@@ -26,12 +26,19 @@ fn setting(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// How long a test of `units` cycles, replies or turns may run before it counts as a hang:
+/// generous (a loaded 2-core machine ran 500 replies in 26 minutes), 2 minutes + 10 s a unit.
+fn limit(units: usize) -> std::time::Duration {
+    std::time::Duration::from_secs(120 + 10 * units as u64)
+}
+
 fn cycles() -> usize {
     setting("WASMIND_SOAK_CYCLES", 3)
 }
 
 #[test]
 fn load_chat_embed_unload_cycles_give_the_memory_back() {
+    let _hang = Watchdog::new("load/unload cycles", limit(2 * cycles()));
     let texts: Vec<&[u8]> = vec![
         b"a sentence to embed",
         b"another one",
@@ -85,6 +92,7 @@ fn load_chat_embed_unload_cycles_give_the_memory_back() {
 
 #[test]
 fn replies_are_the_same_for_any_thread_count_seed_and_stop() {
+    let _hang = Watchdog::new("replies", limit(2 * setting("WASMIND_SOAK_REPLIES", 12)));
     const PROMPTS: [&str; 4] = [
         "Write a short poem about the sea.",
         "What is the capital of France?",
@@ -177,6 +185,7 @@ fn assert_flat(what: &str, heap: &[u32], tolerance: u32) {
 
 #[test]
 fn a_context_refilled_by_dropping_turns_replies_as_a_fresh_engine_would() {
+    let _hang = Watchdog::new("refills with dropping", limit(6 * refills()));
     let mut w = smollm2(2);
     w.chat_set_options(CHAT_DROP_OLDEST).unwrap();
     w.chat_add(ROLE_SYSTEM, SYSTEM).unwrap();
@@ -245,6 +254,7 @@ fn a_context_refilled_by_dropping_turns_replies_as_a_fresh_engine_would() {
 
 #[test]
 fn a_full_context_is_reported_every_time_and_a_reset_recovers() {
+    let _hang = Watchdog::new("fills without dropping", limit(6 * refills()));
     let mut w = smollm2(2);
     let context = REFILL_CONTEXT.to_string();
     let (mut at_start, mut in_reply, mut heap) = (0, 0, Vec::new());

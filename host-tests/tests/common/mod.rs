@@ -172,3 +172,34 @@ impl XorShift64 {
         lo + (hi - lo) * self.unit()
     }
 }
+
+/// Ends the test process with a message if the test that holds it is still running after
+/// `limit`: a hang in a long test (a soak, a lost helper) must fail, not stall the suite.
+/// Dropping the guard disarms it.
+pub struct Watchdog(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Watchdog {
+    pub fn new(what: &'static str, limit: std::time::Duration) -> Watchdog {
+        use std::sync::atomic::Ordering;
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = done.clone();
+        std::thread::spawn(move || {
+            let start = std::time::Instant::now();
+            while start.elapsed() < limit {
+                if seen.load(Ordering::Acquire) {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            eprintln!("{what}: still running after {limit:?}; a hang fails the run");
+            std::process::exit(101);
+        });
+        Watchdog(done)
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
