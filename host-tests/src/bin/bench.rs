@@ -2,7 +2,7 @@
 //! stdout. `cargo xtask bench` runs it beside the Node bench and the peers and makes the tables.
 //!
 //! ```text
-//! bench llm      --model M.gguf --prompt-file P.txt [--gen 128] [--threads 0,1,2,4,8] [--reps 3]
+//! bench llm      --model M.gguf --prompt-file P.txt [--long-prompt-file L.txt] [--gen 128] [--threads 0,1,2,4,8] [--reps 3]
 //! bench tokenize --model M.gguf --texts T.json [--min-secs 1]
 //! bench embed    --model DIR --texts T.json --set NAME [--threads 0,1,2] [--min-secs 1]
 //! bench grammar  --model M.gguf [--gen 128] [--threads 2] [--reps 3]
@@ -141,32 +141,46 @@ fn argmax_at(w: &mut Wasmind, ptr: u32, vocab: usize) -> u32 {
 fn llm(args: &Args) -> Result<(), String> {
     let model = PathBuf::from(args.required("--model")?);
     let prompt = std::fs::read(args.required("--prompt-file")?).map_err(s)?;
+    let long_prompt = match args.value("--long-prompt-file") {
+        Some(path) => Some(std::fs::read(path).map_err(s)?),
+        None => None,
+    };
     let gen_tokens: usize = args.number("--gen", 128)?;
     let reps: usize = args.number("--reps", 3)?;
     for threads in args.threads("0,1,2,4,8")? {
         let mut w = open(args, threads)?;
-        w.load_model_file(&model, 1024).map_err(s)?;
+        // Before the model, so the probe's buffer is reused for it (as measure.mjs does).
+        let bandwidth = stream_bandwidth(&mut w)?;
+        w.load_model_file(&model, 2048).map_err(s)?;
         let vocab = w.vocab().map_err(s)?;
-        let ids = w
-            .tokenize(
-                &prompt,
-                host_tests::TOKENIZE_ADD_SPECIAL | host_tests::TOKENIZE_PARSE_SPECIAL,
-            )
-            .map_err(s)?;
-        let bytes: Vec<u8> = ids.iter().flat_map(|i| i.to_le_bytes()).collect();
-        let ids_ptr = w.put(&bytes).map_err(s)?;
+        let info: Value = serde_json::from_str(&w.model_info().map_err(s)?).map_err(s)?;
+        let put_ids = |w: &mut Wasmind, text: &[u8]| -> Result<(u32, usize), String> {
+            let ids = w
+                .tokenize(
+                    text,
+                    host_tests::TOKENIZE_ADD_SPECIAL | host_tests::TOKENIZE_PARSE_SPECIAL,
+                )
+                .map_err(s)?;
+            let bytes: Vec<u8> = ids.iter().flat_map(|i| i.to_le_bytes()).collect();
+            Ok((w.put(&bytes).map_err(s)?, ids.len()))
+        };
+        let (ids_ptr, n_ids) = put_ids(&mut w, &prompt)?;
+        let long = match &long_prompt {
+            Some(text) => Some(put_ids(&mut w, text)?),
+            None => None,
+        };
         let prefill = w.func::<(u32, u32), i32>("prefill").map_err(s)?;
         let step = w.func::<u32, u32>("step").map_err(s)?;
         let logits = w.func::<(), u32>("logits").map_err(s)?;
         let reset = w.func::<(), i32>("reset").map_err(s)?;
-        let (mut pre, mut dec) = (Vec::new(), Vec::new());
+        let (mut pre, mut dec, mut ttft) = (Vec::new(), Vec::new(), Vec::new());
         let mut generated = Vec::new();
         // One warm-up round (first touches of the weights and caches), then `reps` timed ones.
         for rep in 0..=reps {
             reset.call(&mut w.store, ()).map_err(s)?;
             let t0 = Instant::now();
             let r = prefill
-                .call(&mut w.store, (ids_ptr, ids.len() as u32))
+                .call(&mut w.store, (ids_ptr, n_ids as u32))
                 .map_err(s)?;
             w.check("prefill", r).map_err(s)?;
             let prefill_s = t0.elapsed().as_secs_f64();
@@ -184,23 +198,72 @@ fn llm(args: &Args) -> Result<(), String> {
             }
             let decode_s = t1.elapsed().as_secs_f64();
             if rep > 0 {
-                pre.push(ids.len() as f64 / prefill_s);
+                pre.push(n_ids as f64 / prefill_s);
                 dec.push(gen_now as f64 / decode_s);
                 generated = out;
             }
+            // The time to the first token of the long prompt: its prefill and the pick.
+            if let (Some((long_ptr, n_long)), true) = (long, rep > 0) {
+                reset.call(&mut w.store, ()).map_err(s)?;
+                let t0 = Instant::now();
+                let r = prefill
+                    .call(&mut w.store, (long_ptr, n_long as u32))
+                    .map_err(s)?;
+                w.check("prefill (long prompt)", r).map_err(s)?;
+                let ptr = logits.call(&mut w.store, ()).map_err(s)?;
+                argmax_at(&mut w, ptr, vocab);
+                ttft.push(t0.elapsed().as_secs_f64() * 1000.0);
+            }
         }
         let best = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
-        emit(json!({
+        let mut row = json!({
             "bench": "llm", "module": module_name(threads), "threads": threads,
-            "prompt_tokens": ids.len(), "gen_tokens": gen_tokens, "reps": reps,
+            "prompt_tokens": n_ids, "gen_tokens": gen_tokens, "reps": reps,
             "prefill_tok_s": best(&pre), "prefill_tok_s_median": median(&mut pre.clone()),
             "decode_tok_s": best(&dec), "decode_tok_s_median": median(&mut dec.clone()),
             "prefill_all": pre, "decode_all": dec,
             "generated_head": &generated[..generated.len().min(16)],
-        }));
+        });
+        if let Some((_, n_long)) = long {
+            row["long_prompt_tokens"] = json!(n_long);
+            row["ttft_ms"] = json!(ttft.iter().copied().fold(f64::INFINITY, f64::min));
+            row["ttft_all"] = json!(ttft);
+        }
+        // Decode reads every weight once a token: its ceiling is bandwidth ÷ bytes per token.
+        if let Some(per_token) = info["weight_bytes_per_token"].as_f64() {
+            row["stream_gb_s"] = json!(bandwidth / 1e9);
+            row["weight_bytes_per_token"] = json!(per_token);
+            row["decode_ceiling_tok_s"] = json!(bandwidth / per_token);
+            row["decode_of_ceiling"] = json!(best(&dec) / (bandwidth / per_token));
+        }
+        emit(row);
         w.shutdown().map_err(s)?;
     }
     Ok(())
+}
+
+/// Streaming read bandwidth inside the module on its pool's threads (`stream_read` over a
+/// 128 MiB buffer written first, so no page is untouched): bytes/s, best of 5 rounds of 4 reads.
+fn stream_bandwidth(w: &mut Wasmind) -> Result<f64, String> {
+    const LEN: u32 = 128 << 20;
+    const PASSES: u32 = 4;
+    let ptr = w.put(&vec![0x5a; LEN as usize]).map_err(s)?;
+    let read = w.func::<(u32, u32, u32), i32>("stream_read").map_err(s)?;
+    checked(
+        "stream_read",
+        read.call(&mut w.store, (ptr, LEN, 1)).map_err(s)?,
+    )?;
+    let mut best = 0f64;
+    for _ in 0..5 {
+        let t = Instant::now();
+        checked(
+            "stream_read",
+            read.call(&mut w.store, (ptr, LEN, PASSES)).map_err(s)?,
+        )?;
+        best = best.max(LEN as f64 * PASSES as f64 / t.elapsed().as_secs_f64());
+    }
+    w.call::<(u32, u32), ()>("free", (ptr, LEN)).map_err(s)?;
+    Ok(best)
 }
 
 fn read_texts(path: &str) -> Result<Vec<String>, String> {
