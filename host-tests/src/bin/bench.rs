@@ -175,16 +175,18 @@ fn llm(args: &Args) -> Result<(), String> {
         let reset = w.func::<(), i32>("reset").map_err(s)?;
         let (mut pre, mut dec, mut ttft) = (Vec::new(), Vec::new(), Vec::new());
         let mut generated = Vec::new();
+        // From an empty cache: prefill `n` ids at `ptr`; the logits' address after it.
+        let fresh_prefill = |w: &mut Wasmind, (ptr, n): (u32, usize)| -> Result<u32, String> {
+            reset.call(&mut w.store, ()).map_err(s)?;
+            let r = prefill.call(&mut w.store, (ptr, n as u32)).map_err(s)?;
+            w.check("prefill", r).map_err(s)?;
+            logits.call(&mut w.store, ()).map_err(s)
+        };
         // One warm-up round (first touches of the weights and caches), then `reps` timed ones.
         for rep in 0..=reps {
-            reset.call(&mut w.store, ()).map_err(s)?;
             let t0 = Instant::now();
-            let r = prefill
-                .call(&mut w.store, (ids_ptr, n_ids as u32))
-                .map_err(s)?;
-            w.check("prefill", r).map_err(s)?;
+            let mut ptr = fresh_prefill(&mut w, (ids_ptr, n_ids))?;
             let prefill_s = t0.elapsed().as_secs_f64();
-            let mut ptr = logits.call(&mut w.store, ()).map_err(s)?;
             let gen_now = if rep == 0 { 8 } else { gen_tokens };
             let mut out = Vec::with_capacity(gen_now);
             let t1 = Instant::now();
@@ -203,14 +205,9 @@ fn llm(args: &Args) -> Result<(), String> {
                 generated = out;
             }
             // The time to the first token of the long prompt: its prefill and the pick.
-            if let (Some((long_ptr, n_long)), true) = (long, rep > 0) {
-                reset.call(&mut w.store, ()).map_err(s)?;
+            if let (Some(long), true) = (long, rep > 0) {
                 let t0 = Instant::now();
-                let r = prefill
-                    .call(&mut w.store, (long_ptr, n_long as u32))
-                    .map_err(s)?;
-                w.check("prefill (long prompt)", r).map_err(s)?;
-                let ptr = logits.call(&mut w.store, ()).map_err(s)?;
+                let ptr = fresh_prefill(&mut w, long)?;
                 argmax_at(&mut w, ptr, vocab);
                 ttft.push(t0.elapsed().as_secs_f64() * 1000.0);
             }
