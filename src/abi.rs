@@ -202,18 +202,14 @@ pub extern "C" fn pool_shutdown() {
 /// (3 s); so does every compute call after it. For testing hosts' handling of a lost helper.
 #[unsafe(no_mangle)]
 pub extern "C" fn pool_inject_fault(id: u32, kind: u32) -> i32 {
-    let fault = match kind {
-        0 => None,
-        1 => Some(pool::Fault::Trap),
-        2 => Some(pool::Fault::Stall),
-        _ => {
-            return fail(err!(
-                Status::InvalidArgument,
-                "fault kind {} (0, 1 or 2)",
-                kind
-            ));
-        }
-    };
+    let fault = pool::Fault::from_kind(kind);
+    if fault.is_none() && kind != 0 {
+        return fail(err!(
+            Status::InvalidArgument,
+            "fault kind {} (0, 1 or 2)",
+            kind
+        ));
+    }
     pool::inject_fault(id.min(pool::MAX_HELPERS), fault);
     0
 }

@@ -115,6 +115,17 @@ pub enum Fault {
     Stall = 2,
 }
 
+impl Fault {
+    /// The fault numbered `kind` (`pool_inject_fault`'s numbers), if any.
+    pub fn from_kind(kind: u32) -> Option<Fault> {
+        match kind {
+            1 => Some(Fault::Trap),
+            2 => Some(Fault::Stall),
+            _ => None,
+        }
+    }
+}
+
 /// Diagnostics (`pool_inject_fault`): helper `id` fails as `fault` says in the next chunk it
 /// claims, so hosts can test that a lost helper gives `HELPER_LOST` rather than a hang.
 pub fn inject_fault(id: u32, fault: Option<Fault>) {
@@ -382,11 +393,7 @@ fn fault_for(p: &PoolState, id: u32) -> Option<Fault> {
     if word & 0xFFFF != id + 1 {
         return None;
     }
-    match word >> 16 {
-        1 => Some(Fault::Trap),
-        2 => Some(Fault::Stall),
-        _ => None,
-    }
+    Fault::from_kind(word >> 16)
 }
 
 /// A helper that claimed a chunk fails without finishing it (diagnostics). The fault fires once.
