@@ -153,50 +153,45 @@ pub fn build_all_into(dir: &Path) -> Result<Vec<PathBuf>, String> {
 /// and a symbols file made from the name section, one line per defined function:
 /// `index offset name`, the index as wasmtime (`<wasm function N>`) and V8 (`wasm-function[N]`)
 /// print it in a trap's backtrace, the offset (hex) where the function's body starts in the
-/// module (backtraces print `0x...` offsets in the same file), and the name demangled when it is
-/// a legacy Rust symbol. The custom sections follow the code, so offsets are the same in both.
+/// module (backtraces print `0x...` offsets in the same file), and the name demangled. The
+/// custom sections follow the code, so offsets are the same in both.
 pub fn strip(wasm: &[u8]) -> Result<(Vec<u8>, String), String> {
-    if wasm.len() < 8 || &wasm[..4] != b"\0asm" {
-        return Err("not a wasm module".into());
-    }
-    let mut module = wasm[..8].to_vec();
-    let mut names: Vec<(u32, String)> = Vec::new();
-    let mut bodies: Vec<usize> = Vec::new();
-    let mut imported_funcs = 0u32;
-    let mut pos = 8;
-    while pos < wasm.len() {
-        let id = wasm[pos];
-        let (size, start) = leb(wasm, pos + 1)?;
-        let end = start
-            .checked_add(size as usize)
-            .filter(|&e| e <= wasm.len())
-            .ok_or("a section runs past the end")?;
-        let body = &wasm[start..end];
-        match id {
-            0 => {
-                let (len, at) = leb(body, 0)?;
-                let name = body
-                    .get(at..at + len as usize)
-                    .ok_or("bad custom section name")?;
-                if name == b"name" {
-                    names = function_names(&body[at + len as usize..])?;
+    use wasmparser::{KnownCustom, Name, Parser, Payload, TypeRef};
+    let mut module = wasm.get(..8).ok_or("not a wasm module")?.to_vec();
+    let (mut names, mut bodies, mut imported_funcs) = (Vec::new(), Vec::new(), 0u32);
+    // A section's bytes run from the end of the one before it (its id and size first) to the
+    // end of its contents.
+    let mut section_start = 8;
+    for payload in Parser::new(0).parse_all(wasm) {
+        let payload = payload.map_err(|e| e.to_string())?;
+        match &payload {
+            Payload::ImportSection(r) => {
+                for import in r.clone() {
+                    let import = import.map_err(|e| e.to_string())?;
+                    imported_funcs += matches!(import.ty, TypeRef::Func(_)) as u32;
                 }
             }
-            2 => imported_funcs = count_imported_funcs(body)?,
-            10 => {
-                let (count, mut at) = leb(body, 0)?;
-                for _ in 0..count {
-                    let (len, next) = leb(body, at)?;
-                    bodies.push(start + next);
-                    at = next + len as usize;
+            Payload::CodeSectionEntry(body) => bodies.push(body.range().start),
+            Payload::CustomSection(c) => {
+                if let KnownCustom::Name(reader) = c.as_known() {
+                    for name in reader {
+                        if let Name::Function(map) = name.map_err(|e| e.to_string())? {
+                            for naming in map {
+                                let naming = naming.map_err(|e| e.to_string())?;
+                                names.push((naming.index, naming.name.to_string()));
+                            }
+                        }
+                    }
                 }
             }
             _ => {}
         }
-        if id != 0 {
-            module.extend_from_slice(&wasm[pos..end]);
+        if let Some((id, range)) = payload.as_section() {
+            if id != 0 {
+                module.extend_from_slice(&wasm[section_start..range.end]);
+            }
+            section_start = range.end;
         }
-        pos = end;
     }
     let mut symbols =
         String::from("# index offset name (functions of the module beside this file)\n");
@@ -207,131 +202,8 @@ pub fn strip(wasm: &[u8]) -> Result<(Vec<u8>, String), String> {
         else {
             continue; // an imported function: not in this module's code
         };
-        symbols.push_str(&format!("{index} {offset:#x} {}\n", demangle(&name)));
+        let name = rustc_demangle::demangle(&name);
+        symbols.push_str(&format!("{index} {offset:#x} {name:#}\n"));
     }
     Ok((module, symbols))
-}
-
-/// Unsigned LEB128 at `at`: the value and the position after it.
-fn leb(b: &[u8], mut at: usize) -> Result<(u32, usize), String> {
-    let (mut value, mut shift) = (0u32, 0);
-    loop {
-        let byte = *b.get(at).ok_or("truncated LEB128")?;
-        at += 1;
-        value |= u32::from(byte & 0x7f).checked_shl(shift).unwrap_or(0);
-        if byte & 0x80 == 0 {
-            return Ok((value, at));
-        }
-        shift += 7;
-        if shift > 28 {
-            return Err("LEB128 too long".into());
-        }
-    }
-}
-
-/// How many functions the import section imports (they come first in the function index space).
-fn count_imported_funcs(body: &[u8]) -> Result<u32, String> {
-    let (count, mut at) = leb(body, 0)?;
-    let mut funcs = 0;
-    for _ in 0..count {
-        for _ in 0..2 {
-            let (len, next) = leb(body, at)?; // module, then field
-            at = next + len as usize;
-        }
-        let kind = *body.get(at).ok_or("truncated import")?;
-        at += 1;
-        match kind {
-            0 => {
-                funcs += 1;
-                at = leb(body, at)?.1;
-            }
-            1 => {
-                at += 1; // reference type
-                let (flags, next) = leb(body, at)?;
-                at = leb(body, next)?.1;
-                if flags & 1 != 0 {
-                    at = leb(body, at)?.1;
-                }
-            }
-            2 => {
-                let (flags, next) = leb(body, at)?;
-                at = leb(body, next)?.1;
-                if flags & 1 != 0 {
-                    at = leb(body, at)?.1;
-                }
-            }
-            3 => at += 2,
-            _ => return Err(format!("unknown import kind {kind}")),
-        }
-    }
-    Ok(funcs)
-}
-
-/// The function names (subsection 1) of a name section's contents.
-fn function_names(body: &[u8]) -> Result<Vec<(u32, String)>, String> {
-    let mut at = 0;
-    while at < body.len() {
-        let id = body[at];
-        let (size, start) = leb(body, at + 1)?;
-        let end = start + size as usize;
-        if id == 1 {
-            let (count, mut p) = leb(body, start)?;
-            let mut names = Vec::with_capacity(count as usize);
-            for _ in 0..count {
-                let (index, next) = leb(body, p)?;
-                let (len, next) = leb(body, next)?;
-                let name = body
-                    .get(next..next + len as usize)
-                    .ok_or("bad function name")?;
-                names.push((index, String::from_utf8_lossy(name).into_owned()));
-                p = next + len as usize;
-            }
-            return Ok(names);
-        }
-        at = end;
-    }
-    Ok(Vec::new())
-}
-
-/// `_ZN7wasmind5quant14dequantize_row17h0123456789abcdefE` -> `wasmind::quant::dequantize_row`
-/// (legacy Rust mangling, the hash dropped and the common `$..$` escapes decoded). Anything else
-/// (v0 `_R` symbols, exports, C names) is returned as it is.
-fn demangle(name: &str) -> String {
-    let Some(rest) = name.strip_prefix("_ZN").and_then(|r| r.strip_suffix('E')) else {
-        return name.to_string();
-    };
-    let mut parts = Vec::new();
-    let mut s = rest;
-    while !s.is_empty() {
-        let digits = s.bytes().take_while(u8::is_ascii_digit).count();
-        let Ok(len) = s[..digits].parse::<usize>() else {
-            return name.to_string();
-        };
-        let Some(part) = s.get(digits..digits + len) else {
-            return name.to_string();
-        };
-        parts.push(part);
-        s = &s[digits + len..];
-    }
-    if parts
-        .last()
-        .is_some_and(|h| h.len() == 17 && h.starts_with('h'))
-    {
-        parts.pop();
-    }
-    let mut out = parts.join("::");
-    for (from, to) in [
-        ("$LT$", "<"),
-        ("$GT$", ">"),
-        ("$u20$", " "),
-        ("$RF$", "&"),
-        ("$C$", ","),
-        ("$BP$", "*"),
-        ("..", "::"),
-        ("$u7b$", "{"),
-        ("$u7d$", "}"),
-    ] {
-        out = out.replace(from, to);
-    }
-    out
 }
