@@ -78,12 +78,13 @@ async function startStopper() {
 
 async function start(bytes) {
   capacity = bytes;
-  wm = await load({ threads: config.threads, threaded: config.threaded, dist: config.dist, maxMemory: memoryFor(bytes) });
+  wm = await load({ threads: config.threads, threaded: config.threaded, relaxed: config.relaxed, dist: config.dist,
+    maxMemory: memoryFor(bytes) });
   const stopPort = await startStopper();
   post({ event: 'module', ...describe(), stopPort }, stopPort ? [stopPort] : []);
 }
 function describe() {
-  return { threaded: wm.threaded, threads: wm.threaded ? wm.exports.pool_threads() : 1 };
+  return { threaded: wm.threaded, threads: wm.threaded ? wm.exports.pool_threads() : 1, relaxed: wm.relaxed };
 }
 
 /** Makes sure the memory can hold `bytes` more than what it holds now (threaded: a new, larger

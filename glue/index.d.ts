@@ -6,11 +6,15 @@ export type Source = string | URL | Blob | ArrayBuffer | ArrayBufferView;
 export interface CreateOptions {
   /** Threads, the driver included (threaded module only). Default: ¾ of the cores, at most 16. */
   threads?: number;
-  /** URL of the folder with wasmind.wasm and wasmind-mt.wasm. Default: the package's dist/. */
+  /** URL of the folder with the .wasm files (wasmind.wasm, wasmind-mt.wasm and their -relaxed
+   *  twins). Default: the package's dist/. */
   dist?: string | URL;
   /** Force the single-threaded (false) module. Default: threaded when shared memory is allowed
    *  (a cross-origin isolated page, a Worker of one, or Node). */
   threaded?: boolean;
+  /** Force the relaxed-SIMD build (true) or the SIMD128 one (false). Default: relaxed where the
+   *  engine runs relaxed SIMD correctly (a probe module is validated and run). */
+  relaxed?: boolean;
 }
 
 export interface Progress {
@@ -110,6 +114,8 @@ export class Wasmind {
 
   /** Whether the threaded module runs. */
   readonly threaded: boolean;
+  /** Whether the relaxed-SIMD build runs. */
+  readonly relaxed: boolean;
   /** Threads in use, the driver included. */
   readonly threads: number;
   /** The loaded model's info, or null. */

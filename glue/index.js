@@ -59,7 +59,8 @@ export class Wasmind {
   /**
    * Starts the driver (and helpers on a cross-origin isolated page). Options: `threads` (driver
    * included; default ¾ of the cores, at most 16), `dist` (URL of the folder with the .wasm
-   * files; default the package's dist/), `threaded` (default: when shared memory is allowed).
+   * files; default the package's dist/), `threaded` (default: when shared memory is allowed),
+   * `relaxed` (the relaxed-SIMD build; default: when the engine runs relaxed SIMD).
    */
   static async create(options = {}) {
     const ai = new Wasmind(options);
@@ -80,9 +81,9 @@ export class Wasmind {
   #stopPort = null;   // threaded: a port to the driver's stopper worker, which stores the stop flag
 
   constructor(options) {
-    this.#options = { threads: options.threads, threaded: options.threaded,
+    this.#options = { threads: options.threads, threaded: options.threaded, relaxed: options.relaxed,
       dist: new URL(options.dist ?? DIST, globalThis.location?.href ?? import.meta.url).href };
-    this.threaded = false; this.threads = 1; this.model = null; this.embedDim = 0;
+    this.threaded = false; this.threads = 1; this.relaxed = false; this.model = null; this.embedDim = 0;
   }
 
   async #start() {
@@ -102,7 +103,7 @@ export class Wasmind {
   }
 
   #module(m) {
-    this.threaded = m.threaded; this.threads = m.threads;
+    this.threaded = m.threaded; this.threads = m.threads; this.relaxed = m.relaxed;
     if (m.stopPort !== undefined) { this.#stopPort?.close(); this.#stopPort = m.stopPort; this.#stopPort?.unref?.(); }
   }
 

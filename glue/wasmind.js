@@ -7,7 +7,8 @@
 //   await wm.close();
 //
 // The threaded module (dist/wasmind-mt.wasm) is used when SharedArrayBuffer and cross-origin
-// isolation are available, else the single-threaded one. Threaded: one shared memory, this
+// isolation are available, else the single-threaded one; each in its relaxed-SIMD build
+// (wasmind-relaxed*.wasm) where the engine runs relaxed SIMD (hasRelaxedSimd()). Threaded: one shared memory, this
 // instance is the driver, and threads - 1 helper workers (worker.js) each instantiate the module
 // on the same memory with their own stack and sit in helper_loop (abi/ABI.md, "Starting helpers").
 // The driver blocks in memory.atomic.wait32 while helpers work, so in a BROWSER call load() inside
@@ -38,6 +39,38 @@ export class WasmindError extends Error {
 export const canUseThreads = () =>
   typeof SharedArrayBuffer === 'function' && (isNode || globalThis.crossOriginIsolated === true);
 
+/** A module computing `i32x4.relaxed_dot_i8x16_i7x16_add_s` of the 16 bytes at 0 and at 16,
+ *  plus the i32x4 at 48, into 32: `(func (export "f") (v128.store (i32.const 32)
+ *  (i32x4.relaxed_dot_i8x16_i7x16_add_s (v128.load 0) (v128.load 16) (v128.load 48))))`. */
+const RELAXED_PROBE = new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 4, 1, 96, 0, 0, 3, 2, 1, 0,
+  5, 3, 1, 0, 1, 7, 9, 2, 1, 109, 2, 0, 1, 102, 0, 0, 10, 31, 1, 29, 0, 65, 32, 65, 0, 253, 0, 4,
+  0, 65, 16, 253, 0, 4, 0, 65, 48, 253, 0, 4, 0, 253, 147, 2, 253, 11, 4, 0, 11]);
+let relaxedSimd;
+
+/** Whether this engine runs relaxed SIMD, and runs it right: the probe must validate *and*
+ *  compute a known dot product (Node 20 with --experimental-wasm-relaxed-simd validates it, but
+ *  its baseline compiler drops the accumulator). The relaxed modules need it; without it the
+ *  SIMD128 ones run. */
+export function hasRelaxedSimd() {
+  if (relaxedSimd !== undefined) return relaxedSimd;
+  relaxedSimd = false;
+  try {
+    if (WebAssembly.validate(RELAXED_PROBE)) {
+      const { exports } = new WebAssembly.Instance(new WebAssembly.Module(RELAXED_PROBE));
+      const m = new Int8Array(exports.m.buffer);
+      for (let i = 0; i < 16; i++) { m[i] = i % 2 ? -3 : 2; m[16 + i] = i < 8 ? 5 : 100; }
+      new Int32Array(exports.m.buffer, 48, 4).set([1000, 0, 0, 0]);
+      exports.f();
+      relaxedSimd = String(new Int32Array(exports.m.buffer, 32, 4)) === '990,-10,-200,-200';
+    }
+  } catch { /* no relaxed SIMD */ }
+  return relaxedSimd;
+}
+
+/** The module file for a build: threaded or not, relaxed SIMD or SIMD128 only. */
+export const moduleFile = (threaded, relaxed) =>
+  `wasmind${relaxed ? '-relaxed' : ''}${threaded ? '-mt' : ''}.wasm`;
+
 /** A memory maximum for a model of `modelBytes` bytes: × 1.3 + 256 MiB. */
 export const memoryFor = (modelBytes) => Math.ceil(modelBytes * 1.3) + 256 * MiB;
 
@@ -54,7 +87,7 @@ async function defaultThreads() {
  *  reuse its cached machine code for a cacheable response on later visits. */
 async function compileModule(url) {
   const missing = (why) => new Error(`wasmind: cannot read the module ${url} (${why}); ` +
-    'build dist/ with `cargo xtask dist`, or pass `dist` (the URL of a folder with wasmind.wasm and wasmind-mt.wasm)');
+    'build dist/ with `cargo xtask dist`, or pass `dist` (the URL of a folder with wasmind.wasm, wasmind-mt.wasm and their -relaxed twins)');
   if (isNode) {
     let bytes;
     try { bytes = await (await import('node:fs/promises')).readFile(url); }
@@ -114,19 +147,20 @@ function within(promise, ms, what) {
 
 /**
  * Loads the module. Options: `threads` (driver included; default ¾ of the cores, ≤ 16; 1 = no
- * helpers), `threaded` (default canUseThreads()), `maxMemory` bytes (threaded: the shared
- * memory's maximum, default 256 MiB; use memoryFor(modelBytes)), `dist` (URL of the folder with
- * the two .wasm files). Resolves once every helper is listening.
+ * helpers), `threaded` (default canUseThreads()), `relaxed` (the relaxed-SIMD build; default
+ * hasRelaxedSimd()), `maxMemory` bytes (threaded: the shared memory's maximum, default 256 MiB;
+ * use memoryFor(modelBytes)), `dist` (URL of the folder with the .wasm files). Resolves once
+ * every helper is listening.
  */
-export async function load({ threads, threaded = canUseThreads(), maxMemory = 256 * MiB, dist = DIST } = {}) {
+export async function load({ threads, threaded = canUseThreads(), relaxed = hasRelaxedSimd(), maxMemory = 256 * MiB, dist = DIST } = {}) {
   threads = threaded ? Math.max(1, Math.min(MAX_HELPERS + 1, threads ?? await defaultThreads())) : 1;
-  const { module, bytes } = await compileModule(new URL(threaded ? 'wasmind-mt.wasm' : 'wasmind.wasm', dist));
-  if (!threaded) return new WasmindModule(module, (await WebAssembly.instantiate(module)).exports, null, []);
+  const { module, bytes } = await compileModule(new URL(moduleFile(threaded, relaxed), dist));
+  if (!threaded) return new WasmindModule(module, (await WebAssembly.instantiate(module)).exports, null, [], relaxed);
   const minimum = importedMemoryMinimum(bytes);
   const maximum = Math.min(MAX_PAGES, Math.max(minimum, Math.ceil(maxMemory / PAGE)));
   const memory = new WebAssembly.Memory({ initial: minimum, maximum, shared: true });
   const driver = (await WebAssembly.instantiate(module, { env: { memory } })).exports;
-  const wm = new WasmindModule(module, driver, memory, []);
+  const wm = new WasmindModule(module, driver, memory, [], relaxed);
   try {
     for (let id = 0; id < threads - 1; id++) await wm.startHelper(id);
     await wm.untilReady(threads - 1);
@@ -142,9 +176,11 @@ export async function load({ threads, threaded = canUseThreads(), maxMemory = 25
 
 /** One loaded module (the driver) and its helpers. Only call it from the thread that loaded it. */
 export class WasmindModule {
-  constructor(module, exports, memory, helpers) {
+  /** `relaxed`: whether `module` is the relaxed-SIMD build. */
+  constructor(module, exports, memory, helpers, relaxed = false) {
     this.module = module; this.exports = exports; this.helpers = helpers;
     this.memory = memory ?? exports.memory; this.threaded = exports.is_threaded() === 1;
+    this.relaxed = relaxed;
   }
 
   async startHelper(id) {

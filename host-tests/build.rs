@@ -1,4 +1,4 @@
-//! Builds both wasm modules (through the xtask library, the same code as `cargo xtask dist`) and
+//! Builds the wasm modules (through the xtask library, the same code as `cargo xtask dist`) and
 //! puts them in OUT_DIR, where the host library embeds them. So `cargo run --bin wasmind` and
 //! `cargo test -p host-tests` work from a fresh clone with no separate build step.
 

@@ -7,7 +7,11 @@
 // best round. `cargo xtask bench` runs it.
 //
 //   node glue/bench/chromium.mjs --model M.gguf --prompt-file P.txt [--long-prompt-file L.txt]
-//        [--gen 128] [--threads 0,1,2] [--reps 2] [--rounds 2] [--engines wasmind,wllama2,wllama3]
+//        [--gen 128] [--threads 0,1,2] [--reps 2] [--rounds 2]
+//        [--engines wasmind,wasmind-simd128,wllama2,wllama3]
+//
+// `wasmind` runs the build the glue picks (the relaxed-SIMD one where Chromium has relaxed SIMD),
+// `wasmind-simd128` the SIMD128 build, for the ratio between the two.
 //
 // Per row: prefill and decode tok/s; `ttft_ms`, the time to the first token of the long prompt
 // (its prefill and the pick of a token; wllama 3: the wall time of a one-token completion);
@@ -25,6 +29,7 @@ import { loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { serve } from '../demo/serve.js';
 import { median } from './measure.mjs';
+import { moduleFile } from '../wasmind.js';
 
 const args = process.argv.slice(2);
 const opt = (name, dflt) => { const i = args.indexOf(name); return i >= 0 ? args[i + 1] : dflt; };
@@ -32,7 +37,7 @@ const MODEL = opt('--model'), PROMPT = await readFile(opt('--prompt-file'), 'utf
 const LONG = opt('--long-prompt-file') ? await readFile(opt('--long-prompt-file'), 'utf8') : null;
 const GEN = Number(opt('--gen', 128)), REPS = Number(opt('--reps', 2)), ROUNDS = Number(opt('--rounds', 2));
 const THREADS = opt('--threads', '0,1,2').split(',').map(Number);
-const ENGINES = opt('--engines', 'wasmind,wllama2,wllama3').split(',');
+const ENGINES = opt('--engines', 'wasmind,wasmind-simd128,wllama2,wllama3').split(',');
 const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
 const FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
   '--disable-component-update', '--disable-sync'];
@@ -43,19 +48,19 @@ const ROOTS = {
 if (ENGINES.some((e) => e.startsWith('wllama')) && !Object.values(ROOTS).every(existsSync)) {
   console.error('chromium.mjs: run `npm ci` in glue/bench first (wllama)'); process.exit(1);
 }
-if (ENGINES.includes('wasmind') && !existsSync(fileURLToPath(new URL('../../dist/wasmind-mt.wasm', import.meta.url)))) {
+if (ENGINES.some((e) => e.startsWith('wasmind')) && !existsSync(fileURLToPath(new URL('../../dist/wasmind-mt.wasm', import.meta.url)))) {
   console.error('chromium.mjs: build dist/ first (`cargo xtask dist`)'); process.exit(1);
 }
 if (!existsSync(CHROMIUM)) { console.error(`chromium.mjs: ${CHROMIUM} missing: apt-get install -y chromium (or set CHROMIUM)`); process.exit(1); }
 
 const PAGE = `<!doctype html><meta charset="utf-8"><script type="module">
 // wasmind: the low-level glue in a module Worker (browser-worker.mjs).
-function runWasmind({ threads, prompt, longPrompt, gen, reps }) {
+function runWasmind({ threads, relaxed, prompt, longPrompt, gen, reps }) {
   return new Promise((ok, fail) => {
     const w = new Worker('/glue/bench/browser-worker.mjs', { type: 'module' });
     w.onmessage = ({ data }) => { w.terminate(); data.error ? fail(new Error(data.error)) : ok(data); };
     w.onerror = (e) => { w.terminate(); fail(new Error(e.message ?? 'worker failed')); };
-    w.postMessage({ threads, prompt, longPrompt, gen, reps });
+    w.postMessage({ threads, relaxed, prompt, longPrompt, gen, reps });
   });
 }
 const wallMs = async (f) => { const t = performance.now(); await f(); return performance.now() - t; };
@@ -115,8 +120,9 @@ async function runWllama2({ threads, prompt, longPrompt, gen, reps }) {
   return { info, pre, dec, ttft, prompt_tokens: ids.length, long_prompt_tokens: longN };
 }
 window.runBench = async (engine, a) => {
-  if (engine === 'wasmind') {
-    const r = await runWasmind(a);
+  if (engine.startsWith('wasmind')) {
+    // wasmind: the build the glue picks (relaxed SIMD in Chromium); wasmind-simd128: SIMD128 only.
+    const r = await runWasmind({ ...a, relaxed: engine === 'wasmind-simd128' ? false : undefined });
     return { ...r, pre: r.prefill_all, dec: r.decode_all, ttft: r.ttft_all ?? [],
       info: { multithread: r.threaded, n_threads: Math.max(1, a.threads) }, isolated: crossOriginIsolated };
   }
@@ -141,7 +147,8 @@ function renderers() {
 }
 
 const MODULE = {
-  wasmind: (r, t) => (t === 0 ? 'wasmind.wasm' : 'wasmind-mt.wasm'),
+  wasmind: (r, t) => moduleFile(t !== 0, r.relaxed),
+  'wasmind-simd128': (r, t) => moduleFile(t !== 0, r.relaxed),
   wllama2: (r) => `wllama 2.4.0 (${r.info.multithread ? 'multi' : 'single'}-thread runtime)`,
   wllama3: (r) => `wllama 3.13.0 (${r.info.multithread ? 'multi' : 'single'}-thread runtime)`,
 };

@@ -48,7 +48,7 @@ async function report(dir, dist) {
   if (dist) {
     // What a page downloads: the file, and the file as a server compresses it: gzip at level 9
     // with Node's zlib (Chromium's fork, whose output here is ~4% larger than GNU gzip -9's).
-    const rows = ['wasmind.wasm', 'wasmind-mt.wasm'].filter((m) => existsSync(`${dist}/${m}`)).map((m) => {
+    const rows = ['wasmind.wasm', 'wasmind-mt.wasm', 'wasmind-relaxed.wasm', 'wasmind-relaxed-mt.wasm'].filter((m) => existsSync(`${dist}/${m}`)).map((m) => {
       const bytes = readFileSync(`${dist}/${m}`), gz = gzipSync(bytes, { level: 9 }).length;
       const kib = (n) => `${(n / 1024).toFixed(1)} KiB`;
       return [m, bytes.length, kib(bytes.length), gz, kib(gz)];
@@ -78,15 +78,23 @@ async function report(dir, dist) {
       };
       say('### Chromium (headless, Debian), interleaved rounds, best round');
       say();
+      // Native llama.cpp at the same thread count (a different host kind, quoted because issue 13
+      // holds browser prefill to it).
+      const native = (t) => ok.filter((r) => r.engine === 'native' && r.threads === Math.max(1, t))
+        .sort((x, y) => y.prefill_tok_s - x.prefill_tok_s)[0];
       say(table(['engine', 'module', 'threads', 'prefill tok/s', 'decode tok/s', 'decode median', 'TTFT ms', 'peak MB',
-        'read GB/s', 'decode ÷ ceiling', 'decode vs 1T', 'prefill vs best wllama', 'decode vs best wllama', 'TTFT: best wllama ÷ this', 'load'],
+        'read GB/s', 'decode ÷ ceiling', 'decode vs 1T', 'prefill / decode vs simd128 build', 'prefill vs best wllama',
+        'decode vs best wllama', 'TTFT: best wllama ÷ this', 'prefill vs native', 'load'],
       web.map((r) => {
-        const own1 = at(r.browser_engine, 1) ?? at(r.browser_engine, 0), wasmind = r.browser_engine === 'wasmind';
+        const own1 = at(r.browser_engine, 1) ?? at(r.browser_engine, 0), wasmind = r.browser_engine.startsWith('wasmind');
+        const simd = r.browser_engine === 'wasmind' ? at('wasmind-simd128', r.requested_threads) : null;
         return [r.browser_engine, r.module, r.requested_threads, f(r.prefill_tok_s), f(r.decode_tok_s), f(r.decode_tok_s_median),
           f(r.ttft_ms, 0), f(r.peak_rss_mb, 0), f(r.stream_gb_s), f(r.decode_of_ceiling, 2), ratio(r.decode_tok_s, own1?.decode_tok_s),
+          simd ? `${ratio(r.prefill_tok_s, simd.prefill_tok_s)} / ${ratio(r.decode_tok_s, simd.decode_tok_s)}` : '',
           wasmind ? ratio(r.prefill_tok_s, bestWllama(r.requested_threads, 'prefill_tok_s')) : '',
           wasmind ? ratio(r.decode_tok_s, bestWllama(r.requested_threads, 'decode_tok_s')) : '',
-          wasmind ? ratio(bestWllama(r.requested_threads, 'ttft_ms', true), r.ttft_ms) : '', f(r.loadavg, 2)];
+          wasmind ? ratio(bestWllama(r.requested_threads, 'ttft_ms', true), r.ttft_ms) : '',
+          wasmind ? ratio(r.prefill_tok_s, native(r.requested_threads)?.prefill_tok_s) : '', f(r.loadavg, 2)];
       })));
       say();
     }

@@ -32,7 +32,7 @@ self.onmessage = async ({ data: { threads, jobs, seed, fault } }) => {
     t0 = performance.now();
     const stChecksum = st.poolSelftest(jobs, seed, 1);
     const stMs = performance.now() - t0;
-    self.postMessage({ done: true, canUseThreads: canUseThreads(), threaded: wm.threaded, helpers,
+    self.postMessage({ done: true, canUseThreads: canUseThreads(), threaded: wm.threaded, relaxed: wm.relaxed, helpers,
       threads: poolThreads, jobs, seed, checksum, stChecksum, loadMs, poolMs, stMs,
       helpersAfterClose: wm.exports.pool_helpers_ready() });
   } catch (e) {

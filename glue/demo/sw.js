@@ -1,4 +1,4 @@
-// The demos' service worker: keeps the pages, the glue and both modules, so chat.html and
+// The demos' service worker: keeps the pages, the glue and the modules, so chat.html and
 // search.html start with no network once visited. Network first (a changed file is seen at once),
 // the cache when the network fails. Model files are not its business: the driver keeps them in
 // the origin private file system (glue/source.js), so /models/ and Hugging Face requests, HEAD
@@ -6,7 +6,8 @@
 const CACHE = 'wasmind-demo-v1';
 const SHELL = ['chat.html', 'chat.js', 'search.html', 'search.js', 'corpus.json', 'index.html', 'main.js', 'driver.js',
   '../index.js', '../driver.js', '../source.js', '../gguf-split.js', '../wasmind.js', '../worker.js',
-  '../../dist/wasmind.wasm', '../../dist/wasmind-mt.wasm'];
+  '../../dist/wasmind.wasm', '../../dist/wasmind-mt.wasm',
+  '../../dist/wasmind-relaxed.wasm', '../../dist/wasmind-relaxed-mt.wasm'];
 
 self.addEventListener('install', (e) => {
   e.waitUntil(caches.open(CACHE).then((c) => c.addAll(SHELL.map((p) => new Request(new URL(p, self.location).href, { cache: 'reload' })))));

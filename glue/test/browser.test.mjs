@@ -42,6 +42,7 @@ test('demo page in Chromium: isolated, threaded pool, same checksum; fallback wi
     assert.equal(mt.error, undefined);
     assert.equal(mt.pageIsolated, true, 'page is cross-origin isolated');
     assert.equal(mt.threaded, true, 'threaded module loaded');
+    assert.equal(mt.relaxed, true, 'Chromium runs relaxed SIMD: the relaxed build loaded');
     assert.equal(mt.helpers, THREADS - 1, 'helper workers listening');
     assert.equal(mt.threads, THREADS);
     assert.equal(mt.checksum, expected, 'pool checksum = single-threaded module under Node');

@@ -11,10 +11,13 @@ const dist = new URL('../../dist/', import.meta.url);
 const header = readFileSync(new URL('../../abi/wasmind.h', import.meta.url), 'utf8');
 const declared = [...header.matchAll(/^WASMIND_API\s+\w+\s+(\w+)\(/gm)].map((m) => m[1]).sort();
 
+// Node 20 compiles relaxed SIMD only behind a flag (harmless for the other modules).
+const RELAXED_FLAGS = ['--experimental-wasm-relaxed-simd', '--no-liftoff'];
+
 function reflect(file) {
   const script = `const m = new WebAssembly.Module(require('fs').readFileSync(${JSON.stringify(new URL(file, dist).pathname)}));
     console.log(JSON.stringify({ imports: WebAssembly.Module.imports(m), exports: WebAssembly.Module.exports(m) }));`;
-  const out = execFileSync(process.execPath, ['--experimental-wasm-type-reflection', '-e', script]);
+  const out = execFileSync(process.execPath, ['--experimental-wasm-type-reflection', ...RELAXED_FLAGS, '-e', script]);
   return JSON.parse(out);
 }
 
@@ -25,8 +28,8 @@ test('wasmind.h lists the functions (sanity of the header parse)', () => {
   assert.ok(declared.includes('pool_selftest') && declared.includes('math_apply'));
 });
 
-test('wasmind.wasm: no imports, exports its memory, the header functions and __stack_pointer', () => {
-  const { imports, exports } = reflect('wasmind.wasm');
+for (const file of ['wasmind.wasm', 'wasmind-relaxed.wasm']) test(`${file}: no imports, exports its memory, the header functions and __stack_pointer`, () => {
+  const { imports, exports } = reflect(file);
   assert.deepEqual(imports, []);
   assert.ok(exports.some((e) => e.name === 'memory' && e.kind === 'memory'), 'exports memory');
   assert.deepEqual(functions(exports), declared);
@@ -34,8 +37,8 @@ test('wasmind.wasm: no imports, exports its memory, the header functions and __s
   assert.deepEqual(sp?.type, { mutable: true, value: 'i32' });
 });
 
-test('wasmind-mt.wasm: imports only env.memory (shared, with a maximum), same functions', () => {
-  const { imports, exports } = reflect('wasmind-mt.wasm');
+for (const file of ['wasmind-mt.wasm', 'wasmind-relaxed-mt.wasm']) test(`${file}: imports only env.memory (shared, with a maximum), same functions`, () => {
+  const { imports, exports } = reflect(file);
   assert.equal(imports.length, 1);
   const [mem] = imports;
   assert.equal(`${mem.module}.${mem.name}:${mem.kind}`, 'env.memory:memory');
@@ -47,7 +50,20 @@ test('wasmind-mt.wasm: imports only env.memory (shared, with a maximum), same fu
   const sp = exports.find((e) => e.name === '__stack_pointer');
   assert.deepEqual(sp?.type, { mutable: true, value: 'i32' }, 'a host must be able to set each helper stack');
   // The glue's own import-section reader agrees with the engine's reflection.
-  assert.equal(importedMemoryMinimum(readFileSync(new URL('wasmind-mt.wasm', dist))), mem.type.minimum);
+  assert.equal(importedMemoryMinimum(readFileSync(new URL(file, dist))), mem.type.minimum);
+});
+
+test('hasRelaxedSimd runs its probe instead of trusting validation', () => {
+  const probe = (flags) => JSON.parse(execFileSync(process.execPath, [...flags, '--input-type=module', '-e',
+    `import { hasRelaxedSimd } from ${JSON.stringify(new URL('../wasmind.js', import.meta.url).href)};
+     console.log(JSON.stringify(hasRelaxedSimd()));`]));
+  assert.equal(probe(RELAXED_FLAGS), true, 'an engine that runs relaxed SIMD right');
+  // Node 20's baseline compiler validates the instruction but drops its accumulator (later
+  // versions compute it right): the probe must say no there.
+  if (process.versions.node.split('.')[0] === '20') {
+    assert.equal(probe(['--experimental-wasm-relaxed-simd', '--liftoff', '--no-wasm-tier-up']), false);
+    assert.equal(probe([]), false, 'no relaxed SIMD without the flag');
+  }
 });
 
 test('a missing dist/ is an error that says how to build it', async () => {

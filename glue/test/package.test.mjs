@@ -19,7 +19,8 @@ test('npm pack + install into a scratch folder + import from Node', { timeout: 1
     const out = execFileSync(npm, ['pack', '--json', '--pack-destination', scratch], { cwd: root, encoding: 'utf8' });
     const [{ filename, files }] = JSON.parse(out.slice(out.indexOf('[')));
     const names = files.map((f) => f.path);
-    for (const f of ['glue/index.js', 'glue/index.d.ts', 'glue/driver.js', 'glue/worker.js', 'dist/wasmind.wasm', 'dist/wasmind-mt.wasm']) {
+    for (const f of ['glue/index.js', 'glue/index.d.ts', 'glue/driver.js', 'glue/worker.js', 'dist/wasmind.wasm', 'dist/wasmind-mt.wasm',
+      'dist/wasmind-relaxed.wasm', 'dist/wasmind-relaxed-mt.wasm']) {
       assert.ok(names.includes(f), `${f} in the package`);
     }
     assert.ok(!names.some((f) => f.startsWith('glue/test/') || f.startsWith('src/')), 'no tests or Rust sources');

@@ -21,6 +21,51 @@ pub use wasmtime::Result;
 pub const WASM_ST: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/wasmind.wasm"));
 /// The threaded module: imports a shared `env.memory`.
 pub const WASM_MT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/wasmind-mt.wasm"));
+/// [`WASM_ST`] built with relaxed SIMD.
+pub const WASM_RELAXED_ST: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/wasmind-relaxed.wasm"));
+/// [`WASM_MT`] built with relaxed SIMD.
+pub const WASM_RELAXED_MT: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/wasmind-relaxed-mt.wasm"));
+
+/// Which instruction set a module was built for: SIMD128 only, or with relaxed SIMD (the i8 dot
+/// product; faster, same results up to the f32 rounding of the kernels that differ).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Build {
+    Simd128,
+    Relaxed,
+}
+
+impl Build {
+    pub const ALL: [Build; 2] = [Build::Simd128, Build::Relaxed];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Build::Simd128 => "simd128",
+            Build::Relaxed => "relaxed",
+        }
+    }
+
+    /// The module's bytes: `(single-threaded, threaded)`.
+    pub fn modules(self) -> (&'static [u8], &'static [u8]) {
+        match self {
+            Build::Simd128 => (WASM_ST, WASM_MT),
+            Build::Relaxed => (WASM_RELAXED_ST, WASM_RELAXED_MT),
+        }
+    }
+
+    /// The build this process runs: `WASMIND_BUILD=simd128` or `relaxed`; relaxed when unset
+    /// (wasmtime runs relaxed SIMD on every host it supports). Any other value is an error.
+    pub fn current() -> Result<Build> {
+        match std::env::var("WASMIND_BUILD").as_deref() {
+            Err(_) | Ok("") | Ok("relaxed") => Ok(Build::Relaxed),
+            Ok("simd128") => Ok(Build::Simd128),
+            Ok(other) => Err(wasmtime::format_err!(
+                "WASMIND_BUILD={other:?}: use simd128 or relaxed"
+            )),
+        }
+    }
+}
 
 /// Bytes of each helper's stack.
 pub const HELPER_STACK_BYTES: u32 = 1 << 20;
@@ -78,9 +123,9 @@ pub struct Wasmind {
 }
 
 impl Wasmind {
-    /// The single-threaded module, on its own memory.
+    /// The single-threaded module of [`Build::current`], on its own memory.
     pub fn single_threaded() -> Result<Wasmind> {
-        Wasmind::single_threaded_from(WASM_ST)
+        Wasmind::single_threaded_from(Build::current()?.modules().0)
     }
 
     /// The single-threaded module from `bytes` (e.g. `dist/wasmind.wasm`) instead of the embedded one.
@@ -102,9 +147,10 @@ impl Wasmind {
         })
     }
 
-    /// The threaded module on a new shared memory, with `threads - 1` helpers on OS threads.
+    /// The threaded module of [`Build::current`] on a new shared memory, with `threads - 1`
+    /// helpers on OS threads.
     pub fn threaded(threads: u32) -> Result<Wasmind> {
-        Wasmind::threaded_from(WASM_MT, threads)
+        Wasmind::threaded_from(Build::current()?.modules().1, threads)
     }
 
     /// The threaded module from `bytes` (e.g. `dist/wasmind-mt.wasm`) instead of the embedded one.
@@ -333,10 +379,16 @@ impl Wasmind {
     /// Either the threaded module with `threads - 1` helpers, or (threads == 0) the
     /// single-threaded module.
     pub fn with_threads(threads: u32) -> Result<Wasmind> {
+        Wasmind::with_build(Build::current()?, threads)
+    }
+
+    /// [`Wasmind::with_threads`] with the modules of `build`.
+    pub fn with_build(build: Build, threads: u32) -> Result<Wasmind> {
+        let (single, threaded) = build.modules();
         if threads == 0 {
-            Wasmind::single_threaded()
+            Wasmind::single_threaded_from(single)
         } else {
-            Wasmind::threaded(threads)
+            Wasmind::threaded_from(threaded, threads)
         }
     }
 

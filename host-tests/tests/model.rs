@@ -4,7 +4,7 @@
 
 mod common;
 use common::*;
-use host_tests::Wasmind;
+use host_tests::{Build, Wasmind};
 
 const FLOAT_TOLERANCE: f32 = 0.15;
 const QUANT_TOLERANCE: f32 = 0.75;
@@ -15,9 +15,9 @@ fn tiny_models_match_llama_cpp_inside_the_module() {
     let r = json("models/tiny/tiny-reference.json");
     let ids = u32s(&r["tokens"]);
     let mut failures = vec![];
-    for threads in [0u32, 2] {
+    for (build, threads) in Build::ALL.into_iter().flat_map(|b| [(b, 0u32), (b, 2)]) {
         for (file, m) in r["models"].as_object().unwrap() {
-            let mut w = Wasmind::with_threads(threads).unwrap();
+            let mut w = Wasmind::with_build(build, threads).unwrap();
             w.load_model_file(&shared(&format!("models/tiny/{file}")), 64)
                 .unwrap();
             let logits = w.prefill_logits(&ids).unwrap();
@@ -42,11 +42,12 @@ fn tiny_models_match_llama_cpp_inside_the_module() {
             } else {
                 QUANT_TOLERANCE
             };
+            let build = build.name();
             println!(
-                "threads {threads} {file:24} decisive argmax {agree}/{decisive}, last-4 max |dlogit| {max_diff:.4}"
+                "{build} threads {threads} {file:24} decisive argmax {agree}/{decisive}, last-4 max |dlogit| {max_diff:.4}"
             );
             if agree != decisive || max_diff > tol {
-                failures.push(format!("{file} (threads {threads})"));
+                failures.push(format!("{file} ({build}, threads {threads})"));
             }
         }
     }
@@ -102,13 +103,16 @@ fn check_forced(w: &mut Wasmind, forced: &serde_json::Value, what: &str) {
     assert_eq!(agree, decisive);
 }
 
+/// Thread counts never change a bit, and neither does the build: the relaxed-SIMD kernels
+/// compute the same exact integer sums as the SIMD128 ones and the same f32 operations on them
+/// in the same order.
 #[test]
-fn logits_are_bit_identical_across_thread_counts() {
+fn logits_are_bit_identical_across_thread_counts_and_builds() {
     let ids: Vec<u32> = vec![
         1, 504, 3158, 314, 260, 2767, 28, 7045, 24, 9266, 30, 378, 1780, 42, 351, 17, 25, 198,
     ];
-    let run = |threads: u32| {
-        let mut w = Wasmind::with_threads(threads).unwrap();
+    let run = |build: Build, threads: u32| {
+        let mut w = Wasmind::with_build(build, threads).unwrap();
         w.load_model_file(&shared(SMOLLM2), 256).unwrap();
         let mut rows = w.prefill_logits(&ids).unwrap();
         // And one decode step after the batch.
@@ -116,10 +120,18 @@ fn logits_are_bit_identical_across_thread_counts() {
         rows.push(w.step(42, vocab).unwrap());
         rows
     };
-    let one = run(1);
-    for threads in [0, 2, 3, 4] {
-        let other = run(threads);
-        assert!(one == other, "threads {threads} differ from 1");
+    let one = run(Build::Simd128, 1);
+    for build in Build::ALL {
+        for threads in [0, 1, 2, 3, 4] {
+            if (build, threads) != (Build::Simd128, 1) {
+                let other = run(build, threads);
+                let name = build.name();
+                assert!(
+                    one == other,
+                    "{name}, threads {threads} differ from simd128, 1"
+                );
+            }
+        }
     }
 }
 
@@ -288,8 +300,8 @@ fn arch_agreement(m: &serde_json::Value, logits: &[Vec<f32>]) -> (usize, usize, 
 fn qwen3_gemma3_phi3_match_llama_cpp_inside_the_module() {
     let r = json("models/tiny/tiny-arch-reference.json");
     let ids = u32s(&r["tokens"]);
-    let run = |file: &str, threads: u32, quantize: u32| {
-        let mut w = Wasmind::with_threads(threads).unwrap();
+    let run_build = |build: Build, file: &str, threads: u32, quantize: u32| {
+        let mut w = Wasmind::with_build(build, threads).unwrap();
         w.set_quantize(quantize).unwrap();
         w.load_model_file(&shared(&format!("models/tiny/{file}")), 64)
             .unwrap();
@@ -297,6 +309,9 @@ fn qwen3_gemma3_phi3_match_llama_cpp_inside_the_module() {
         let vocab = rows[0].len();
         rows.push(w.step(ids[ids.len() - 1], vocab).unwrap()); // the last one as a decode step
         rows
+    };
+    let run = |file: &str, threads: u32, quantize: u32| {
+        run_build(Build::current().unwrap(), file, threads, quantize)
     };
     let mut failures = vec![];
     for (file, m) in r["models"].as_object().unwrap() {
@@ -317,6 +332,13 @@ fn qwen3_gemma3_phi3_match_llama_cpp_inside_the_module() {
             assert!(
                 run(file, threads, 0) == one,
                 "{file}: {threads} threads differ from the single-threaded module"
+            );
+        }
+        for build in Build::ALL {
+            assert!(
+                run_build(build, file, 2, 0) == one,
+                "{file}: the {} build differs",
+                build.name()
             );
         }
         if file.contains("F32") {

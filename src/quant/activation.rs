@@ -26,14 +26,21 @@
 //! matrix-vector product, several for prompt prefill), laid out for the SIMD kernels:
 //!
 //! - float kinds: `values` `[n_vecs][n_cols]` f32, already rounded.
-//! - integer kinds: `quants` `[n_vecs][n_cols]` i16: the int8 quants widened once per vector, so
-//!   a kernel feeds them straight to `i32x4.dot_i16x8_s`. Within every 16 consecutive values the
-//!   8 even-indexed ones come first, then the 8 odd-indexed ones ("pair-interleaved"): a kernel
-//!   can then split 16 weight bytes (or 32 nibbles) into i16 lanes with shifts and masks on
-//!   16-bit lanes, never widening bytes. [`stored_index`] maps a natural index to its slot.
-//!   `scales` `[n_vecs][n_cols / block]` f32: `d` per block (32 for Q8_0/Q8_1, 256 for Q8_K).
-//!   Q8_1 adds `sums` `[n_vecs][n_cols / 32]` f32 (`s`); Q8_K adds `bsums` `[n_vecs][n_cols / 16]`
-//!   i16 (sum of each 16 quants, in natural order).
+//! - integer kinds: `quants` `[n_vecs][n_cols]` of [`Quant`], in one of two layouts chosen by
+//!   the build:
+//!   - SIMD128 (and the scalar builds): i16, the int8 quants widened once per vector, so a kernel
+//!     feeds them straight to `i32x4.dot_i16x8_s`. Within every 16 consecutive values the 8
+//!     even-indexed ones come first, then the 8 odd-indexed ones ("pair-interleaved"): a kernel
+//!     can then split 16 weight bytes (or 32 nibbles) into i16 lanes with shifts and masks on
+//!     16-bit lanes, never widening bytes.
+//!   - relaxed SIMD: i8 in natural order, the signed operand of
+//!     `i16x8.relaxed_dot_i8x16_i7x16_s`.
+//!
+//!   [`stored_index`] maps a natural index to its slot. `scales` `[n_vecs][n_cols / block]` f32:
+//!   `d` per block (32 for Q8_0/Q8_1, 256 for Q8_K). Q8_1 adds `sums` `[n_vecs][n_cols / 32]`
+//!   f32 (`s`). Every integer kind has `bsums` `[n_vecs][n_cols / 16]` i16: the sum of each 16
+//!   quants in natural order (Q8_K's own field; for Q8_0/Q8_1 it lets a kernel multiply unsigned
+//!   weights and take their offset off once per block).
 //!
 //! Buffers grow (with `try_reserve`) and never shrink: reuse one `ActivationBuf` per call site
 //! and there is no allocation after the first call of the largest size.
@@ -70,11 +77,25 @@ impl ActivationKind {
     }
 }
 
-/// Where natural index `i` of a vector lies in a pair-interleaved quants array: within each
-/// group of 16, the even indices take slots 0..8 and the odd ones slots 8..16.
+/// One stored integer activation: i16 for SIMD128's `i32x4.dot_i16x8_s` (and the scalar builds),
+/// i8 for relaxed SIMD's i8 dot product (see the module doc).
+#[cfg(not(all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
+pub type Quant = i16;
+#[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+pub type Quant = i8;
+
+/// Where natural index `i` of a vector lies in its quants array. Pair-interleaved (i16 builds):
+/// within each group of 16, the even indices take slots 0..8 and the odd ones slots 8..16.
+#[cfg(not(all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
 #[inline(always)]
 pub const fn stored_index(i: usize) -> usize {
     (i & !15) | ((i & 1) << 3) | ((i & 15) >> 1)
+}
+/// Where natural index `i` of a vector lies in its quants array: natural order (relaxed SIMD).
+#[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+#[inline(always)]
+pub const fn stored_index(i: usize) -> usize {
+    i
 }
 
 /// A batch of activation vectors rounded for one weight type. Owned scratch: reuse it.
@@ -85,13 +106,13 @@ pub struct ActivationBuf {
     n_vecs: usize,
     /// Float kinds: `[n_vecs][n_cols]` rounded values.
     values: Vec<f32>,
-    /// Integer kinds: `[n_vecs][n_cols]` quants, pair-interleaved within each 16.
-    quants: Vec<i16>,
+    /// Integer kinds: `[n_vecs][n_cols]` quants, at [`stored_index`].
+    quants: Vec<Quant>,
     /// Integer kinds: `[n_vecs][n_cols / block]` scale `d` of each block.
     scales: Vec<f32>,
     /// Q8_1: `[n_vecs][n_cols / 32]` `s = d·Σq` of each block, rounded through f16.
     sums: Vec<f32>,
-    /// Q8_K: `[n_vecs][n_cols / 16]` sum of each 16 quants.
+    /// Integer kinds: `[n_vecs][n_cols / 16]` sum of each 16 quants.
     bsums: Vec<i16>,
 }
 
@@ -101,13 +122,13 @@ pub struct ActivationBuf {
 pub(crate) struct ActRow<'a> {
     /// Float kinds: `[n_cols]`.
     pub values: &'a [f32],
-    /// Integer kinds: `[n_cols]`, pair-interleaved.
-    pub quants: &'a [i16],
+    /// Integer kinds: `[n_cols]`, at [`stored_index`].
+    pub quants: &'a [Quant],
     /// Integer kinds: `[n_cols / block]`.
     pub scales: &'a [f32],
     /// Q8_1: `[n_cols / 32]`.
     pub sums: &'a [f32],
-    /// Q8_K: `[n_cols / 16]`.
+    /// Integer kinds: `[n_cols / 16]`.
     pub bsums: &'a [i16],
 }
 
@@ -181,9 +202,7 @@ impl ActivationBuf {
                 if kind == ActivationKind::Q8_1 {
                     row.sums = &self.sums[v * nb..(v + 1) * nb];
                 }
-                if kind == ActivationKind::Q8K {
-                    row.bsums = &self.bsums[v * (n / 16)..(v + 1) * (n / 16)];
-                }
+                row.bsums = &self.bsums[v * (n / 16)..(v + 1) * (n / 16)];
             }
         }
         row
@@ -202,9 +221,7 @@ impl ActivationBuf {
             if kind == ActivationKind::Q8_1 {
                 resize(&mut self.sums, nb, 0.0)?;
             }
-            if kind == ActivationKind::Q8K {
-                resize(&mut self.bsums, n / 16, 0)?;
-            }
+            resize(&mut self.bsums, n / 16, 0)?;
         }
         self.kind = Some(kind);
         self.n_cols = n_cols;
@@ -280,8 +297,9 @@ pub fn quantize_activations(
         ActivationKind::Q8_0 | ActivationKind::Q8_1 => {
             let blocks = xs.as_chunks::<32>().0;
             let quants = out.quants[..n].as_chunks_mut::<32>().0;
-            for (b, (x, q)) in blocks.iter().zip(quants).enumerate() {
-                let (d, s) = quantize_q8_0_block(x, q);
+            let bsums = out.bsums[..n / 16].as_chunks_mut::<2>().0;
+            for (b, ((x, q), bs)) in blocks.iter().zip(quants).zip(bsums).enumerate() {
+                let (d, s) = quantize_q8_0_block(x, q, bs);
                 out.scales[b] = d;
                 if kind == ActivationKind::Q8_1 {
                     out.sums[b] = s;
@@ -314,9 +332,10 @@ fn round_nearest_even(v: f32) -> i32 {
     (t.to_bits() & 0x007f_ffff) as i32 - 0x0040_0000
 }
 
-/// One Q8_0/Q8_1 block: quants into `q` (pair-interleaved), returns `(d, s)` where `d` is the
-/// scale rounded through f16 and `s = f16(d_f32 · Σq)` (Q8_1's block sum).
-fn quantize_q8_0_block(x: &[f32; 32], q: &mut [i16; 32]) -> (f32, f32) {
+/// One Q8_0/Q8_1 block: quants into `q` (at [`stored_index`]), the sums of each 16 into `bsums`;
+/// returns `(d, s)` where `d` is the scale rounded through f16 and `s = f16(d_f32 · Σq)` (Q8_1's
+/// block sum).
+fn quantize_q8_0_block(x: &[f32; 32], q: &mut [Quant; 32], bsums: &mut [i16; 2]) -> (f32, f32) {
     let mut amax = 0.0f32;
     for &v in x {
         let a = abs(v);
@@ -327,11 +346,16 @@ fn quantize_q8_0_block(x: &[f32; 32], q: &mut [i16; 32]) -> (f32, f32) {
     let d = amax / 127.0;
     let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
     let mut sum = 0i32;
-    for (i, &v) in x.iter().enumerate() {
-        // |v·id| <= 127 up to one rounding step, so the clamp only guards NaN/inf input.
-        let r = round_nearest_even(v * id).clamp(-127, 127);
-        q[stored_index(i)] = r as i16;
-        sum += r;
+    for (half, bsum) in bsums.iter_mut().enumerate() {
+        let mut half_sum = 0i32;
+        for i in 16 * half..16 * half + 16 {
+            // |x·id| <= 127 up to one rounding step, so the clamp only guards NaN/inf input.
+            let r = round_nearest_even(x[i] * id).clamp(-127, 127);
+            q[stored_index(i)] = r as Quant;
+            half_sum += r;
+        }
+        *bsum = half_sum as i16;
+        sum += half_sum;
     }
     (
         f16_to_f32(f32_to_f16(d)),
@@ -339,8 +363,9 @@ fn quantize_q8_0_block(x: &[f32; 32], q: &mut [i16; 32]) -> (f32, f32) {
     )
 }
 
-/// One Q8_K block: quants into `q` (pair-interleaved), sums of each 16 into `bsums`, returns `d`.
-fn quantize_q8_k_block(x: &[f32; 256], q: &mut [i16; 256], bsums: &mut [i16; 16]) -> f32 {
+/// One Q8_K block: quants into `q` (at [`stored_index`]), sums of each 16 into `bsums`, returns
+/// `d`.
+fn quantize_q8_k_block(x: &[f32; 256], q: &mut [Quant; 256], bsums: &mut [i16; 16]) -> f32 {
     let mut amax = 0.0f32;
     let mut max = 0.0f32;
     for &v in x {
@@ -360,7 +385,7 @@ fn quantize_q8_k_block(x: &[f32; 256], q: &mut [i16; 256], bsums: &mut [i16; 16]
         let mut sum = 0i32;
         for (j, &v) in group.iter().enumerate() {
             let r = round_nearest_even(iscale * v).clamp(-128, 127);
-            q[stored_index(g * 16 + j)] = r as i16;
+            q[stored_index(g * 16 + j)] = r as Quant;
             sum += r;
         }
         bsums[g] = sum as i16;

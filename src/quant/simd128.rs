@@ -1,13 +1,24 @@
 //! wasm SIMD128 kernels: one weight row times `T` activation vectors (`T` = 1 for a
 //! matrix-vector product, up to 4 for a batch, so a decoded weight block is used `T` times).
 //!
-//! SIMD128 has no int8 dot product. The closest is `i32x4.dot_i16x8_s` (x86 `pmaddwd`): eight
-//! i16 products summed in adjacent pairs into four exact i32. The activations are already i16
-//! (widened once per vector, `activation.rs`) and pair-interleaved: within each 16 values, the
-//! even-indexed 8 then the odd-indexed 8. So 16 weight bytes viewed as eight i16 lanes split
-//! into "even bytes" `(v << 8) >> 8` and "odd bytes" `v >> 8`, and 16 bytes of nibbles into four
-//! vectors with 16-bit shifts and masks — no byte widening at all. Every integer sum is exact;
-//! it becomes f32 once per block (legacy types) or super-block (K-quants).
+//! Two builds, one of these two integer kernel files each (the float kernels are shared):
+//!
+//! - SIMD128 (`simd128/dot_i16.rs`): SIMD128 has no int8 dot product. The closest is
+//!   `i32x4.dot_i16x8_s` (x86 `pmaddwd`): eight i16 products summed in adjacent pairs into four
+//!   exact i32. The activations are already i16 (widened once per vector, `activation.rs`) and
+//!   pair-interleaved: within each 16 values, the even-indexed 8 then the odd-indexed 8. So 16
+//!   weight bytes viewed as eight i16 lanes split into "even bytes" `(v << 8) >> 8` and "odd
+//!   bytes" `v >> 8`, and 16 bytes of nibbles into four vectors with 16-bit shifts and masks — no
+//!   byte widening at all.
+//! - relaxed SIMD (`simd128/dot_i8.rs`, `dist/wasmind-relaxed*.wasm`): i8 activations in natural
+//!   order and weights unpacked to unsigned bytes, multiplied by
+//!   `i16x8.relaxed_dot_i8x16_i7x16_s` / `i32x4.relaxed_dot_i8x16_i7x16_add_s` (one `vpdpbusd`
+//!   in V8 on x86 with AVX-VNNI). Half the activation bytes and half the unpacking.
+//!
+//! In both every integer sum is exact, the same number, and becomes f32 once per block (legacy
+//! types) or super-block (K-quants) in the same order: the builds give bit-identical results.
+//! The loops over blocks are shared (`dot_legacy`, `dot_k4`, `dot_q6k`); each build supplies how
+//! a block is unpacked and multiplied.
 //!
 //! What V8 makes of the code matters as much as the instruction count (checked with
 //! `node --print-wasm-code`): x86 has 16 vector registers and V8's allocator spills readily,
@@ -23,8 +34,9 @@
 //! are the unchecked loads inside those bounds.
 //!
 //! Deliberate repetition: the per-type entry points (`dot_f32`/`dot_f16`/`dot_bf16`, the five
-//! `dot_q*_0/1` with their `Legacy` impls, `dot_q4_k`/`dot_q5_k`) have the shape of each other.
-//! The shared loop is written once (`dot_float`, `dot_legacy`, `dot_k4`); what each repeats is
+//! `dot_q*_0/1` with their `Legacy` impls, `dot_q4_k`/`dot_q5_k`) have the shape of each other,
+//! and each build's unpacking starts with the same loads of the same block layout. The shared
+//! loop is written once (`dot_float`, `dot_legacy`, `dot_k4`, `dot_q6k`); what each repeats is
 //! its own block layout's loads and unpacking, kept per type (and `#[inline(never)]` per type)
 //! so each compiles to straight-line SIMD with no per-type branch in the loop.
 
@@ -35,7 +47,7 @@
 
 use core::arch::wasm32::*;
 
-use super::activation::ActRow;
+use super::activation::{ActRow, Quant};
 use super::half::f16_to_f32;
 
 /// Reads a `v128` from `p` (any alignment).
@@ -59,27 +71,6 @@ fn hsum_f32(v: v128) -> f32 {
 #[inline(always)]
 fn f16_at(row: &[u8], at: usize) -> f32 {
     f16_to_f32(u16::from_le_bytes([row[at], row[at + 1]]))
-}
-
-/// The sum of four i16 dot products of `w0..w3` with the 32 activations at `y`.
-///
-/// # Safety
-/// `y..y + 32` must be readable.
-#[inline(always)]
-unsafe fn dot32(w: [v128; 4], y: *const i16) -> v128 {
-    // SAFETY: 32 i16 = 64 readable bytes at y, by the caller.
-    unsafe {
-        i32x4_add(
-            i32x4_add(
-                i32x4_dot_i16x8(w[0], load(y)),
-                i32x4_dot_i16x8(w[1], load(y.add(8))),
-            ),
-            i32x4_add(
-                i32x4_dot_i16x8(w[2], load(y.add(16))),
-                i32x4_dot_i16x8(w[3], load(y.add(24))),
-            ),
-        )
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -224,26 +215,7 @@ pub(super) fn dot_bf16<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32
 }
 
 // ---------------------------------------------------------------------------------------------
-// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 with Q8_0/Q8_1 activations: blocks of 32, f32 once per block.
-//
-// Blocks go four at a time: the four f16 scales (and minimums) become f32 in one vector, and the
-// four blocks' i32 partial sums are transposed into one vector whose lane k is block k's sum.
-// So each vector needs a single f32x4 accumulator (lane k gathers blocks k, k + 4, ..), and the
-// few live registers keep V8 from spilling a loop-carried value to the stack.
-
-/// How one legacy block type is read.
-trait Legacy {
-    /// Block size in bytes.
-    const BYTES: usize;
-    /// Byte offset of the f16 minimum (Q4_1, Q5_1; they take Q8_1 activations with sums).
-    const MIN_AT: Option<usize>;
-    /// The 32 weights of the block at `blk`, as four i16x8 in the activation's storage order:
-    /// evens then odds of weights 0..16, evens then odds of weights 16..32.
-    ///
-    /// # Safety
-    /// `blk..blk + BYTES` must be readable.
-    unsafe fn weights(blk: *const u8) -> [v128; 4];
-}
+// Shared by the integer kernels of both builds.
 
 /// Asserts that every activation vector covers `n_blocks` blocks of 32 values (and their
 /// scales and sums), so the unchecked loads below stay inside the slices.
@@ -320,240 +292,6 @@ unsafe fn gather_f32x4(p: *const f32, count: usize) -> v128 {
     }
 }
 
-/// The shared body of the legacy kernels.
-#[inline(always)]
-fn dot_legacy<L: Legacy, const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-    debug_assert!(row.len().is_multiple_of(L::BYTES));
-    let n_blocks = row.len() / L::BYTES;
-    check_activations(xs, n_blocks, L::MIN_AT.is_some());
-    let mut acc = [f32x4_splat(0.0); T];
-    let mut b = 0;
-    while b + 4 <= n_blocks {
-        // SAFETY: b + 4 <= n_blocks.
-        unsafe { legacy_group::<L, T>(row, xs, &mut acc, b, 4) };
-        b += 4;
-    }
-    if b < n_blocks {
-        // SAFETY: b + (n_blocks - b) <= n_blocks.
-        unsafe { legacy_group::<L, T>(row, xs, &mut acc, b, n_blocks - b) };
-    }
-    core::array::from_fn(|t| hsum_f32(acc[t]))
-}
-
-/// Blocks `first..first + count` (`count` 1..=4) of `row` times each vector, into `acc`.
-/// Always inlined, so the main loop's `count = 4` is a constant.
-///
-/// # Safety
-/// `first + count` must not exceed the blocks of `row`, which `check_activations` has checked
-/// against `xs`.
-#[inline(always)]
-unsafe fn legacy_group<L: Legacy, const T: usize>(
-    row: &[u8],
-    xs: &[ActRow<'_>; T],
-    acc: &mut [v128; T],
-    first: usize,
-    count: usize,
-) {
-    // SAFETY: blocks first..first + count lie in `row` and their activations in `xs`.
-    unsafe {
-        let blk = row.as_ptr().add(first * L::BYTES);
-        let d = gather_f16x4(blk, L::BYTES, count);
-        let m = match L::MIN_AT {
-            Some(at) => gather_f16x4(blk.add(at), L::BYTES, count),
-            None => f32x4_splat(0.0),
-        };
-        // sums[t][k]: block first + k times vector t. Each block's sums are stored to this
-        // scratch before the next block is loaded: V8 orders memory accesses only among
-        // themselves, and without a store in between it would hoist all four blocks' loads to
-        // the top of the group and spill most of them. (A volatile store is one instruction.)
-        let mut scratch = [[u32x4_splat(0); 4]; T];
-        for k in 0..count {
-            let w = L::weights(blk.add(k * L::BYTES));
-            for t in 0..T {
-                let sum = dot32(w, xs[t].quants.as_ptr().add(32 * (first + k)));
-                core::ptr::write_volatile(&mut scratch[t][k], sum);
-            }
-        }
-        let sums: [[v128; 4]; T] = core::array::from_fn(|t| {
-            core::array::from_fn(|k| {
-                // SAFETY: a plain local.
-                core::ptr::read_volatile(&scratch[t][k])
-            })
-        });
-        for t in 0..T {
-            let dy = gather_f32x4(xs[t].scales.as_ptr().add(first), count);
-            let mut a = f32x4_add(
-                acc[t],
-                f32x4_mul(
-                    f32x4_convert_i32x4(transpose_sum(sums[t])),
-                    f32x4_mul(d, dy),
-                ),
-            );
-            if L::MIN_AT.is_some() {
-                a = f32x4_add(
-                    a,
-                    f32x4_mul(m, gather_f32x4(xs[t].sums.as_ptr().add(first), count)),
-                );
-            }
-            acc[t] = a;
-        }
-    }
-}
-
-/// The 32 nibbles of 16 bytes as four i16x8 in storage order, unsigned (0..16).
-#[inline(always)]
-fn nibbles_unsigned(v: v128) -> [v128; 4] {
-    let low4 = u16x8_splat(0x000f);
-    [
-        v128_and(v, low4),               // low nibble of even bytes: weights 0, 2, .., 14
-        v128_and(u16x8_shr(v, 8), low4), // low nibble of odd bytes: weights 1, 3, .., 15
-        v128_and(u16x8_shr(v, 4), low4), // high nibble of even bytes: weights 16, 18, .., 30
-        u16x8_shr(v, 12),                // high nibble of odd bytes: weights 17, 19, .., 31
-    ]
-}
-
-/// Bit `2k` (even) and bit `2k + 1` (odd) of lane `k`, as lane masks.
-const EVEN_BITS: v128 = i16x8(
-    1 << 0,
-    1 << 2,
-    1 << 4,
-    1 << 6,
-    1 << 8,
-    1 << 10,
-    1 << 12,
-    1 << 14,
-);
-const ODD_BITS: v128 = i16x8(
-    1 << 1,
-    1 << 3,
-    1 << 5,
-    1 << 7,
-    1 << 9,
-    1 << 11,
-    1 << 13,
-    i16::MIN,
-);
-
-/// Which of the 32 weights of a Q5 block have their fifth bit *clear*: all-ones lanes, in
-/// storage order (as [`nibbles_unsigned`]). (Testing for clear bits is one compare; testing for
-/// set bits is rewritten by LLVM into a not-equal, three instructions on x86.)
-#[inline(always)]
-fn fifth_bits_clear(qh: u32) -> [v128; 4] {
-    let low = u16x8_splat(qh as u16); // bits of weights 0..16
-    let high = u16x8_splat((qh >> 16) as u16); // bits of weights 16..32
-    let zero = u16x8_splat(0);
-    let clear = |bits: v128, mask: v128| i16x8_eq(v128_and(bits, mask), zero);
-    [
-        clear(low, EVEN_BITS),
-        clear(low, ODD_BITS),
-        clear(high, EVEN_BITS),
-        clear(high, ODD_BITS),
-    ]
-}
-
-// The five `Legacy` impls below repeat one shape on purpose: each is one block layout's weight
-// decoding (where its scale, minimum, fifth bits and quants sit, and how the offset applies),
-// the only part of `dot_legacy` that differs per type, written per type so each reads against
-// its block struct and compiles to straight-line SIMD with no per-type branch.
-struct Q4_0;
-impl Legacy for Q4_0 {
-    const BYTES: usize = 18;
-    const MIN_AT: Option<usize> = None;
-    #[inline(always)]
-    unsafe fn weights(blk: *const u8) -> [v128; 4] {
-        // SAFETY: nibbles at 2..18 of the block, readable by the caller's contract.
-        let v = unsafe { load(blk.add(2)) };
-        // q - 8 as a signed 4-bit value is q ^ 8; sign-extend each nibble with shifts.
-        let v = v128_xor(v, u8x16_splat(0x88));
-        [
-            i16x8_shr(i16x8_shl(v, 12), 12),
-            i16x8_shr(i16x8_shl(v, 4), 12),
-            i16x8_shr(i16x8_shl(v, 8), 12),
-            i16x8_shr(v, 12),
-        ]
-    }
-}
-
-struct Q4_1;
-impl Legacy for Q4_1 {
-    const BYTES: usize = 20;
-    const MIN_AT: Option<usize> = Some(2);
-    #[inline(always)]
-    unsafe fn weights(blk: *const u8) -> [v128; 4] {
-        // SAFETY: nibbles at 4..20 of the block, readable by the caller's contract.
-        nibbles_unsigned(unsafe { load(blk.add(4)) })
-    }
-}
-
-struct Q5_0;
-impl Legacy for Q5_0 {
-    const BYTES: usize = 22;
-    const MIN_AT: Option<usize> = None;
-    #[inline(always)]
-    unsafe fn weights(blk: *const u8) -> [v128; 4] {
-        // SAFETY: qh at 2..6, nibbles at 6..22 of the block, readable by the caller's contract.
-        let (qh, v) = unsafe { (blk.add(2).cast::<u32>().read_unaligned(), load(blk.add(6))) };
-        let (low, clear) = (nibbles_unsigned(v), fifth_bits_clear(qh));
-        // q - 16 = low - (16 where the fifth bit is clear)
-        let sixteen = u16x8_splat(16);
-        core::array::from_fn(|k| i16x8_sub(low[k], v128_and(sixteen, clear[k])))
-    }
-}
-
-struct Q5_1;
-impl Legacy for Q5_1 {
-    const BYTES: usize = 24;
-    const MIN_AT: Option<usize> = Some(2);
-    #[inline(always)]
-    unsafe fn weights(blk: *const u8) -> [v128; 4] {
-        // SAFETY: qh at 4..8, nibbles at 8..24 of the block, readable by the caller's contract.
-        let (qh, v) = unsafe { (blk.add(4).cast::<u32>().read_unaligned(), load(blk.add(8))) };
-        let (low, clear) = (nibbles_unsigned(v), fifth_bits_clear(qh));
-        let sixteen = u16x8_splat(16);
-        core::array::from_fn(|k| v128_or(low[k], v128_andnot(sixteen, clear[k])))
-    }
-}
-
-struct Q8_0;
-impl Legacy for Q8_0 {
-    const BYTES: usize = 34;
-    const MIN_AT: Option<usize> = None;
-    #[inline(always)]
-    unsafe fn weights(blk: *const u8) -> [v128; 4] {
-        // SAFETY: quants at 2..34 of the block, readable by the caller's contract.
-        let (a, b) = unsafe { (load(blk.add(2)), load(blk.add(18))) };
-        // even bytes: sign-extend the low byte of each lane; odd bytes: the high byte
-        [
-            i16x8_shr(i16x8_shl(a, 8), 8),
-            i16x8_shr(a, 8),
-            i16x8_shr(i16x8_shl(b, 8), 8),
-            i16x8_shr(b, 8),
-        ]
-    }
-}
-
-// One entry point per legacy type over `dot_legacy` (deliberately alike: see the module doc).
-#[inline(never)]
-pub(super) fn dot_q4_0<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-    dot_legacy::<Q4_0, T>(row, xs)
-}
-#[inline(never)]
-pub(super) fn dot_q4_1<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-    dot_legacy::<Q4_1, T>(row, xs)
-}
-#[inline(never)]
-pub(super) fn dot_q5_0<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-    dot_legacy::<Q5_0, T>(row, xs)
-}
-#[inline(never)]
-pub(super) fn dot_q5_1<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-    dot_legacy::<Q5_1, T>(row, xs)
-}
-#[inline(never)]
-pub(super) fn dot_q8_0<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-    dot_legacy::<Q8_0, T>(row, xs)
-}
-
 /// Reads the f16 at `p` (2 readable bytes).
 #[inline(always)]
 unsafe fn f16_ptr(p: *const u8) -> f32 {
@@ -568,11 +306,6 @@ fn barrier(scratch: &mut v128, v: v128) {
     // SAFETY: `scratch` is a valid, exclusive reference.
     unsafe { core::ptr::write_volatile(scratch, v) };
 }
-
-// ---------------------------------------------------------------------------------------------
-// K-quants with Q8_K activations: the sub-block scales multiply the weights in i16 (exact:
-// |q·sc| <= 31·63 for Q4_K/Q5_K, 32·128 for Q6_K), so each super-block is one exact i32 sum
-// whatever the number of vectors, converted to f32 once. Each 64 weights end with a `barrier`.
 
 /// Asserts that every activation vector covers `n_blocks` super-blocks.
 #[inline(always)]
@@ -618,14 +351,164 @@ unsafe fn scales_mins_k4(p: *const u8) -> ([u8; 8], [v128; 2]) {
     )
 }
 
-/// The shared body of Q4_K and Q5_K: `chunk(blk, j)` returns the 64 weights `64j..64j + 64` of
-/// the super-block at `blk` (`BYTES` long, scales at 4..16), times their sub-block scales, as
-/// two groups of four i16x8 in storage order.
+// ---------------------------------------------------------------------------------------------
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 with Q8_0/Q8_1 activations: blocks of 32, f32 once per block,
+// the loop shared by both builds (each build supplies its `Legacy` impls).
+//
+// Blocks go four at a time: the four f16 scales (and minimums) become f32 in one vector, and the
+// four blocks' i32 partial sums are transposed into one vector whose lane k is block k's sum.
+// So each vector needs a single f32x4 accumulator (lane k gathers blocks k, k + 4, ..), and the
+// few live registers keep V8 from spilling a loop-carried value to the stack.
+
+/// How one legacy block type is read.
+trait Legacy {
+    /// Block size in bytes.
+    const BYTES: usize;
+    /// Byte offset of the f16 minimum (Q4_1, Q5_1; they take Q8_1 activations with sums).
+    const MIN_AT: Option<usize>;
+    /// `log2` of an offset taken off every weight after `dot` (`Σ (q - o)·y = Σ q·y - o·Σ y`,
+    /// the relaxed build's unsigned Q4_0: 8 and Q5_0: 16), if any.
+    const OFFSET_SHIFT: Option<u32>;
+    /// The block's weights as the kernel keeps them between vectors.
+    type Weights: Copy;
+    /// Unpacks the block at `blk`.
+    ///
+    /// # Safety
+    /// `blk..blk + BYTES` must be readable.
+    unsafe fn weights(blk: *const u8) -> Self::Weights;
+    /// `Σ y·w` over the block's 32 weights (before the offset), as four i32 partial sums.
+    ///
+    /// # Safety
+    /// `y..y + 32` must be readable.
+    unsafe fn dot(w: Self::Weights, y: *const Quant) -> v128;
+}
+
+/// The shared body of the legacy kernels.
 #[inline(always)]
-fn dot_k4<const BYTES: usize, const T: usize>(
+fn dot_legacy<L: Legacy, const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+    debug_assert!(row.len().is_multiple_of(L::BYTES));
+    let n_blocks = row.len() / L::BYTES;
+    check_activations(xs, n_blocks, L::MIN_AT.is_some());
+    if L::OFFSET_SHIFT.is_some() {
+        for x in xs {
+            assert!(x.bsums.len() >= 2 * n_blocks);
+        }
+    }
+    let mut acc = [f32x4_splat(0.0); T];
+    let mut b = 0;
+    while b + 4 <= n_blocks {
+        // SAFETY: b + 4 <= n_blocks.
+        unsafe { legacy_group::<L, T>(row, xs, &mut acc, b, 4) };
+        b += 4;
+    }
+    if b < n_blocks {
+        // SAFETY: b + (n_blocks - b) <= n_blocks.
+        unsafe { legacy_group::<L, T>(row, xs, &mut acc, b, n_blocks - b) };
+    }
+    core::array::from_fn(|t| hsum_f32(acc[t]))
+}
+
+/// `Σ x` of blocks `first..first + count` (`count` 1..=4) of one vector, from its sums of each
+/// 16 (`bsums`), as i32x4 (missing lanes 0).
+///
+/// # Safety
+/// `bsums` must hold `2 · (first + count)` values.
+#[inline(always)]
+unsafe fn block_sums(bsums: &[i16], first: usize, count: usize) -> v128 {
+    if count == 4 {
+        // SAFETY: 8 i16 at 2·first, inside bsums by the caller.
+        i32x4_extadd_pairwise_i16x8(unsafe { load(bsums.as_ptr().add(2 * first)) })
+    } else {
+        let sum = |k: usize| {
+            // SAFETY: 2·(first + k) + 1 < 2·(first + count), by the caller.
+            unsafe {
+                if k < count {
+                    *bsums.get_unchecked(2 * (first + k)) as i32
+                        + *bsums.get_unchecked(2 * (first + k) + 1) as i32
+                } else {
+                    0
+                }
+            }
+        };
+        i32x4(sum(0), sum(1), sum(2), sum(3))
+    }
+}
+
+/// Blocks `first..first + count` (`count` 1..=4) of `row` times each vector, into `acc`.
+/// Always inlined, so the main loop's `count = 4` is a constant.
+///
+/// # Safety
+/// `first + count` must not exceed the blocks of `row`, which `dot_legacy` has checked against
+/// `xs`.
+#[inline(always)]
+unsafe fn legacy_group<L: Legacy, const T: usize>(
     row: &[u8],
     xs: &[ActRow<'_>; T],
-    chunk: impl Fn(*const u8, &[u8; 8], usize) -> [[v128; 4]; 2],
+    acc: &mut [v128; T],
+    first: usize,
+    count: usize,
+) {
+    // SAFETY: blocks first..first + count lie in `row` and their activations in `xs`.
+    unsafe {
+        let blk = row.as_ptr().add(first * L::BYTES);
+        let d = gather_f16x4(blk, L::BYTES, count);
+        let m = match L::MIN_AT {
+            Some(at) => gather_f16x4(blk.add(at), L::BYTES, count),
+            None => f32x4_splat(0.0),
+        };
+        // sums[t][k]: block first + k times vector t. Each block's sums are stored to this
+        // scratch before the next block is loaded: V8 orders memory accesses only among
+        // themselves, and without a store in between it would hoist all four blocks' loads to
+        // the top of the group and spill most of them. (A volatile store is one instruction.)
+        let mut scratch = [[u32x4_splat(0); 4]; T];
+        for k in 0..count {
+            let w = L::weights(blk.add(k * L::BYTES));
+            for t in 0..T {
+                let sum = L::dot(w, xs[t].quants.as_ptr().add(32 * (first + k)));
+                core::ptr::write_volatile(&mut scratch[t][k], sum);
+            }
+        }
+        let sums: [[v128; 4]; T] = core::array::from_fn(|t| {
+            core::array::from_fn(|k| {
+                // SAFETY: a plain local.
+                core::ptr::read_volatile(&scratch[t][k])
+            })
+        });
+        for t in 0..T {
+            let mut sumi = transpose_sum(sums[t]);
+            if let Some(shift) = L::OFFSET_SHIFT {
+                let x_sums = block_sums(xs[t].bsums, first, count);
+                sumi = i32x4_sub(sumi, i32x4_shl(x_sums, shift));
+            }
+            let dy = gather_f32x4(xs[t].scales.as_ptr().add(first), count);
+            let mut a = f32x4_add(
+                acc[t],
+                f32x4_mul(f32x4_convert_i32x4(sumi), f32x4_mul(d, dy)),
+            );
+            if L::MIN_AT.is_some() {
+                a = f32x4_add(
+                    a,
+                    f32x4_mul(m, gather_f32x4(xs[t].sums.as_ptr().add(first), count)),
+                );
+            }
+            acc[t] = a;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Q4_K and Q5_K with Q8_K activations: the super-block loop shared by both builds.
+
+/// The shared body of Q4_K and Q5_K in both builds: `chunk(blk, scales, j)` unpacks the 64
+/// weights `64j..64j + 64` of the super-block at `blk` (`BYTES` long, scales at 4..16) as the
+/// build keeps them, `dot(w, y, acc)` adds their products with the 64 activations at `y`, times
+/// their sub-block scales, to `acc` (four i32 partial sums).
+#[inline(always)]
+fn dot_k4<const BYTES: usize, const T: usize, W: Copy>(
+    row: &[u8],
+    xs: &[ActRow<'_>; T],
+    chunk: impl Fn(*const u8, &[u8; 8], usize) -> W,
+    dot: impl Fn(W, *const Quant, v128) -> v128,
 ) -> [f32; T] {
     debug_assert!(row.len().is_multiple_of(BYTES));
     let n_blocks = row.len() / BYTES;
@@ -641,11 +524,9 @@ fn dot_k4<const BYTES: usize, const T: usize>(
             let mut sumi = [i32x4_splat(0); T];
             let mut scratch = [i32x4_splat(0); T];
             for j in 0..4 {
-                let [w_low, w_high] = chunk(blk, &scales, j);
+                let w = chunk(blk, &scales, j);
                 for t in 0..T {
-                    let y = xs[t].quants.as_ptr().add(256 * b + 64 * j);
-                    let s = i32x4_add(dot32(w_low, y), dot32(w_high, y.add(32)));
-                    sumi[t] = i32x4_add(sumi[t], s);
+                    sumi[t] = dot(w, xs[t].quants.as_ptr().add(256 * b + 64 * j), sumi[t]);
                     barrier(&mut scratch[t], sumi[t]);
                 }
             }
@@ -666,169 +547,21 @@ fn dot_k4<const BYTES: usize, const T: usize>(
     core::array::from_fn(|t| hsum_f32(acc[t]))
 }
 
-// Q4_K and Q5_K over `dot_k4`: alike on purpose but for the fifth bit (see the module doc).
-#[inline(never)]
-pub(super) fn dot_q4_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-    let low4 = u16x8_splat(0x000f);
-    dot_k4::<144, T>(row, xs, |blk, scales, j| {
-        // SAFETY: nibbles at 16..144 of the 144-byte super-block. Byte l of qa (l < 16) and of
-        // qb (l >= 16) holds weight 64j + l in its low nibble (scale 2j) and 64j + 32 + l in
-        // its high nibble (scale 2j + 1).
-        let (qa, qb) = unsafe { (load(blk.add(16 + 32 * j)), load(blk.add(32 + 32 * j))) };
-        let s_low = u16x8_splat(scales[2 * j] as u16);
-        let s_high = u16x8_splat(scales[2 * j + 1] as u16);
-        [
-            [
-                i16x8_mul(v128_and(qa, low4), s_low),
-                i16x8_mul(v128_and(u16x8_shr(qa, 8), low4), s_low),
-                i16x8_mul(v128_and(qb, low4), s_low),
-                i16x8_mul(v128_and(u16x8_shr(qb, 8), low4), s_low),
-            ],
-            [
-                i16x8_mul(v128_and(u16x8_shr(qa, 4), low4), s_high),
-                i16x8_mul(u16x8_shr(qa, 12), s_high),
-                i16x8_mul(v128_and(u16x8_shr(qb, 4), low4), s_high),
-                i16x8_mul(u16x8_shr(qb, 12), s_high),
-            ],
-        ]
-    })
-}
+// ---------------------------------------------------------------------------------------------
+// Q6_K with Q8_K activations: the super-block loop shared by both builds.
 
-#[inline(never)]
-pub(super) fn dot_q5_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-    let low4 = u16x8_splat(0x000f);
-    let bit4 = u16x8_splat(0x0010);
-    dot_k4::<176, T>(row, xs, |blk, scales, j| {
-        // SAFETY: fifth bits at 16..48 and nibbles at 48..176 of the 176-byte super-block.
-        // Byte l of qh, bit i: fifth bit of weight 32i + l.
-        let (qa, qb, ha, hb) = unsafe {
-            (
-                load(blk.add(48 + 32 * j)),
-                load(blk.add(64 + 32 * j)),
-                load(blk.add(16)),
-                load(blk.add(32)),
-            )
-        };
-        // Shifted so that bits 0/1 of each byte are bits 2j/2j + 1 (of the low and the high
-        // byte of each u16 lane alike).
-        let (ha, hb) = (u16x8_shr(ha, 2 * j as u32), u16x8_shr(hb, 2 * j as u32));
-        let s_low = u16x8_splat(scales[2 * j] as u16);
-        let s_high = u16x8_splat(scales[2 * j + 1] as u16);
-        let even = |q: v128, h: v128, shift: u32| {
-            v128_or(
-                v128_and(u16x8_shr(q, shift), low4),
-                v128_and(i16x8_shl(h, 4 - shift / 4), bit4),
-            )
-        };
-        [
-            [
-                i16x8_mul(even(qa, ha, 0), s_low),
-                i16x8_mul(
-                    v128_or(
-                        v128_and(u16x8_shr(qa, 8), low4),
-                        v128_and(u16x8_shr(ha, 4), bit4),
-                    ),
-                    s_low,
-                ),
-                i16x8_mul(even(qb, hb, 0), s_low),
-                i16x8_mul(
-                    v128_or(
-                        v128_and(u16x8_shr(qb, 8), low4),
-                        v128_and(u16x8_shr(hb, 4), bit4),
-                    ),
-                    s_low,
-                ),
-            ],
-            [
-                i16x8_mul(even(qa, ha, 4), s_high),
-                i16x8_mul(
-                    v128_or(u16x8_shr(qa, 12), v128_and(u16x8_shr(ha, 5), bit4)),
-                    s_high,
-                ),
-                i16x8_mul(even(qb, hb, 4), s_high),
-                i16x8_mul(
-                    v128_or(u16x8_shr(qb, 12), v128_and(u16x8_shr(hb, 5), bit4)),
-                    s_high,
-                ),
-            ],
-        ]
-    })
-}
-
-/// Lane `L` of an i16x8 in all eight lanes.
+/// The shared body of Q6_K: the 6-bit values are used unsigned (0..64) and the `-32` comes back
+/// once per super-block as `32·Σ_j sc_j·bsum_j`, exact in i32 (|Σ| < 2^29 either way).
+/// `half(blk, h, scales, y, sumi)` adds the products of weights `128h..128h + 128` of the
+/// super-block at `blk` with each vector's activations (`y[t]`: the super-block's 256), times their
+/// sub-block scales (`scales`: the half's eight, as i16), to `sumi`, ending each 64 weights with a
+/// `barrier`.
 #[inline(always)]
-fn broadcast_i16<const L: usize>(v: v128) -> v128 {
-    i16x8_shuffle::<L, L, L, L, L, L, L, L>(v, v)
-}
-
-/// 64 weights of a Q6_K super-block (half `h`, bytes `16·L16..16·L16 + 16` of each of its ql
-/// and qh rows) times each vector, added to `sumi`.
-///
-/// # Safety
-/// `blk` is a whole 210-byte super-block; `y[t]` points at vector t's 256 activations of it.
-#[inline(always)]
-unsafe fn q6_chunk<const L16: usize, const T: usize>(
-    blk: *const u8,
-    h: usize,
-    scales: v128,
-    y: &[*const i16; T],
-    sumi: &mut [v128; T],
-) {
-    let low4 = u8x16_splat(0x0f);
-    let bits45 = u8x16_splat(0x30);
-    let low_byte = u16x8_splat(0x00ff);
-    // SAFETY: ql at 0..128, qh at 128..192 of the block; activation offsets < 256.
-    unsafe {
-        // 16 bytes each of ql[l], ql[l + 32], qh[l] for l in 16·L16..16·L16 + 16
-        let a = load(blk.add(64 * h + 16 * L16));
-        let c = load(blk.add(64 * h + 32 + 16 * L16));
-        let high = load(blk.add(128 + 32 * h + 16 * L16));
-        // 16-bit shifts are fine here: every result is masked per byte.
-        let quads = [
-            v128_or(v128_and(a, low4), v128_and(i16x8_shl(high, 4), bits45)),
-            v128_or(v128_and(c, low4), v128_and(i16x8_shl(high, 2), bits45)),
-            v128_or(v128_and(u16x8_shr(a, 4), low4), v128_and(high, bits45)),
-            v128_or(
-                v128_and(u16x8_shr(c, 4), low4),
-                v128_and(u16x8_shr(high, 2), bits45),
-            ),
-        ];
-        // quad k is sub-block 8h + L16 + 2k: lane L16 + 2k of `scales` (the half's 8 scales)
-        let s = if L16 == 0 {
-            [
-                broadcast_i16::<0>(scales),
-                broadcast_i16::<2>(scales),
-                broadcast_i16::<4>(scales),
-                broadcast_i16::<6>(scales),
-            ]
-        } else {
-            [
-                broadcast_i16::<1>(scales),
-                broadcast_i16::<3>(scales),
-                broadcast_i16::<5>(scales),
-                broadcast_i16::<7>(scales),
-            ]
-        };
-        for k in 0..4 {
-            // 16 weights 128h + 32k + 16·L16 + (0..16), all with scale s[k]
-            let even = i16x8_mul(v128_and(quads[k], low_byte), s[k]);
-            let odd = i16x8_mul(u16x8_shr(quads[k], 8), s[k]);
-            for t in 0..T {
-                let y = y[t].add(128 * h + 32 * k + 16 * L16);
-                let p = i32x4_add(
-                    i32x4_dot_i16x8(even, load(y)),
-                    i32x4_dot_i16x8(odd, load(y.add(8))),
-                );
-                sumi[t] = i32x4_add(sumi[t], p);
-            }
-        }
-    }
-}
-
-/// Q6_K: the 6-bit values are used unsigned (0..64) and the `-32` comes back once per
-/// super-block as `32·Σ_j sc_j·bsum_j`, exact in i32 (|Σ| < 2^29 either way).
-#[inline(never)]
-pub(super) fn dot_q6_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+fn dot_q6k<const T: usize>(
+    row: &[u8],
+    xs: &[ActRow<'_>; T],
+    half: impl Fn(*const u8, usize, v128, &[*const Quant; T], &mut [v128; T]),
+) -> [f32; T] {
     debug_assert!(row.len().is_multiple_of(210));
     let n_blocks = row.len() / 210;
     check_activations_k(xs, n_blocks);
@@ -846,18 +579,10 @@ pub(super) fn dot_q6_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32
                 i16x8_extend_low_i8x16(scales8),
                 i16x8_extend_high_i8x16(scales8),
             ];
-            let y: [*const i16; T] = core::array::from_fn(|t| xs[t].quants.as_ptr().add(256 * b));
+            let y: [*const Quant; T] = core::array::from_fn(|t| xs[t].quants.as_ptr().add(256 * b));
             let mut sumi = [i32x4_splat(0); T];
-            let mut scratch = [i32x4_splat(0); T];
             for h in 0..2 {
-                q6_chunk::<0, T>(blk, h, scales[h], &y, &mut sumi);
-                for t in 0..T {
-                    barrier(&mut scratch[t], sumi[t]);
-                }
-                q6_chunk::<1, T>(blk, h, scales[h], &y, &mut sumi);
-                for t in 0..T {
-                    barrier(&mut scratch[t], sumi[t]);
-                }
+                half(blk, h, scales[h], &y, &mut sumi);
             }
             for t in 0..T {
                 let bsums = xs[t].bsums.as_ptr().add(16 * b);
@@ -875,4 +600,41 @@ pub(super) fn dot_q6_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32
         }
     }
     core::array::from_fn(|t| hsum_f32(acc[t]))
+}
+
+// The integer kernels: i16 lanes and `i32x4.dot_i16x8_s` in the SIMD128 build, i8 lanes and
+// `i16x8.relaxed_dot_i8x16_i7x16_s` in the relaxed-SIMD build (the activations' storage follows
+// the same switch, `activation::Quant`). Each supplies the legacy types' `Legacy` impls and the
+// K-quant kernels.
+#[cfg(not(target_feature = "relaxed-simd"))]
+mod dot_i16;
+#[cfg(not(target_feature = "relaxed-simd"))]
+use dot_i16 as build;
+#[cfg(target_feature = "relaxed-simd")]
+mod dot_i8;
+#[cfg(target_feature = "relaxed-simd")]
+use dot_i8 as build;
+
+pub(super) use build::{dot_q4_k, dot_q5_k, dot_q6_k};
+
+// One entry point per legacy type over `dot_legacy` (deliberately alike: see the module doc).
+#[inline(never)]
+pub(super) fn dot_q4_0<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+    dot_legacy::<build::Q4_0, T>(row, xs)
+}
+#[inline(never)]
+pub(super) fn dot_q4_1<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+    dot_legacy::<build::Q4_1, T>(row, xs)
+}
+#[inline(never)]
+pub(super) fn dot_q5_0<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+    dot_legacy::<build::Q5_0, T>(row, xs)
+}
+#[inline(never)]
+pub(super) fn dot_q5_1<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+    dot_legacy::<build::Q5_1, T>(row, xs)
+}
+#[inline(never)]
+pub(super) fn dot_q8_0<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+    dot_legacy::<build::Q8_0, T>(row, xs)
 }

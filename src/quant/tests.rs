@@ -280,8 +280,8 @@ fn activation_rounding_matches_ggml() {
     }
     for i in 0..512 {
         assert_eq!(
-            row.quants[stored_index(i)],
-            qs[i] as i16,
+            row.quants[stored_index(i)] as i32,
+            qs[i] as i32,
             "q8_0 q {i} (x = {})",
             x[i]
         );
@@ -292,7 +292,7 @@ fn activation_rounding_matches_ggml() {
     let mut ties = 0;
     for i in 0..512 {
         assert_eq!(d_ref[i / 32], d[i / 32]);
-        let (ours, theirs) = (row.quants[stored_index(i)], qs_ref[i] as i16);
+        let (ours, theirs) = (row.quants[stored_index(i)] as i32, qs_ref[i] as i32);
         if ours != theirs {
             // block 3 has amax 127, so x·127/amax = x: the tie values are the half-integers
             let tie = (x[i] - x[i].trunc()).abs() == 0.5;
@@ -320,7 +320,7 @@ fn activation_rounding_matches_ggml() {
         );
     }
     for (i, &q) in qs.iter().enumerate().take(512) {
-        assert_eq!(row.quants[stored_index(i)], q as i16, "q8_1 q {i}");
+        assert_eq!(row.quants[stored_index(i)] as i32, q as i32, "q8_1 q {i}");
     }
 
     // Q8_K
@@ -331,9 +331,30 @@ fn activation_rounding_matches_ggml() {
     }
     let qs = i8s("act/q8_k/qs");
     for (i, &q) in qs.iter().enumerate().take(512) {
-        assert_eq!(row.quants[stored_index(i)], q as i16, "q8_k q {i}");
+        assert_eq!(row.quants[stored_index(i)] as i32, q as i32, "q8_k q {i}");
     }
     assert_eq!(row.bsums, &i16s("act/q8_k/bsums")[..]);
+}
+
+/// Every integer kind carries the sum of each 16 quants (the relaxed build takes Q4_0's and
+/// Q5_0's offsets off with them).
+#[test]
+fn integer_activations_carry_the_sums_of_each_16_quants() {
+    let mut rng = Rng(16);
+    let mut buf = ActivationBuf::new();
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q6K] {
+        let x = random_activation(512, &mut rng);
+        quantize_activations(ty, &x, 256, &mut buf).unwrap();
+        for v in 0..2 {
+            let row = buf.row(v);
+            for (g, &bsum) in row.bsums.iter().enumerate() {
+                let sum: i32 = (16 * g..16 * g + 16)
+                    .map(|i| row.quants[stored_index(i)] as i32)
+                    .sum();
+                assert_eq!(bsum as i32, sum, "{} vector {v} group {g}", ty.name());
+            }
+        }
+    }
 }
 
 #[test]

@@ -263,10 +263,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 }
                 // Where users run it: wasmind and wllama side by side in Chromium, interleaved.
                 let mut c = node("chromium.mjs");
+                // wasmind twice: the build the glue picks (relaxed SIMD) and the SIMD128 one.
                 let engines = if o.peers {
-                    "wasmind,wllama2,wllama3"
+                    "wasmind,wasmind-simd128,wllama2,wllama3"
                 } else {
-                    "wasmind"
+                    "wasmind,wasmind-simd128"
                 };
                 c.args(["--threads", "0,1,2", "--engines", engines])
                     .arg("--long-prompt-file")

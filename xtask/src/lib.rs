@@ -1,8 +1,9 @@
 //! Building the two WebAssembly modules, shared by `cargo xtask dist` and by the host crate's
 //! build script (so `cargo run --bin wasmind` works on a fresh clone without a separate step).
 //!
-//! Both builds compile the root crate for `wasm32-unknown-unknown` with SIMD128; the threaded one
-//! adds `atomics,bulk-memory,mutable-globals`. Their linker arguments come from the crate's own
+//! Every build compiles the root crate for `wasm32-unknown-unknown` with SIMD128; the threaded
+//! ones add `atomics,bulk-memory,mutable-globals`, the relaxed ones `relaxed-simd` (a second pair
+//! of modules for hosts that have it: see `src/quant/simd128.rs`). Their linker arguments come from the crate's own
 //! `build.rs`. Each build has its own target directory, so switching between them never
 //! recompiles the other.
 //!
@@ -36,7 +37,24 @@ pub const THREADED: Module = Module {
     needs_unstable_intrinsics: true,
 };
 
-pub const MODULES: [Module; 2] = [SINGLE_THREADED, THREADED];
+/// The single-threaded module with relaxed SIMD (the i8 dot product): hosts that validate it
+/// run it instead of `wasmind.wasm` (glue/wasmind.js, the wasmtime host).
+pub const RELAXED: Module = Module {
+    file: "wasmind-relaxed.wasm",
+    target_dir: "wasm-relaxed-st",
+    rustflags: "-Ctarget-feature=+simd128,+relaxed-simd",
+    needs_unstable_intrinsics: false,
+};
+
+/// The threaded module with relaxed SIMD.
+pub const RELAXED_THREADED: Module = Module {
+    file: "wasmind-relaxed-mt.wasm",
+    target_dir: "wasm-relaxed-mt",
+    rustflags: "-Ctarget-feature=+atomics,+bulk-memory,+simd128,+relaxed-simd,+mutable-globals",
+    needs_unstable_intrinsics: true,
+};
+
+pub const MODULES: [Module; 4] = [SINGLE_THREADED, THREADED, RELAXED, RELAXED_THREADED];
 
 /// The workspace root (the directory holding the root `Cargo.toml`).
 ///
@@ -126,7 +144,7 @@ pub fn build_module(m: &Module) -> Result<PathBuf, String> {
     Ok(target_dir.join("wasm32-unknown-unknown/release/wasmind.wasm"))
 }
 
-/// Builds both modules and writes them to `dir/` without their custom sections, each with its
+/// Builds every module and writes them to `dir/` without their custom sections, each with its
 /// symbols file beside it (`wasmind.symbols.txt` for `wasmind.wasm`, see [`strip`]). Returns the
 /// paths of the modules.
 pub fn build_all_into(dir: &Path) -> Result<Vec<PathBuf>, String> {

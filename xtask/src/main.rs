@@ -1,6 +1,7 @@
 //! `cargo xtask <task>`: the project's build and test entry points (alias in .cargo/config.toml).
 //!
-//! - `dist`: builds `dist/wasmind.wasm` (single-threaded) and `dist/wasmind-mt.wasm` (threaded).
+//! - `dist`: builds `dist/wasmind.wasm` (single-threaded) and `dist/wasmind-mt.wasm` (threaded),
+//!   and their relaxed-SIMD twins `dist/wasmind-relaxed.wasm` and `dist/wasmind-relaxed-mt.wasm`.
 //! - `lint`: `cargo fmt --check` and clippy with `-D warnings` on every target the crate builds
 //!   for (host, both wasm modules, the wasip1 tests).
 //! - `test`: lint, then every test: native unit tests, the same unit tests inside wasm (Node
@@ -407,6 +408,25 @@ fn test(extra: &[String]) -> Result<(), String> {
         cargo(&root)
             .args(["test", "--release", "--package", "wasmind", "--lib"])
             .args(["--target", "wasm32-wasip1", "--target-dir", "target/wasi"])
+            .args(extra),
+    )?;
+    // The same again with relaxed SIMD: the activations' layout and the integer kernels are
+    // the relaxed build's (src/quant/simd128/dot_i8.rs), checked against the same references.
+    run(
+        "unit tests, inside wasm with relaxed SIMD (wasm32-wasip1 + relaxed-simd, Node WASI)",
+        cargo(&root)
+            .args(["test", "--release", "--package", "wasmind", "--lib"])
+            .args([
+                "--target",
+                "wasm32-wasip1",
+                "--target-dir",
+                "target/wasi-relaxed",
+            ])
+            .env(
+                "CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS",
+                "-Ctarget-feature=+simd128,+relaxed-simd",
+            )
+            .env("WASI_RUN_RELAXED", "1")
             .args(extra),
     )?;
     run(

@@ -8,8 +8,9 @@
 //! bench grammar  --model M.gguf [--gen 128] [--threads 2] [--reps 3]
 //! ```
 //! `--threads 0` is the single-threaded module; `N >= 1` the threaded one with `N - 1` helpers.
-//! `--dist DIR` runs `DIR/wasmind.wasm` and `DIR/wasmind-mt.wasm` (what Node runs) instead of the
-//! modules embedded at build time.
+//! `--dist DIR` runs the modules in `DIR` (what Node runs) instead of the ones embedded at build
+//! time. `WASMIND_BUILD=simd128` runs the SIMD128 build (`wasmind.wasm`, `wasmind-mt.wasm`); the
+//! default is the relaxed-SIMD one (`wasmind-relaxed*.wasm`), as in the `wasmind` command.
 //!
 //! What is timed is the module's work seen from the host: inputs are copied into linear memory
 //! once, then only export calls are in the timed loops (plus, for decode, reading the logits and
@@ -18,7 +19,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use host_tests::{Wasmind, pack_texts};
+use host_tests::{Build, Wasmind, pack_texts};
 use serde_json::{Value, json};
 
 struct Args(Vec<String>);
@@ -56,16 +57,13 @@ fn s(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-/// The module for `threads` (0: single-threaded), from `--dist` or embedded.
+/// The module for `threads` (0: single-threaded) of the build `WASMIND_BUILD` names (relaxed
+/// by default), from `--dist` or embedded.
 fn open(args: &Args, threads: u32) -> Result<Wasmind, String> {
     let Some(dir) = args.value("--dist") else {
         return Wasmind::with_threads(threads).map_err(s);
     };
-    let file = PathBuf::from(dir).join(if threads == 0 {
-        "wasmind.wasm"
-    } else {
-        "wasmind-mt.wasm"
-    });
+    let file = PathBuf::from(dir).join(module_name(threads));
     let bytes = std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
     if threads == 0 {
         Wasmind::single_threaded_from(&bytes)
@@ -112,11 +110,14 @@ fn emit(mut v: Value) {
     println!("{v}");
 }
 
+/// The file name of the module `open` runs.
 fn module_name(threads: u32) -> &'static str {
-    if threads == 0 {
-        "wasmind.wasm"
-    } else {
-        "wasmind-mt.wasm"
+    let relaxed = Build::current().unwrap_or(Build::Relaxed) == Build::Relaxed;
+    match (relaxed, threads) {
+        (false, 0) => "wasmind.wasm",
+        (false, _) => "wasmind-mt.wasm",
+        (true, 0) => "wasmind-relaxed.wasm",
+        (true, _) => "wasmind-relaxed-mt.wasm",
     }
 }
 

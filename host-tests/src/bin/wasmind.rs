@@ -10,7 +10,8 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use host_tests::{
-    TOKENIZE_ADD_SPECIAL, TOKENIZE_PARSE_SPECIAL, WASM_MT, WASM_ST, Wasmind, describe,
+    TOKENIZE_ADD_SPECIAL, TOKENIZE_PARSE_SPECIAL, WASM_MT, WASM_RELAXED_MT, WASM_RELAXED_ST,
+    WASM_ST, Wasmind, describe,
 };
 use serde_json::json;
 
@@ -275,7 +276,12 @@ fn quantize_option(args: &Args, w: &mut Wasmind) -> Result<(), String> {
 }
 
 fn modules() -> Result<(), String> {
-    for (name, bytes) in [("wasmind.wasm", WASM_ST), ("wasmind-mt.wasm", WASM_MT)] {
+    for (name, bytes) in [
+        ("wasmind.wasm", WASM_ST),
+        ("wasmind-mt.wasm", WASM_MT),
+        ("wasmind-relaxed.wasm", WASM_RELAXED_ST),
+        ("wasmind-relaxed-mt.wasm", WASM_RELAXED_MT),
+    ] {
         let (imports, exports) = describe(bytes).map_err(s)?;
         println!(
             "{name}: {} bytes ({:.1} KiB)",

@@ -1,0 +1,405 @@
+//! The integer kernels of the SIMD128 build: the weights unpacked to i16 lanes in the
+//! activations' pair-interleaved order (`activation.rs`) and multiplied with
+//! `i32x4.dot_i16x8_s` (x86 `pmaddwd`). The relaxed-SIMD build replaces this file with
+//! `dot_i8.rs`.
+
+// See the parent module for why the loops over `T` index arrays in lockstep.
+#![allow(clippy::needless_range_loop)]
+
+use core::arch::wasm32::*;
+
+use super::*;
+
+// ---------------------------------------------------------------------------------------------
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 with Q8_0/Q8_1 activations, through the shared `dot_legacy`: each
+// block's 32 weights as four i16x8 in the activations' storage order (evens then odds of weights
+// 0..16, evens then odds of weights 16..32), signed, so no offset is left for later.
+
+/// The sum of four i16 dot products of `w0..w3` with the 32 activations at `y`.
+///
+/// # Safety
+/// `y..y + 32` must be readable.
+#[inline(always)]
+unsafe fn dot32(w: [v128; 4], y: *const i16) -> v128 {
+    // SAFETY: 32 i16 = 64 readable bytes at y, by the caller.
+    unsafe {
+        i32x4_add(
+            i32x4_add(
+                i32x4_dot_i16x8(w[0], load(y)),
+                i32x4_dot_i16x8(w[1], load(y.add(8))),
+            ),
+            i32x4_add(
+                i32x4_dot_i16x8(w[2], load(y.add(16))),
+                i32x4_dot_i16x8(w[3], load(y.add(24))),
+            ),
+        )
+    }
+}
+
+/// The 32 nibbles of 16 bytes as four i16x8 in storage order, unsigned (0..16).
+#[inline(always)]
+fn nibbles_unsigned(v: v128) -> [v128; 4] {
+    let low4 = u16x8_splat(0x000f);
+    [
+        v128_and(v, low4),               // low nibble of even bytes: weights 0, 2, .., 14
+        v128_and(u16x8_shr(v, 8), low4), // low nibble of odd bytes: weights 1, 3, .., 15
+        v128_and(u16x8_shr(v, 4), low4), // high nibble of even bytes: weights 16, 18, .., 30
+        u16x8_shr(v, 12),                // high nibble of odd bytes: weights 17, 19, .., 31
+    ]
+}
+
+/// Bit `2k` (even) and bit `2k + 1` (odd) of lane `k`, as lane masks.
+const EVEN_BITS: v128 = i16x8(
+    1 << 0,
+    1 << 2,
+    1 << 4,
+    1 << 6,
+    1 << 8,
+    1 << 10,
+    1 << 12,
+    1 << 14,
+);
+const ODD_BITS: v128 = i16x8(
+    1 << 1,
+    1 << 3,
+    1 << 5,
+    1 << 7,
+    1 << 9,
+    1 << 11,
+    1 << 13,
+    i16::MIN,
+);
+
+/// Which of the 32 weights of a Q5 block have their fifth bit *clear*: all-ones lanes, in
+/// storage order (as [`nibbles_unsigned`]). (Testing for clear bits is one compare; testing for
+/// set bits is rewritten by LLVM into a not-equal, three instructions on x86.)
+#[inline(always)]
+fn fifth_bits_clear(qh: u32) -> [v128; 4] {
+    let low = u16x8_splat(qh as u16); // bits of weights 0..16
+    let high = u16x8_splat((qh >> 16) as u16); // bits of weights 16..32
+    let zero = u16x8_splat(0);
+    let clear = |bits: v128, mask: v128| i16x8_eq(v128_and(bits, mask), zero);
+    [
+        clear(low, EVEN_BITS),
+        clear(low, ODD_BITS),
+        clear(high, EVEN_BITS),
+        clear(high, ODD_BITS),
+    ]
+}
+
+// The five `Legacy` impls below repeat one shape on purpose: each is one block layout's weight
+// decoding (where its scale, minimum, fifth bits and quants sit, and how the offset applies),
+// the only part of `dot_legacy` that differs per type, written per type so each reads against
+// its block struct and compiles to straight-line SIMD with no per-type branch.
+pub(super) struct Q4_0;
+impl Legacy for Q4_0 {
+    const BYTES: usize = 18;
+    const MIN_AT: Option<usize> = None;
+    const OFFSET_SHIFT: Option<u32> = None;
+    type Weights = [v128; 4];
+    #[inline(always)]
+    unsafe fn weights(blk: *const u8) -> [v128; 4] {
+        // SAFETY: nibbles at 2..18 of the block, readable by the caller's contract.
+        let v = unsafe { load(blk.add(2)) };
+        // q - 8 as a signed 4-bit value is q ^ 8; sign-extend each nibble with shifts.
+        let v = v128_xor(v, u8x16_splat(0x88));
+        [
+            i16x8_shr(i16x8_shl(v, 12), 12),
+            i16x8_shr(i16x8_shl(v, 4), 12),
+            i16x8_shr(i16x8_shl(v, 8), 12),
+            i16x8_shr(v, 12),
+        ]
+    }
+    #[inline(always)]
+    unsafe fn dot(w: [v128; 4], y: *const i16) -> v128 {
+        // SAFETY: by the caller.
+        unsafe { dot32(w, y) }
+    }
+}
+
+pub(super) struct Q4_1;
+impl Legacy for Q4_1 {
+    const BYTES: usize = 20;
+    const MIN_AT: Option<usize> = Some(2);
+    const OFFSET_SHIFT: Option<u32> = None;
+    type Weights = [v128; 4];
+    #[inline(always)]
+    unsafe fn weights(blk: *const u8) -> [v128; 4] {
+        // SAFETY: nibbles at 4..20 of the block, readable by the caller's contract.
+        nibbles_unsigned(unsafe { load(blk.add(4)) })
+    }
+    #[inline(always)]
+    unsafe fn dot(w: [v128; 4], y: *const i16) -> v128 {
+        // SAFETY: by the caller.
+        unsafe { dot32(w, y) }
+    }
+}
+
+pub(super) struct Q5_0;
+impl Legacy for Q5_0 {
+    const BYTES: usize = 22;
+    const MIN_AT: Option<usize> = None;
+    const OFFSET_SHIFT: Option<u32> = None;
+    type Weights = [v128; 4];
+    #[inline(always)]
+    unsafe fn weights(blk: *const u8) -> [v128; 4] {
+        // SAFETY: qh at 2..6, nibbles at 6..22 of the block, readable by the caller's contract.
+        let (qh, v) = unsafe { (blk.add(2).cast::<u32>().read_unaligned(), load(blk.add(6))) };
+        let (low, clear) = (nibbles_unsigned(v), fifth_bits_clear(qh));
+        // q - 16 = low - (16 where the fifth bit is clear)
+        let sixteen = u16x8_splat(16);
+        core::array::from_fn(|k| i16x8_sub(low[k], v128_and(sixteen, clear[k])))
+    }
+    #[inline(always)]
+    unsafe fn dot(w: [v128; 4], y: *const i16) -> v128 {
+        // SAFETY: by the caller.
+        unsafe { dot32(w, y) }
+    }
+}
+
+pub(super) struct Q5_1;
+impl Legacy for Q5_1 {
+    const BYTES: usize = 24;
+    const MIN_AT: Option<usize> = Some(2);
+    const OFFSET_SHIFT: Option<u32> = None;
+    type Weights = [v128; 4];
+    #[inline(always)]
+    unsafe fn weights(blk: *const u8) -> [v128; 4] {
+        // SAFETY: qh at 4..8, nibbles at 8..24 of the block, readable by the caller's contract.
+        let (qh, v) = unsafe { (blk.add(4).cast::<u32>().read_unaligned(), load(blk.add(8))) };
+        let (low, clear) = (nibbles_unsigned(v), fifth_bits_clear(qh));
+        let sixteen = u16x8_splat(16);
+        core::array::from_fn(|k| v128_or(low[k], v128_andnot(sixteen, clear[k])))
+    }
+    #[inline(always)]
+    unsafe fn dot(w: [v128; 4], y: *const i16) -> v128 {
+        // SAFETY: by the caller.
+        unsafe { dot32(w, y) }
+    }
+}
+
+pub(super) struct Q8_0;
+impl Legacy for Q8_0 {
+    const BYTES: usize = 34;
+    const MIN_AT: Option<usize> = None;
+    const OFFSET_SHIFT: Option<u32> = None;
+    type Weights = [v128; 4];
+    #[inline(always)]
+    unsafe fn weights(blk: *const u8) -> [v128; 4] {
+        // SAFETY: quants at 2..34 of the block, readable by the caller's contract.
+        let (a, b) = unsafe { (load(blk.add(2)), load(blk.add(18))) };
+        // even bytes: sign-extend the low byte of each lane; odd bytes: the high byte
+        [
+            i16x8_shr(i16x8_shl(a, 8), 8),
+            i16x8_shr(a, 8),
+            i16x8_shr(i16x8_shl(b, 8), 8),
+            i16x8_shr(b, 8),
+        ]
+    }
+    #[inline(always)]
+    unsafe fn dot(w: [v128; 4], y: *const i16) -> v128 {
+        // SAFETY: by the caller.
+        unsafe { dot32(w, y) }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// K-quants with Q8_K activations: the sub-block scales multiply the weights in i16 (exact:
+// |q·sc| <= 31·63 for Q4_K/Q5_K, 32·128 for Q6_K), so each super-block is one exact i32 sum
+// whatever the number of vectors, converted to f32 once. Each 64 weights end with a `barrier`.
+
+/// `acc` plus the products of 64 weights (prescaled by their sub-block scales, evens then odds
+/// as `chunk` returns them) with the 64 activations at `y` (`dot_k4`'s `dot`).
+#[inline(always)]
+fn dot64(w: [[v128; 4]; 2], y: *const i16, acc: v128) -> v128 {
+    // SAFETY: dot_k4 passes a pointer to 64 readable activations of the super-block.
+    unsafe { i32x4_add(acc, i32x4_add(dot32(w[0], y), dot32(w[1], y.add(32)))) }
+}
+
+// Q4_K and Q5_K over `dot_k4`: alike on purpose but for the fifth bit (see the module doc).
+#[inline(never)]
+pub(in crate::quant) fn dot_q4_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+    let low4 = u16x8_splat(0x000f);
+    dot_k4::<144, T, _>(
+        row,
+        xs,
+        |blk, scales, j| {
+            // SAFETY: nibbles at 16..144 of the 144-byte super-block. Byte l of qa (l < 16) and of
+            // qb (l >= 16) holds weight 64j + l in its low nibble (scale 2j) and 64j + 32 + l in
+            // its high nibble (scale 2j + 1).
+            let (qa, qb) = unsafe { (load(blk.add(16 + 32 * j)), load(blk.add(32 + 32 * j))) };
+            let s_low = u16x8_splat(scales[2 * j] as u16);
+            let s_high = u16x8_splat(scales[2 * j + 1] as u16);
+            [
+                [
+                    i16x8_mul(v128_and(qa, low4), s_low),
+                    i16x8_mul(v128_and(u16x8_shr(qa, 8), low4), s_low),
+                    i16x8_mul(v128_and(qb, low4), s_low),
+                    i16x8_mul(v128_and(u16x8_shr(qb, 8), low4), s_low),
+                ],
+                [
+                    i16x8_mul(v128_and(u16x8_shr(qa, 4), low4), s_high),
+                    i16x8_mul(u16x8_shr(qa, 12), s_high),
+                    i16x8_mul(v128_and(u16x8_shr(qb, 4), low4), s_high),
+                    i16x8_mul(u16x8_shr(qb, 12), s_high),
+                ],
+            ]
+        },
+        dot64,
+    )
+}
+
+#[inline(never)]
+pub(in crate::quant) fn dot_q5_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+    let low4 = u16x8_splat(0x000f);
+    let bit4 = u16x8_splat(0x0010);
+    dot_k4::<176, T, _>(
+        row,
+        xs,
+        |blk, scales, j| {
+            // SAFETY: fifth bits at 16..48 and nibbles at 48..176 of the 176-byte super-block.
+            // Byte l of qh, bit i: fifth bit of weight 32i + l.
+            let (qa, qb, ha, hb) = unsafe {
+                (
+                    load(blk.add(48 + 32 * j)),
+                    load(blk.add(64 + 32 * j)),
+                    load(blk.add(16)),
+                    load(blk.add(32)),
+                )
+            };
+            // Shifted so that bits 0/1 of each byte are bits 2j/2j + 1 (of the low and the high
+            // byte of each u16 lane alike).
+            let (ha, hb) = (u16x8_shr(ha, 2 * j as u32), u16x8_shr(hb, 2 * j as u32));
+            let s_low = u16x8_splat(scales[2 * j] as u16);
+            let s_high = u16x8_splat(scales[2 * j + 1] as u16);
+            let even = |q: v128, h: v128, shift: u32| {
+                v128_or(
+                    v128_and(u16x8_shr(q, shift), low4),
+                    v128_and(i16x8_shl(h, 4 - shift / 4), bit4),
+                )
+            };
+            [
+                [
+                    i16x8_mul(even(qa, ha, 0), s_low),
+                    i16x8_mul(
+                        v128_or(
+                            v128_and(u16x8_shr(qa, 8), low4),
+                            v128_and(u16x8_shr(ha, 4), bit4),
+                        ),
+                        s_low,
+                    ),
+                    i16x8_mul(even(qb, hb, 0), s_low),
+                    i16x8_mul(
+                        v128_or(
+                            v128_and(u16x8_shr(qb, 8), low4),
+                            v128_and(u16x8_shr(hb, 4), bit4),
+                        ),
+                        s_low,
+                    ),
+                ],
+                [
+                    i16x8_mul(even(qa, ha, 4), s_high),
+                    i16x8_mul(
+                        v128_or(u16x8_shr(qa, 12), v128_and(u16x8_shr(ha, 5), bit4)),
+                        s_high,
+                    ),
+                    i16x8_mul(even(qb, hb, 4), s_high),
+                    i16x8_mul(
+                        v128_or(u16x8_shr(qb, 12), v128_and(u16x8_shr(hb, 5), bit4)),
+                        s_high,
+                    ),
+                ],
+            ]
+        },
+        dot64,
+    )
+}
+
+/// Lane `L` of an i16x8 in all eight lanes.
+#[inline(always)]
+fn broadcast_i16<const L: usize>(v: v128) -> v128 {
+    i16x8_shuffle::<L, L, L, L, L, L, L, L>(v, v)
+}
+
+/// 64 weights of a Q6_K super-block (half `h`, bytes `16·L16..16·L16 + 16` of each of its ql
+/// and qh rows) times each vector, added to `sumi`.
+///
+/// # Safety
+/// `blk` is a whole 210-byte super-block; `y[t]` points at vector t's 256 activations of it.
+#[inline(always)]
+unsafe fn q6_chunk<const L16: usize, const T: usize>(
+    blk: *const u8,
+    h: usize,
+    scales: v128,
+    y: &[*const i16; T],
+    sumi: &mut [v128; T],
+) {
+    let low4 = u8x16_splat(0x0f);
+    let bits45 = u8x16_splat(0x30);
+    let low_byte = u16x8_splat(0x00ff);
+    // SAFETY: ql at 0..128, qh at 128..192 of the block; activation offsets < 256.
+    unsafe {
+        // 16 bytes each of ql[l], ql[l + 32], qh[l] for l in 16·L16..16·L16 + 16
+        let a = load(blk.add(64 * h + 16 * L16));
+        let c = load(blk.add(64 * h + 32 + 16 * L16));
+        let high = load(blk.add(128 + 32 * h + 16 * L16));
+        // 16-bit shifts are fine here: every result is masked per byte.
+        let quads = [
+            v128_or(v128_and(a, low4), v128_and(i16x8_shl(high, 4), bits45)),
+            v128_or(v128_and(c, low4), v128_and(i16x8_shl(high, 2), bits45)),
+            v128_or(v128_and(u16x8_shr(a, 4), low4), v128_and(high, bits45)),
+            v128_or(
+                v128_and(u16x8_shr(c, 4), low4),
+                v128_and(u16x8_shr(high, 2), bits45),
+            ),
+        ];
+        // quad k is sub-block 8h + L16 + 2k: lane L16 + 2k of `scales` (the half's 8 scales)
+        let s = if L16 == 0 {
+            [
+                broadcast_i16::<0>(scales),
+                broadcast_i16::<2>(scales),
+                broadcast_i16::<4>(scales),
+                broadcast_i16::<6>(scales),
+            ]
+        } else {
+            [
+                broadcast_i16::<1>(scales),
+                broadcast_i16::<3>(scales),
+                broadcast_i16::<5>(scales),
+                broadcast_i16::<7>(scales),
+            ]
+        };
+        for k in 0..4 {
+            // 16 weights 128h + 32k + 16·L16 + (0..16), all with scale s[k]
+            let even = i16x8_mul(v128_and(quads[k], low_byte), s[k]);
+            let odd = i16x8_mul(u16x8_shr(quads[k], 8), s[k]);
+            for t in 0..T {
+                let y = y[t].add(128 * h + 32 * k + 16 * L16);
+                let p = i32x4_add(
+                    i32x4_dot_i16x8(even, load(y)),
+                    i32x4_dot_i16x8(odd, load(y.add(8))),
+                );
+                sumi[t] = i32x4_add(sumi[t], p);
+            }
+        }
+    }
+}
+
+/// Q6_K over `dot_q6k`: each half as four chunks of 16 weights from each quarter.
+#[inline(never)]
+pub(in crate::quant) fn dot_q6_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+    dot_q6k(row, xs, |blk, h, scales, y, sumi| {
+        let mut scratch = [i32x4_splat(0); T];
+        // SAFETY: dot_q6k passes a whole super-block and its vectors' activations.
+        unsafe {
+            q6_chunk::<0, T>(blk, h, scales, y, sumi);
+            for t in 0..T {
+                barrier(&mut scratch[t], sumi[t]);
+            }
+            q6_chunk::<1, T>(blk, h, scales, y, sumi);
+            for t in 0..T {
+                barrier(&mut scratch[t], sumi[t]);
+            }
+        }
+    })
+}

@@ -1,0 +1,358 @@
+//! The integer kernels of the relaxed-SIMD build: the activations are i8 in natural order
+//! (`activation.rs`), the weights are unpacked to *unsigned* bytes below 128 and multiplied with
+//! `i16x8.relaxed_dot_i8x16_i7x16_s` (x86 `pmaddubsw`, Arm `sdot`-based): sixteen i8 × u7
+//! products summed in adjacent pairs into eight i16.
+//!
+//! Relaxed SIMD leaves two things to the engine, and both are kept out of reach, so the result is
+//! the same exact integer on every engine:
+//! - the second operand may be read as signed or unsigned: every weight byte given to it is
+//!   below 128 (4-, 5- and 6-bit values; Q8_0's low seven bits and its sign bits, see `Q8_0`);
+//! - the i16 pair sums may saturate or wrap: none overflows (|pair| <= 2 · 128 · 127 = 32,512,
+//!   and the K-quants add two pairs of at most 2 · 128 · 63 = 16,128 each).
+//!
+//! Offsets are taken off once per block: a Q4_0 weight is `q - 8` with `q` in 0..16, so
+//! `Σ (q - 8)·x = Σ q·x - 8·Σ x`, with `Σ x` from the activation's `bsums`; Q6_K's `-32` is
+//! handled the same way. So every integer sum equals the i16 build's, and the f32 arithmetic on
+//! top is the same in the same order: the two builds give the same results.
+
+// See the parent module for why the loops over `T` index arrays in lockstep.
+#![allow(clippy::needless_range_loop)]
+
+use core::arch::wasm32::*;
+
+use super::*;
+
+/// `Σ y·w` of 32 activations at `y` and 32 unsigned weight bytes `w` (each < 128), as four i32
+/// partial sums, added to `acc`.
+///
+/// # Safety
+/// `y..y + 32` must be readable.
+#[inline(always)]
+unsafe fn dot32_add(w: [v128; 2], y: *const i8, acc: v128) -> v128 {
+    // SAFETY: 32 readable bytes at y, by the caller.
+    unsafe {
+        let acc = i32x4_relaxed_dot_i8x16_i7x16_add(load(y), w[0], acc);
+        i32x4_relaxed_dot_i8x16_i7x16_add(load(y.add(16)), w[1], acc)
+    }
+}
+
+/// Low and high nibbles of 16 bytes, each as 16 bytes in 0..16.
+#[inline(always)]
+fn nibbles(v: v128) -> (v128, v128) {
+    let low4 = u8x16_splat(0x0f);
+    // A 16-bit shift moves bits across bytes; the mask keeps only each byte's own.
+    (v128_and(v, low4), v128_and(u16x8_shr(v, 4), low4))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 with Q8_0/Q8_1 activations, through the shared `dot_legacy`.
+
+/// Bit `k % 8` of lane `k`: with a byte of `qh` in each lane, which weights have their fifth bit.
+const LANE_BITS: v128 = u8x16(1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128);
+
+/// The 32 five-bit weights of a Q5_0/Q5_1 block (`qh` the fifth bits, `qs` the 16 nibble bytes),
+/// unsigned (0..32), in natural order.
+#[inline(always)]
+fn q5_weights(qh: u32, qs: v128) -> [v128; 2] {
+    let (low, high) = nibbles(qs);
+    let qh = u32x4_splat(qh);
+    // byte k of qh (k = 0..4) in the lanes of the weights it holds bits of
+    let bytes01 = u8x16_shuffle::<0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1>(qh, qh);
+    let bytes23 = u8x16_shuffle::<2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3>(qh, qh);
+    let sixteen = u8x16_splat(16);
+    let fifth = |bytes: v128| v128_and(i8x16_eq(v128_and(bytes, LANE_BITS), LANE_BITS), sixteen);
+    [v128_or(low, fifth(bytes01)), v128_or(high, fifth(bytes23))]
+}
+
+// The five `Legacy` impls below repeat one shape on purpose (see the module doc of `simd128`):
+// each is one block layout's unpacking.
+pub(super) struct Q4_0;
+impl Legacy for Q4_0 {
+    const BYTES: usize = 18;
+    const MIN_AT: Option<usize> = None;
+    const OFFSET_SHIFT: Option<u32> = Some(3);
+    type Weights = [v128; 2];
+    #[inline(always)]
+    unsafe fn weights(blk: *const u8) -> [v128; 2] {
+        // SAFETY: nibbles at 2..18 of the block, readable by the caller's contract.
+        let (low, high) = nibbles(unsafe { load(blk.add(2)) });
+        [low, high]
+    }
+    #[inline(always)]
+    unsafe fn dot(w: [v128; 2], y: *const i8) -> v128 {
+        // SAFETY: by the caller.
+        unsafe { dot32_add(w, y, i32x4_splat(0)) }
+    }
+}
+
+pub(super) struct Q4_1;
+impl Legacy for Q4_1 {
+    const BYTES: usize = 20;
+    const MIN_AT: Option<usize> = Some(2);
+    const OFFSET_SHIFT: Option<u32> = None;
+    type Weights = [v128; 2];
+    #[inline(always)]
+    unsafe fn weights(blk: *const u8) -> [v128; 2] {
+        // SAFETY: nibbles at 4..20 of the block, readable by the caller's contract.
+        let (low, high) = nibbles(unsafe { load(blk.add(4)) });
+        [low, high]
+    }
+    #[inline(always)]
+    unsafe fn dot(w: [v128; 2], y: *const i8) -> v128 {
+        // SAFETY: by the caller.
+        unsafe { dot32_add(w, y, i32x4_splat(0)) }
+    }
+}
+
+pub(super) struct Q5_0;
+impl Legacy for Q5_0 {
+    const BYTES: usize = 22;
+    const MIN_AT: Option<usize> = None;
+    const OFFSET_SHIFT: Option<u32> = Some(4);
+    type Weights = [v128; 2];
+    #[inline(always)]
+    unsafe fn weights(blk: *const u8) -> [v128; 2] {
+        // SAFETY: qh at 2..6, nibbles at 6..22 of the block, readable by the caller's contract.
+        let (qh, v) = unsafe { (blk.add(2).cast::<u32>().read_unaligned(), load(blk.add(6))) };
+        q5_weights(qh, v)
+    }
+    #[inline(always)]
+    unsafe fn dot(w: [v128; 2], y: *const i8) -> v128 {
+        // SAFETY: by the caller.
+        unsafe { dot32_add(w, y, i32x4_splat(0)) }
+    }
+}
+
+pub(super) struct Q5_1;
+impl Legacy for Q5_1 {
+    const BYTES: usize = 24;
+    const MIN_AT: Option<usize> = Some(2);
+    const OFFSET_SHIFT: Option<u32> = None;
+    type Weights = [v128; 2];
+    #[inline(always)]
+    unsafe fn weights(blk: *const u8) -> [v128; 2] {
+        // SAFETY: qh at 4..8, nibbles at 8..24 of the block, readable by the caller's contract.
+        let (qh, v) = unsafe { (blk.add(4).cast::<u32>().read_unaligned(), load(blk.add(8))) };
+        q5_weights(qh, v)
+    }
+    #[inline(always)]
+    unsafe fn dot(w: [v128; 2], y: *const i8) -> v128 {
+        // SAFETY: by the caller.
+        unsafe { dot32_add(w, y, i32x4_splat(0)) }
+    }
+}
+
+/// Q8_0's weights are signed, and the relaxed dot's second operand must be below 128. So each
+/// weight is split as `w = (w & 127) - 128·(w < 0)` (two's complement) and the block takes two
+/// dots: `Σ y·(w & 127) - 128·Σ_{w < 0} y`, exact for every weight, -128 included.
+pub(super) struct Q8_0;
+impl Legacy for Q8_0 {
+    const BYTES: usize = 34;
+    const MIN_AT: Option<usize> = None;
+    const OFFSET_SHIFT: Option<u32> = None;
+    /// The low seven bits and the sign bits (1 where the weight is negative) of weights 0..16
+    /// and 16..32.
+    type Weights = [[v128; 2]; 2];
+    #[inline(always)]
+    unsafe fn weights(blk: *const u8) -> [[v128; 2]; 2] {
+        // SAFETY: quants at 2..34 of the block, readable by the caller's contract.
+        let w = unsafe { [load(blk.add(2)), load(blk.add(18))] };
+        let low7 = u8x16_splat(0x7f);
+        [
+            [v128_and(w[0], low7), v128_and(w[1], low7)],
+            [u8x16_shr(w[0], 7), u8x16_shr(w[1], 7)],
+        ]
+    }
+    #[inline(always)]
+    unsafe fn dot(w: [[v128; 2]; 2], y: *const i8) -> v128 {
+        let [low7, negative] = w;
+        // SAFETY: by the caller.
+        unsafe {
+            let low = dot32_add(low7, y, i32x4_splat(0));
+            let negative = dot32_add(negative, y, i32x4_splat(0));
+            i32x4_sub(low, i32x4_shl(negative, 7))
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// K-quants with Q8_K activations. Each sub-block's products are summed in i16 pairs by the
+// relaxed dot, then multiplied by the sub-block's scale and summed into i32 by one
+// `i32x4.dot_i16x8_s`: the scale costs nothing extra. Each super-block is one exact i32 sum,
+// converted to f32 once. Each 64 weights end with a `barrier`.
+
+/// `Σ y·w·scale` of one sub-block of 32 (Q4_K, Q5_K): activations at `y`, unsigned weights
+/// below 64 in `w`, the scale in all eight lanes of `scale`; added to `acc`.
+///
+/// # Safety
+/// `y..y + 32` must be readable.
+#[inline(always)]
+unsafe fn dot32_scaled(w: [v128; 2], y: *const i8, scale: v128, acc: v128) -> v128 {
+    // SAFETY: 32 readable bytes at y, by the caller.
+    unsafe {
+        let pairs = i16x8_add(
+            i16x8_relaxed_dot_i8x16_i7x16(load(y), w[0]),
+            i16x8_relaxed_dot_i8x16_i7x16(load(y.add(16)), w[1]),
+        );
+        i32x4_add(acc, i32x4_dot_i16x8(pairs, scale))
+    }
+}
+
+/// `Σ y·w·scale` of two sub-blocks of 16 (Q6_K): activations at `y`, unsigned weights below
+/// 64 in `w[i]` with scale `scale[i]` (in all eight lanes), added to `acc`.
+///
+/// # Safety
+/// `y..y + 32` must be readable.
+#[inline(always)]
+unsafe fn dot16x2_scaled(w: [v128; 2], y: *const i8, scale: [v128; 2], acc: v128) -> v128 {
+    // SAFETY: 32 readable bytes at y, by the caller.
+    unsafe {
+        let first = i16x8_relaxed_dot_i8x16_i7x16(load(y), w[0]);
+        let second = i16x8_relaxed_dot_i8x16_i7x16(load(y.add(16)), w[1]);
+        i32x4_add(
+            acc,
+            i32x4_add(
+                i32x4_dot_i16x8(first, scale[0]),
+                i32x4_dot_i16x8(second, scale[1]),
+            ),
+        )
+    }
+}
+
+/// `acc` plus the products of 64 unsigned weights (two sub-blocks of 32, as `chunk` returns
+/// them with their two scales) with the 64 activations at `y` (`dot_k4`'s `dot`).
+#[inline(always)]
+fn dot64((w, s): ([[v128; 2]; 2], [v128; 2]), y: *const i8, acc: v128) -> v128 {
+    // SAFETY: dot_k4 passes a pointer to 64 readable activations of the super-block.
+    unsafe { dot32_scaled(w[1], y.add(32), s[1], dot32_scaled(w[0], y, s[0], acc)) }
+}
+
+/// Sub-block scales `2j` and `2j + 1` of a Q4_K/Q5_K super-block, each in all eight i16 lanes.
+#[inline(always)]
+fn scale_pair(scales: &[u8; 8], j: usize) -> [v128; 2] {
+    [
+        i16x8_splat(scales[2 * j] as i16),
+        i16x8_splat(scales[2 * j + 1] as i16),
+    ]
+}
+
+// Q4_K and Q5_K over `dot_k4`: alike on purpose but for the fifth bit (see `simd128`).
+#[inline(never)]
+pub(in crate::quant) fn dot_q4_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+    dot_k4::<144, T, _>(
+        row,
+        xs,
+        |blk, scales, j| {
+            // SAFETY: nibbles at 16..144 of the 144-byte super-block. Byte l of the 32 at
+            // 16 + 32j holds weight 64j + l in its low nibble and 64j + 32 + l in its high one.
+            let (qa, qb) = unsafe { (load(blk.add(16 + 32 * j)), load(blk.add(32 + 32 * j))) };
+            let ((a_low, a_high), (b_low, b_high)) = (nibbles(qa), nibbles(qb));
+            ([[a_low, b_low], [a_high, b_high]], scale_pair(scales, j))
+        },
+        dot64,
+    )
+}
+
+/// Bit `bit` (0..8) of each byte of `h`, moved to bit 4 (the fifth bit of a weight).
+#[inline(always)]
+fn bit_to_fifth(h: v128, bit: usize) -> v128 {
+    // 16-bit shifts by at most 4: bit 4 of each byte receives a bit of the same byte.
+    let moved = if bit <= 4 {
+        u16x8_shl(h, (4 - bit) as u32)
+    } else {
+        u16x8_shr(h, (bit - 4) as u32)
+    };
+    v128_and(moved, u8x16_splat(0x10))
+}
+
+#[inline(never)]
+pub(in crate::quant) fn dot_q5_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+    dot_k4::<176, T, _>(
+        row,
+        xs,
+        |blk, scales, j| {
+            // SAFETY: fifth bits at 16..48 and nibbles at 48..176 of the 176-byte super-block.
+            // Byte l of qh, bit i: fifth bit of weight 32i + l.
+            let (qa, qb, ha, hb) = unsafe {
+                (
+                    load(blk.add(48 + 32 * j)),
+                    load(blk.add(64 + 32 * j)),
+                    load(blk.add(16)),
+                    load(blk.add(32)),
+                )
+            };
+            let ((a_low, a_high), (b_low, b_high)) = (nibbles(qa), nibbles(qb));
+            let weights = [
+                [
+                    v128_or(a_low, bit_to_fifth(ha, 2 * j)),
+                    v128_or(b_low, bit_to_fifth(hb, 2 * j)),
+                ],
+                [
+                    v128_or(a_high, bit_to_fifth(ha, 2 * j + 1)),
+                    v128_or(b_high, bit_to_fifth(hb, 2 * j + 1)),
+                ],
+            ];
+            (weights, scale_pair(scales, j))
+        },
+        dot64,
+    )
+}
+
+/// Q6_K over `dot_q6k`. Sub-blocks are 16 weights; weights `128h + 32k + l` (l in 0..32) are
+/// sub-blocks `8h + 2k` and `8h + 2k + 1`.
+#[inline(never)]
+pub(in crate::quant) fn dot_q6_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+    let low4 = u8x16_splat(0x0f);
+    let bits45 = u8x16_splat(0x30);
+    dot_q6k(row, xs, |blk, h, scales, y, sumi| {
+        let mut scratch = [i32x4_splat(0); T];
+        // SAFETY: dot_q6k passes a whole super-block (ql at 0..128, qh at 128..192) and its
+        // vectors' 256 activations.
+        unsafe {
+            let mut quads = [[u8x16_splat(0); 2]; 4];
+            for l16 in 0..2 {
+                // 16 bytes each of ql[l], ql[l + 32], qh[l] for l in 16·l16..16·l16 + 16
+                let a = load(blk.add(64 * h + 16 * l16));
+                let c = load(blk.add(64 * h + 32 + 16 * l16));
+                let high = load(blk.add(128 + 32 * h + 16 * l16));
+                // 16-bit shifts are fine here: every result is masked per byte.
+                quads[0][l16] = v128_or(v128_and(a, low4), v128_and(i16x8_shl(high, 4), bits45));
+                quads[1][l16] = v128_or(v128_and(c, low4), v128_and(i16x8_shl(high, 2), bits45));
+                quads[2][l16] = v128_or(v128_and(u16x8_shr(a, 4), low4), v128_and(high, bits45));
+                quads[3][l16] = v128_or(
+                    v128_and(u16x8_shr(c, 4), low4),
+                    v128_and(u16x8_shr(high, 2), bits45),
+                );
+            }
+            for k in 0..4 {
+                // weights 128h + 32k + (0..32): sub-blocks 8h + 2k and 8h + 2k + 1
+                let s = q6_scales(scales, k);
+                for t in 0..T {
+                    sumi[t] = dot16x2_scaled(quads[k], y[t].add(128 * h + 32 * k), s, sumi[t]);
+                }
+                if k % 2 == 1 {
+                    for t in 0..T {
+                        barrier(&mut scratch[t], sumi[t]);
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// Scales `2k` and `2k + 1` of the eight i16 scales `s`, each in all eight lanes.
+#[inline(always)]
+fn q6_scales(s: v128, k: usize) -> [v128; 2] {
+    match k {
+        0 => [broadcast_i16::<0>(s), broadcast_i16::<1>(s)],
+        1 => [broadcast_i16::<2>(s), broadcast_i16::<3>(s)],
+        2 => [broadcast_i16::<4>(s), broadcast_i16::<5>(s)],
+        _ => [broadcast_i16::<6>(s), broadcast_i16::<7>(s)],
+    }
+}
+
+/// Lane `L` of an i16x8 in all eight lanes.
+#[inline(always)]
+fn broadcast_i16<const L: usize>(v: v128) -> v128 {
+    i16x8_shuffle::<L, L, L, L, L, L, L, L>(v, v)
+}
