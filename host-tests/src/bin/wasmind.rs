@@ -1,8 +1,9 @@
 //! `wasmind`: the command line over the wasm module, run in wasmtime.
 //!
-//! Every command runs the real `.wasm` (embedded at build time). `--threads N` runs the threaded
-//! module with N-1 helper instances on OS threads over one shared memory (`--threads 0`: the
-//! single-threaded module).
+//! Every command runs the real `.wasm` (embedded at build time; the relaxed-SIMD build, or the
+//! SIMD128 one with `WASMIND_BUILD=simd128`). `--threads N` runs the threaded module with N-1
+//! helper instances on OS threads over one shared memory (`--threads 0`: the single-threaded
+//! module).
 
 use std::io::{BufRead, Read, Write};
 use std::path::PathBuf;
@@ -37,7 +38,7 @@ commands:
              [--api-key K]                 an OpenAI-compatible HTTP server (default
                                            127.0.0.1:8080): /v1/chat/completions (stream,
                                            response_format), /v1/embeddings, /v1/models, /health
-  modules                                  the two modules: size, imports, exports
+  modules                                  the four modules: size, imports, exports
   info       --model M.gguf                JSON description of a model
   tokenize   --model M.gguf [--special] [--no-add-special] (--json | --jsonl)
                                            text on stdin -> id array (--jsonl: a JSON string per
