@@ -12,7 +12,7 @@
 import { readFile } from 'node:fs/promises';
 import { pathToFileURL } from 'node:url';
 import { loadavg } from 'node:os';
-import { load, memoryFor } from '../wasmind.js';
+import { hasRelaxedSimd, load, memoryFor, moduleFile } from '../wasmind.js';
 import { check, median, measureLlm, putText } from './measure.mjs';
 
 const [cmd, ...rest] = process.argv.slice(2);
@@ -22,7 +22,8 @@ const threadList = (dflt) => opt('--threads', dflt).split(',').map(Number);
 function fail(msg) { console.error(`bench.mjs: ${msg}`); process.exit(1); }
 
 const emit = (v) => console.log(JSON.stringify({ ...v, engine: 'node', loadavg: loadavg()[0] }));
-const moduleName = (t) => (t === 0 ? 'wasmind.wasm' : 'wasmind-mt.wasm');
+// The file load() picks for `threads` here (the relaxed-SIMD build where Node runs relaxed SIMD).
+const moduleName = (t) => moduleFile(t !== 0, hasRelaxedSimd());
 const now = () => performance.now() / 1000;
 
 const DIST = opt('--dist') && pathToFileURL(opt('--dist').replace(/\/?$/, '/'));
