@@ -75,6 +75,23 @@ pub fn add_i8_ref(acc: &mut [f32], row: &[i8], w: f32) {
     }
 }
 
+/// `x[i] *= s`, and whether every result is finite (no NaN, no infinity). Shape: x (dim,).
+/// With `0 < s <= 1` (a mean's 1/n) a result is finite exactly when its input was.
+#[inline]
+pub fn scale_finite(x: &mut [f32], s: f32) -> bool {
+    simd128_or!(simd128::scale_finite(x, s), scale_finite_ref(x, s))
+}
+
+pub fn scale_finite_ref(x: &mut [f32], s: f32) -> bool {
+    // No early exit: a whole pass of `max`, which the compiler can vectorize.
+    let mut max_abs_bits = 0u32;
+    for v in x.iter_mut() {
+        *v *= s;
+        max_abs_bits = max_abs_bits.max(v.to_bits() & 0x7FFF_FFFF);
+    }
+    max_abs_bits < f32::INFINITY.to_bits()
+}
+
 /// Σ x², accumulated in f32 over 8 interleaved partial sums (the order SIMD uses).
 #[inline]
 pub fn sum_squares(x: &[f32]) -> f32 {
@@ -242,6 +259,29 @@ mod simd128 {
         super::add_i8_ref(&mut acc[body..n], &row[body..n], w);
     }
 
+    pub fn scale_finite(x: &mut [f32], s: f32) -> bool {
+        let body = x.len() / 4 * 4;
+        let sv = f32x4_splat(s);
+        let abs_mask = u32x4_splat(0x7FFF_FFFF);
+        let mut max = u32x4_splat(0);
+        // SAFETY: reads and writes at `i..i + 4` with `i + 4 <= body <= x.len()`; no alignment
+        // is needed.
+        unsafe {
+            let p = x.as_mut_ptr();
+            let mut i = 0;
+            while i < body {
+                let v = f32x4_mul(v128_load(p.add(i) as *const v128), sv);
+                v128_store(p.add(i) as *mut v128, v);
+                max = u32x4_max(max, v128_and(v, abs_mask));
+                i += 4;
+            }
+        }
+        let body_ok = u32x4_all_true(u32x4_lt(max, u32x4_splat(f32::INFINITY.to_bits())));
+        // Both halves run: the tail must be scaled even when the body failed.
+        let tail_ok = super::scale_finite_ref(&mut x[body..], s);
+        body_ok & tail_ok
+    }
+
     pub fn sum_squares(x: &[f32]) -> f32 {
         let body = x.len() / 8 * 8;
         let (mut s0, mut s1) = (f32x4_splat(0.0), f32x4_splat(0.0));
@@ -336,6 +376,17 @@ mod tests {
             add_i8(&mut a, &q, w);
             add_i8_ref(&mut b, &q, w);
             assert_eq!(a, b, "i8 dim {dim}");
+            let (mut a, mut b) = (g.clone(), g.clone());
+            a[dim / 2] = [f32::NAN, f32::INFINITY, -f32::INFINITY, 1.0][dim % 4];
+            b[dim / 2] = a[dim / 2];
+            let s = 1.0 / (1 + dim % 5) as f32;
+            assert_eq!(scale_finite(&mut a, s), scale_finite_ref(&mut b, s));
+            assert_eq!(scale_finite_ref(&mut b.clone(), s), dim % 4 == 3);
+            assert_eq!(
+                a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                b.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "scale dim {dim}"
+            );
             assert_eq!(
                 sum_squares(&start),
                 sum_squares_ref(&start),
