@@ -521,12 +521,12 @@ impl HfTokenizer {
         let mut t = HfTokenizer {
             normalizer,
             pre_tokenizer,
-            model: HfModel::WordPiece(WordPiece {
+            model: HfModel::WordPiece(WordPiece::new(
                 initial,
                 continuation,
-                unk_id: unk,
-                max_input_chars_per_word: max_chars as usize,
-            }),
+                unk,
+                max_chars as usize,
+            )),
             added: added_tokens,
             added_arena,
             added_first,
