@@ -114,6 +114,10 @@ pub struct HfScratch {
     /// Non-starters waiting for canonical reordering: (code point, combining class).
     run: Vec<(u32, u8)>,
     hashes: Vec<u64>,
+    /// Stage 2 of recently seen non-ASCII characters ([`CHAR_MEMO_SLOTS`] entries), for the
+    /// normalizer `chars_for`.
+    chars: Vec<CharMemo>,
+    chars_for: Option<BertNormalizer>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -628,6 +632,18 @@ impl HfTokenizer {
                 .try_reserve(word_cap + 1)
                 .map_err(|_| err!(Status::OutOfMemory, "hash buffer"))?;
         }
+        if let Normalizer::Bert(n) = self.normalizer
+            && s.chars_for != Some(n)
+        {
+            if s.chars.len() != CHAR_MEMO_SLOTS {
+                s.chars
+                    .try_reserve_exact(CHAR_MEMO_SLOTS)
+                    .map_err(|_| err!(Status::OutOfMemory, "character memo"))?;
+            }
+            s.chars.clear();
+            s.chars.resize(CHAR_MEMO_SLOTS, CharMemo::EMPTY);
+            s.chars_for = Some(n);
+        }
         s.word_len = 0;
         s.word_chars = 0;
         s.run.clear();
@@ -784,51 +800,42 @@ impl Pass<'_> {
         self.end_word()
     }
 
-    /// Stage 2 for one input character: clean text, CJK spacing, then NFD.
+    /// Stage 2 for one non-ASCII input character, through the scratch's memo: the first time
+    /// a character is seen its effect is recorded ([`Recording`]), later it is replayed.
     #[inline(never)]
     fn normalize_char(&mut self, cp: u32) -> Flow {
         let Normalizer::Bert(n) = self.tok.normalizer else {
             return self.pre_tokenize(cp);
         };
-        let f = bert::class(cp);
-        let mut cp = cp;
-        if n.clean_text {
-            if f & bert::DROP != 0 {
-                return Ok(());
+        let slot = CharMemo::slot(cp);
+        let memo = match self.s.chars.get(slot) {
+            Some(m) if m.cp == cp => *m,
+            _ => {
+                let mut r = Recording::default();
+                // A recording never stops early.
+                let _ = normalize_char(n, cp, &mut r);
+                if !r.replayable {
+                    return normalize_char(n, cp, self);
+                }
+                let m = CharMemo {
+                    cp,
+                    len: r.len as u32,
+                    events: r.events,
+                };
+                if let Some(s) = self.s.chars.get_mut(slot) {
+                    *s = m;
+                }
+                m
             }
-            if f & bert::SPACE != 0 {
-                cp = ' ' as u32;
-            }
-        }
-        if n.handle_chinese_chars && f & bert::CJK != 0 {
-            self.decompose(' ' as u32, n)?;
-            self.decompose(cp, n)?;
-            return self.decompose(' ' as u32, n);
-        }
-        self.decompose(cp, n)
-    }
-
-    /// NFD with canonical reordering of non-starters, when accents are stripped.
-    fn decompose(&mut self, cp: u32, n: BertNormalizer) -> Flow {
-        if !n.strip_accents {
-            return self.after_nfd(cp, n);
-        }
-        let mut result = Ok(());
-        unicode::nfd(cp, |d| {
-            if result.is_err() {
-                return;
-            }
-            let ccc = unicode::canonical_combining_class(d);
-            if ccc == 0 {
-                result = self.flush_run().and_then(|_| self.after_nfd(d, n));
-            } else if self.s.run.len() < self.s.run.capacity() || self.s.run.try_reserve(8).is_ok()
-            {
-                self.s.run.push((d, ccc));
+        };
+        for &e in memo.events.get(..memo.len as usize).unwrap_or(&[]) {
+            if e == FLUSH {
+                self.flush_run()?;
             } else {
-                result = Err(Stop::OutOfMemory);
+                self.pre_tokenize_as(e & 0x1F_FFFF, (e >> 24) as u8)?;
             }
-        });
-        result
+        }
+        Ok(())
     }
 
     /// Emits the waiting non-starters in canonical order (stable by combining class).
@@ -852,32 +859,26 @@ impl Pass<'_> {
             let d = self.s.run[k].0;
             k += 1;
             // Taking the run out would allocate; after_nfd never touches `run`.
-            self.after_nfd(d, n)?;
+            after_nfd(n, d, self)?;
         }
         self.s.run.clear();
         Ok(())
     }
 
-    /// Strip Mn (when stripping accents), then lowercase.
-    fn after_nfd(&mut self, cp: u32, n: BertNormalizer) -> Flow {
-        if n.strip_accents && bert::class(cp) & bert::MN != 0 {
-            return Ok(());
-        }
-        if n.lowercase {
-            let l = unicode::to_lowercase(cp);
-            for &c in l.as_slice() {
-                self.pre_tokenize(c)?;
-            }
-            return Ok(());
-        }
-        self.pre_tokenize(cp)
-    }
-
     /// Stage 3 for one normalized character.
     #[inline]
     fn pre_tokenize(&mut self, cp: u32) -> Flow {
+        let f = match self.tok.pre_tokenizer {
+            HfPreTokenizer::Bert => bert::class(cp),
+            HfPreTokenizer::None => 0,
+        };
+        self.pre_tokenize_as(cp, f)
+    }
+
+    /// Stage 3 for one normalized character `cp` whose class ([`bert::class`]) is `f`.
+    #[inline]
+    fn pre_tokenize_as(&mut self, cp: u32, f: u8) -> Flow {
         if self.tok.pre_tokenizer == HfPreTokenizer::Bert {
-            let f = bert::class(cp);
             if f & bert::SPACE != 0 {
                 return self.end_word();
             }
@@ -921,6 +922,175 @@ impl Pass<'_> {
         } else {
             Ok(())
         }
+    }
+}
+
+/// Where stage 2 sends its output: the pass (on to the pre-tokenizer), or a [`Recording`] of
+/// one character's effect.
+trait Stage2 {
+    /// A normalized character.
+    fn emit(&mut self, cp: u32) -> Flow;
+    /// A starter follows: the waiting non-starters go first.
+    fn flush_run(&mut self) -> Flow;
+    /// A non-starter waits for canonical reordering (only when accents are stripped).
+    fn hold(&mut self, cp: u32, ccc: u8) -> Flow;
+}
+
+impl Stage2 for Pass<'_> {
+    fn emit(&mut self, cp: u32) -> Flow {
+        self.pre_tokenize(cp)
+    }
+
+    fn flush_run(&mut self) -> Flow {
+        Pass::flush_run(self)
+    }
+
+    fn hold(&mut self, cp: u32, ccc: u8) -> Flow {
+        if self.s.run.len() < self.s.run.capacity() || self.s.run.try_reserve(8).is_ok() {
+            self.s.run.push((cp, ccc));
+            Ok(())
+        } else {
+            Err(Stop::OutOfMemory)
+        }
+    }
+}
+
+/// Stage 2 for one input character: clean text, CJK spacing, then NFD.
+fn normalize_char(n: BertNormalizer, cp: u32, out: &mut impl Stage2) -> Flow {
+    let f = bert::class(cp);
+    let mut cp = cp;
+    if n.clean_text {
+        if f & bert::DROP != 0 {
+            return Ok(());
+        }
+        if f & bert::SPACE != 0 {
+            cp = ' ' as u32;
+        }
+    }
+    if n.handle_chinese_chars && f & bert::CJK != 0 {
+        decompose(n, ' ' as u32, out)?;
+        decompose(n, cp, out)?;
+        return decompose(n, ' ' as u32, out);
+    }
+    decompose(n, cp, out)
+}
+
+/// NFD with canonical reordering of non-starters, when accents are stripped.
+fn decompose(n: BertNormalizer, cp: u32, out: &mut impl Stage2) -> Flow {
+    if !n.strip_accents {
+        return after_nfd(n, cp, out);
+    }
+    let mut result = Ok(());
+    unicode::nfd(cp, |d| {
+        if result.is_err() {
+            return;
+        }
+        let ccc = unicode::canonical_combining_class(d);
+        result = if ccc == 0 {
+            out.flush_run().and_then(|_| after_nfd(n, d, out))
+        } else {
+            out.hold(d, ccc)
+        };
+    });
+    result
+}
+
+/// Strip Mn (when stripping accents), then lowercase.
+fn after_nfd(n: BertNormalizer, cp: u32, out: &mut impl Stage2) -> Flow {
+    if n.strip_accents && bert::class(cp) & bert::MN != 0 {
+        return Ok(());
+    }
+    if n.lowercase {
+        let l = unicode::to_lowercase(cp);
+        for &c in l.as_slice() {
+            out.emit(c)?;
+        }
+        return Ok(());
+    }
+    out.emit(cp)
+}
+
+/// Most events one character's stage 2 may have and still be remembered (a CJK ideograph has
+/// six: flush, space, flush, itself, flush, space).
+const CHAR_EVENTS: usize = 6;
+/// A [`CharMemo`] event: flush the waiting non-starters. Any other event is an emitted code
+/// point (bits 0-20) with its [`bert::class`] in bits 24-31.
+const FLUSH: u32 = u32::MAX;
+/// Characters remembered per scratch (direct-mapped by code point).
+const CHAR_MEMO_SLOTS: usize = 512;
+
+/// Stage 2's effect on one character, recorded: replaying the events does what
+/// [`normalize_char`] does, given the same normalizer.
+#[derive(Clone, Copy)]
+struct CharMemo {
+    /// `u32::MAX`: an empty slot.
+    cp: u32,
+    len: u32,
+    events: [u32; CHAR_EVENTS],
+}
+const _: () = assert!(core::mem::size_of::<CharMemo>() == 32);
+
+impl CharMemo {
+    const EMPTY: CharMemo = CharMemo {
+        cp: u32::MAX,
+        len: 0,
+        events: [0; CHAR_EVENTS],
+    };
+
+    #[inline(always)]
+    fn slot(cp: u32) -> usize {
+        (cp.wrapping_mul(0x9E37_79B1) >> (32 - CHAR_MEMO_SLOTS.trailing_zeros())) as usize
+    }
+}
+
+/// Records one character's stage 2. Stage 2 depends only on the character and the
+/// normalizer, and touches the pass's state only through [`Stage2`]'s three calls, so a
+/// recording of flushes and emitted characters replays exactly. A held non-starter is not
+/// recorded: when it is Mn (the usual accent) it would be dropped when flushed whatever its
+/// place in the canonical order, so leaving it out changes nothing (a stable sort of the others
+/// keeps their order); any other non-starter makes the character not replayable.
+struct Recording {
+    events: [u32; CHAR_EVENTS],
+    len: usize,
+    replayable: bool,
+}
+
+impl Default for Recording {
+    fn default() -> Recording {
+        Recording {
+            events: [0; CHAR_EVENTS],
+            len: 0,
+            replayable: true,
+        }
+    }
+}
+
+impl Recording {
+    fn push(&mut self, e: u32) {
+        match self.events.get_mut(self.len) {
+            Some(slot) => {
+                *slot = e;
+                self.len += 1;
+            }
+            None => self.replayable = false,
+        }
+    }
+}
+
+impl Stage2 for Recording {
+    fn emit(&mut self, cp: u32) -> Flow {
+        self.push(cp | (bert::class(cp) as u32) << 24);
+        Ok(())
+    }
+
+    fn flush_run(&mut self) -> Flow {
+        self.push(FLUSH);
+        Ok(())
+    }
+
+    fn hold(&mut self, cp: u32, _ccc: u8) -> Flow {
+        self.replayable &= bert::class(cp) & bert::MN != 0;
+        Ok(())
     }
 }
 
