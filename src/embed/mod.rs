@@ -453,21 +453,21 @@ impl<'a> Embedder<'a> {
         // The mean. A file may hold NaN or infinity in its rows or weights, or values whose sum
         // overflows: that is an error naming the cause, never a vector of NaN. (1/n <= 1, so a
         // mean is finite exactly when the sum was.)
-        if !kernels::scale_finite(out, 1.0 / ids.len() as f32) {
+        let Some(squares) = kernels::scale_sum_squares(out, 1.0 / ids.len() as f32) else {
             out.fill(0.0);
             bail!(
                 Status::BadFormat,
                 "the model's rows or weights for this text hold NaN or infinity, or overflow f32 \
                  when summed"
             );
-        }
+        };
         if self.config.normalize {
-            let mut norm = libm::sqrtf(kernels::sum_squares(out));
+            let mut norm = crate::math::sqrtf(squares);
             if !norm.is_finite() {
                 // The squares overflow: scale by the largest magnitude first (same direction).
                 let max = out.iter().fold(0f32, |m, o| m.max(o.abs()));
                 out.iter_mut().for_each(|o| *o /= max);
-                norm = libm::sqrtf(kernels::sum_squares(out));
+                norm = crate::math::sqrtf(kernels::sum_squares(out));
             }
             let inv = 1.0 / (norm + 1e-32);
             for o in out.iter_mut() {
