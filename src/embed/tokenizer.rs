@@ -70,6 +70,9 @@ enum AsciiAction {
     Added,
 }
 
+/// [`HfTokenizer::word_out`] of a byte that does not continue a word (no ASCII byte maps to it).
+const NOT_WORD: u8 = 0xFF;
+
 /// A token matched in the raw text before normalization.
 struct AddedToken {
     /// `content` in `arena`.
@@ -98,6 +101,9 @@ pub struct HfTokenizer {
     /// The action of a byte that starts no added token here (`ascii_action` without `Added`).
     ascii_base: [AsciiAction; 128],
     ascii_out: [u8; 128],
+    /// Per byte: `ascii_out[b]` when `b` continues a run of word bytes (ASCII whose action is
+    /// `Word`), else [`NOT_WORD`].
+    word_out: [u8; 256],
     /// Added tokens are matched inside the main loop (all start with ASCII and neither strip
     /// white space), instead of a separate pass that splits the text first.
     added_inline: bool,
@@ -540,6 +546,7 @@ impl HfTokenizer {
             ascii_action: [AsciiAction::Word; 128],
             ascii_base: [AsciiAction::Word; 128],
             ascii_out: [0; 128],
+            word_out: [NOT_WORD; 256],
             added_inline: false,
         };
         t.plan_ascii();
@@ -582,6 +589,12 @@ impl HfTokenizer {
                     self.ascii_action[first as usize] = AsciiAction::Added;
                 }
             }
+        }
+        for (b, o) in self.word_out.iter_mut().enumerate().take(128) {
+            *o = match self.ascii_action[b] {
+                AsciiAction::Word => self.ascii_out[b],
+                _ => NOT_WORD,
+            };
         }
     }
 }
@@ -751,28 +764,39 @@ impl Pass<'_> {
                 }
                 match action {
                     AsciiAction::Word => {
-                        // The whole run of ASCII word bytes at once.
-                        let mut j = i + 1;
-                        while let Some(&c) = bytes.get(j) {
-                            if c >= 0x80 || self.tok.ascii_action[c as usize] != AsciiAction::Word {
-                                break;
-                            }
-                            j += 1;
-                        }
+                        // The whole run of ASCII word bytes at once, mapped as they are copied
+                        // in one pass: at most `room` are kept, all are counted.
                         let room = self
                             .wp
                             .max_input_chars_per_word
                             .saturating_sub(self.s.word_chars);
-                        let keep = (j - i).min(room);
                         let at = self.s.word_len;
-                        if let Some(dst) = self.s.word.get_mut(at..at + keep) {
-                            for (d, &c) in dst.iter_mut().zip(&bytes[i..i + keep]) {
-                                *d = self.tok.ascii_out[c as usize];
-                            }
-                            self.s.word_len += keep;
+                        let dst = self.s.word.get_mut(at..).unwrap_or(&mut []);
+                        let mut out = dst.iter_mut().take(room);
+                        let start = i;
+                        let mut kept = 0;
+                        if let Some(d) = out.next() {
+                            *d = self.tok.ascii_out[b as usize];
+                            kept = 1;
                         }
-                        self.s.word_chars += j - i;
-                        i = j;
+                        for (d, &c) in out.zip(bytes.get(i + 1..).unwrap_or(&[])) {
+                            let o = self.tok.word_out[c as usize];
+                            if o == NOT_WORD {
+                                break;
+                            }
+                            *d = o;
+                            kept += 1;
+                        }
+                        // Past the room: the rest of the run is counted, not kept.
+                        i += kept.max(1);
+                        while bytes
+                            .get(i)
+                            .is_some_and(|&c| self.tok.word_out[c as usize] != NOT_WORD)
+                        {
+                            i += 1;
+                        }
+                        self.s.word_len += kept;
+                        self.s.word_chars += i - start;
                         continue;
                     }
                     _ => i += 1,
