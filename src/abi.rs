@@ -523,7 +523,7 @@ pub extern "C" fn load_embedder(
     status(r.and_then(|(st, tok, cfg)| e.load(st, tok, cfg).map(|d| d as i32)))
 }
 
-/// Drops the embedder and frees its file.
+/// Drops the embedder and frees its file and the buffers its embeddings grew.
 #[unsafe(no_mangle)]
 pub extern "C" fn unload_embedder() {
     driver().embedder.unload();

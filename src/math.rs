@@ -23,6 +23,8 @@
 //!   The lane code has no branches: the input is clamped (NaN passes through), the polynomial
 //!   is a degree-6 fit of e^r, and 2^n is applied as two factors so the result is rounded once
 //!   even when it overflows or is subnormal.
+//! - [`sqrtf`]: the `f32.sqrt` instruction in wasm, libm's elsewhere (both IEEE's correctly
+//!   rounded square root, so the same bits).
 //! - Slice helpers for the model: [`exp_in_place`], [`silu_in_place`], [`softmax_in_place`],
 //!   each with a `_ref` scalar twin that uses the same lane layout (softmax sums in 4 lane
 //!   accumulators in both), so SIMD and scalar results are identical bit for bit. The SIMD
@@ -33,6 +35,20 @@
 //! bit pattern with the value in a comment. Polynomial coefficients of the f64 functions are the
 //! Taylor coefficients themselves (1/n!, 2/(2n+1)), written as quotients that the compiler
 //! rounds correctly.
+
+/// IEEE square root, correctly rounded. libm's `sqrtf` is a software routine on wasm32 (its
+/// intrinsics, like `f32.sqrt` in `core::arch`, need nightly features), so wasm takes lane 0
+/// of the stable `f32x4.sqrt`, which is the same correctly rounded operation.
+#[inline]
+pub fn sqrtf(x: f32) -> f32 {
+    simd128_or!(
+        {
+            use core::arch::wasm32::{f32x4_extract_lane, f32x4_splat, f32x4_sqrt};
+            f32x4_extract_lane::<0>(f32x4_sqrt(f32x4_splat(x)))
+        },
+        libm::sqrtf(x)
+    )
+}
 
 // ---------------------------------------------------------------------------------------------
 // Shared helpers

@@ -75,6 +75,27 @@ pub fn add_i8_ref(acc: &mut [f32], row: &[i8], w: f32) {
     }
 }
 
+/// `x[i] *= s`; then, if every result is finite (no NaN, no infinity), their sum of squares
+/// as [`sum_squares`] gives it, else `None`. Shape: x (dim,). With `0 < s <= 1` (a mean's
+/// 1/n) a result is finite exactly when its input was. One pass instead of two.
+#[inline]
+pub fn scale_sum_squares(x: &mut [f32], s: f32) -> Option<f32> {
+    simd128_or!(
+        simd128::scale_sum_squares(x, s),
+        scale_sum_squares_ref(x, s)
+    )
+}
+
+pub fn scale_sum_squares_ref(x: &mut [f32], s: f32) -> Option<f32> {
+    // No early exit: a whole pass of `max`, which the compiler can vectorize.
+    let mut max_abs_bits = 0u32;
+    for v in x.iter_mut() {
+        *v *= s;
+        max_abs_bits = max_abs_bits.max(v.to_bits() & 0x7FFF_FFFF);
+    }
+    (max_abs_bits < f32::INFINITY.to_bits()).then(|| sum_squares_ref(x))
+}
+
 /// Σ x², accumulated in f32 over 8 interleaved partial sums (the order SIMD uses).
 #[inline]
 pub fn sum_squares(x: &[f32]) -> f32 {
@@ -143,15 +164,23 @@ mod simd128 {
         unsafe {
             let a = acc.as_mut_ptr();
             let p = [r0.as_ptr(), r1.as_ptr(), r2.as_ptr(), r3.as_ptr()];
-            let mut i = 0;
-            while i < body {
+            let step = |i: usize| {
                 let x = |k: usize| f32x4_mul(wv[k], v128_load(p[k].add(i) as *const v128));
                 let s = f32x4_add(f32x4_add(x(0), x(1)), f32x4_add(x(2), x(3)));
                 v128_store(
                     a.add(i) as *mut v128,
                     f32x4_add(v128_load(a.add(i) as *const v128), s),
                 );
-                i += 4;
+            };
+            // Two steps per trip: half the loop overhead, twice the loads in flight.
+            let mut i = 0;
+            while i + 8 <= body {
+                step(i);
+                step(i + 4);
+                i += 8;
+            }
+            if i < body {
+                step(i);
             }
         }
         let tail = [&r0[body..n], &r1[body..n], &r2[body..n], &r3[body..n]];
@@ -242,6 +271,53 @@ mod simd128 {
         super::add_i8_ref(&mut acc[body..n], &row[body..n], w);
     }
 
+    /// The 8 partial sums held in two f32x4, lanes of `s0` first.
+    #[inline(always)]
+    fn lanes8(s0: v128, s1: v128) -> [f32; 8] {
+        [
+            f32x4_extract_lane::<0>(s0),
+            f32x4_extract_lane::<1>(s0),
+            f32x4_extract_lane::<2>(s0),
+            f32x4_extract_lane::<3>(s0),
+            f32x4_extract_lane::<0>(s1),
+            f32x4_extract_lane::<1>(s1),
+            f32x4_extract_lane::<2>(s1),
+            f32x4_extract_lane::<3>(s1),
+        ]
+    }
+
+    pub fn scale_sum_squares(x: &mut [f32], s: f32) -> Option<f32> {
+        let body = x.len() / 8 * 8;
+        let sv = f32x4_splat(s);
+        let abs_mask = u32x4_splat(0x7FFF_FFFF);
+        let mut max = u32x4_splat(0);
+        let (mut s0, mut s1) = (f32x4_splat(0.0), f32x4_splat(0.0));
+        // SAFETY: reads and writes at `i..i + 8` with `i + 8 <= body <= x.len()`; no alignment
+        // is needed.
+        unsafe {
+            let p = x.as_mut_ptr();
+            let mut i = 0;
+            while i < body {
+                let a = f32x4_mul(v128_load(p.add(i) as *const v128), sv);
+                let b = f32x4_mul(v128_load(p.add(i + 4) as *const v128), sv);
+                v128_store(p.add(i) as *mut v128, a);
+                v128_store(p.add(i + 4) as *mut v128, b);
+                max = u32x4_max(max, u32x4_max(v128_and(a, abs_mask), v128_and(b, abs_mask)));
+                s0 = f32x4_add(s0, f32x4_mul(a, a));
+                s1 = f32x4_add(s1, f32x4_mul(b, b));
+                i += 8;
+            }
+        }
+        let mut finite = u32x4_all_true(u32x4_lt(max, u32x4_splat(f32::INFINITY.to_bits())));
+        let mut lanes = lanes8(s0, s1);
+        for (l, v) in lanes.iter_mut().zip(&mut x[body..]) {
+            *v *= s;
+            finite &= v.is_finite();
+            *l += *v * *v;
+        }
+        finite.then(|| lanes.iter().sum())
+    }
+
     pub fn sum_squares(x: &[f32]) -> f32 {
         let body = x.len() / 8 * 8;
         let (mut s0, mut s1) = (f32x4_splat(0.0), f32x4_splat(0.0));
@@ -257,16 +333,7 @@ mod simd128 {
                 i += 8;
             }
         }
-        let mut lanes = [
-            f32x4_extract_lane::<0>(s0),
-            f32x4_extract_lane::<1>(s0),
-            f32x4_extract_lane::<2>(s0),
-            f32x4_extract_lane::<3>(s0),
-            f32x4_extract_lane::<0>(s1),
-            f32x4_extract_lane::<1>(s1),
-            f32x4_extract_lane::<2>(s1),
-            f32x4_extract_lane::<3>(s1),
-        ];
+        let mut lanes = lanes8(s0, s1);
         for (l, &v) in lanes.iter_mut().zip(&x[body..]) {
             *l += v * v;
         }
@@ -336,6 +403,27 @@ mod tests {
             add_i8(&mut a, &q, w);
             add_i8_ref(&mut b, &q, w);
             assert_eq!(a, b, "i8 dim {dim}");
+            let (mut a, mut b) = (g.clone(), g.clone());
+            let s = 1.0 / (1 + dim % 5) as f32;
+            let (got, want) = (
+                scale_sum_squares(&mut a, s),
+                scale_sum_squares_ref(&mut b, s),
+            );
+            assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "dim {dim}");
+            assert!(want.is_some());
+            a[dim / 2] = [f32::NAN, f32::INFINITY, -f32::INFINITY, 1.0][dim % 4];
+            b[dim / 2] = a[dim / 2];
+            let (got, want) = (
+                scale_sum_squares(&mut a, s),
+                scale_sum_squares_ref(&mut b, s),
+            );
+            assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "dim {dim}");
+            assert_eq!(want.is_some(), dim % 4 == 3);
+            assert_eq!(
+                a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                b.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "scale dim {dim}"
+            );
             assert_eq!(
                 sum_squares(&start),
                 sum_squares_ref(&start),

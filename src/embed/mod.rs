@@ -124,9 +124,8 @@ pub struct Embedder<'a> {
 pub struct EmbedScratch {
     tok: tokenizer::HfScratch,
     ids: Vec<u32>,
-    /// (row, weight × occurrences) of each distinct id, in row order.
+    /// (row, weight × occurrences) of each distinct id, in id order.
     rows: Vec<(u32, f32)>,
-    acc: Vec<f32>,
 }
 
 impl EmbedScratch {
@@ -375,7 +374,7 @@ impl<'a> Embedder<'a> {
         }
         let mut ids = core::mem::take(&mut scratch.ids);
         let r = self.encode_ids(text, scratch, &mut ids);
-        let pooled = r.and_then(|_| self.pool(&mut ids, &mut scratch.rows, &mut scratch.acc, out));
+        let pooled = r.and_then(|_| self.pool(&mut ids, &mut scratch.rows, out));
         scratch.ids = ids;
         pooled
     }
@@ -427,26 +426,13 @@ impl<'a> Embedder<'a> {
 
     /// Mean of the rows of `ids` (weighted), then the optional L2 normalization. Each distinct
     /// id is read once (weight × count), in ascending order: fewer and more regular loads from
-    /// a table far bigger than the caches. `ids` is sorted in place.
-    fn pool(
-        &self,
-        ids: &mut [u32],
-        rows: &mut Vec<(u32, f32)>,
-        acc: &mut Vec<f32>,
-        out: &mut [f32],
-    ) -> Result<()> {
-        let dim = self.dim;
+    /// a table far bigger than the caches. `ids` is sorted in place. The sum is accumulated in
+    /// `out` itself.
+    fn pool(&self, ids: &mut [u32], rows: &mut Vec<(u32, f32)>, out: &mut [f32]) -> Result<()> {
         out.fill(0.0);
         if ids.is_empty() {
             return Ok(());
         }
-        if acc.len() != dim {
-            acc.clear();
-            acc.try_reserve_exact(dim)
-                .map_err(|_| err!(Status::OutOfMemory, "accumulator"))?;
-            acc.resize(dim, 0.0);
-        }
-        acc.fill(0.0);
         ids.sort_unstable();
         rows.clear();
         rows.try_reserve(ids.len())
@@ -455,31 +441,33 @@ impl<'a> Embedder<'a> {
             let (row, w) = self.row_of(run[0])?;
             rows.push((row as u32, w * run.len() as f32));
         }
-        match &self.rows {
-            Rows::F32(t) => self.pool_rows(t, rows, acc, kernels::add4_f32, kernels::add_f32)?,
-            Rows::Owned(t) => self.pool_rows(t, rows, acc, kernels::add4_f32, kernels::add_f32)?,
-            Rows::I8(t) => self.pool_rows(t, rows, acc, kernels::add4_i8, kernels::add_i8)?,
+        let summed = match &self.rows {
+            Rows::F32(t) => self.pool_rows(t, rows, out, kernels::add4_f32, kernels::add_f32),
+            Rows::Owned(t) => self.pool_rows(t, rows, out, kernels::add4_f32, kernels::add_f32),
+            Rows::I8(t) => self.pool_rows(t, rows, out, kernels::add4_i8, kernels::add_i8),
+        };
+        if let Err(e) = summed {
+            out.fill(0.0);
+            return Err(e);
         }
-        // A file may hold NaN or infinity in its rows or weights, or values whose sum overflows:
-        // that is an error naming the cause, never a vector of NaN.
-        if !acc.iter().all(|a| a.is_finite()) {
+        // The mean. A file may hold NaN or infinity in its rows or weights, or values whose sum
+        // overflows: that is an error naming the cause, never a vector of NaN. (1/n <= 1, so a
+        // mean is finite exactly when the sum was.)
+        let Some(squares) = kernels::scale_sum_squares(out, 1.0 / ids.len() as f32) else {
+            out.fill(0.0);
             bail!(
                 Status::BadFormat,
                 "the model's rows or weights for this text hold NaN or infinity, or overflow f32 \
                  when summed"
             );
-        }
-        let inv_n = 1.0 / ids.len() as f32;
-        for (o, a) in out.iter_mut().zip(acc.iter()) {
-            *o = a * inv_n;
-        }
+        };
         if self.config.normalize {
-            let mut norm = libm::sqrtf(kernels::sum_squares(out));
+            let mut norm = crate::math::sqrtf(squares);
             if !norm.is_finite() {
                 // The squares overflow: scale by the largest magnitude first (same direction).
                 let max = out.iter().fold(0f32, |m, o| m.max(o.abs()));
                 out.iter_mut().for_each(|o| *o /= max);
-                norm = libm::sqrtf(kernels::sum_squares(out));
+                norm = crate::math::sqrtf(kernels::sum_squares(out));
             }
             let inv = 1.0 / (norm + 1e-32);
             for o in out.iter_mut() {

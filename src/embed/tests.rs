@@ -234,6 +234,32 @@ fn non_finite_rows_are_errors_and_large_ones_normalize() {
     assert_eq!(out, [0.0, 1.0]);
 }
 
+/// Non-ASCII characters go through the scratch's memo of stage 2 (recorded the first time a
+/// character is seen, replayed after): accents in canonical-order cases (Mn and non-Mn marks),
+/// CJK, Hangul, multi-character lowercase, a ligature, white space and dropped characters, each
+/// twice in the text, give Hugging Face tokenizers' ids (0.23.3, the unknown token dropped),
+/// also when the memo is already warm.
+#[test]
+fn remembered_characters_tokenize_as_the_first_time() {
+    let files = model_files("m2v-minilm-256");
+    let e = Embedder::load(&files.safetensors, &files.tokenizer, &files.config).unwrap();
+    let once = "e\u{301}\u{316} \u{1E0A}\u{323}x \u{E4}\u{F71}\u{F72} a\u{323}\u{1D165}\u{300}b \
+                \u{C9}COLE \u{E9}cole \u{4E2D}\u{6587} \u{D55C}\u{AD6D} \u{1C4} \u{130}stanbul \
+                \u{FB01}n \u{AB}\u{BB} \u{391}\u{386}\u{3AC} \u{2163} \u{A0}\u{3000}x\u{200B}\u{AD}";
+    let text = std::format!("{once} {once}");
+    let half: [u32; 23] = [
+        44, 43, 1598, 40, 11434, 11434, 749, 864, 472, 29009, 29024, 28994, 29017, 29023, 8963,
+        987, 1081, 80, 93, 158, 13611, 13611, 63,
+    ];
+    let want: StdVec<u32> = half.iter().chain(&half).copied().collect();
+    let mut s = EmbedScratch::new();
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        e.encode_ids(&text, &mut s, &mut ids).unwrap();
+        assert_eq!(&ids[..], &want[..]);
+    }
+}
+
 #[test]
 fn tiny_model_tokenizes_like_wordpiece() {
     let (st, tok, cfg) = tiny_model();

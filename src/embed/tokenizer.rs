@@ -70,6 +70,9 @@ enum AsciiAction {
     Added,
 }
 
+/// [`HfTokenizer::word_out`] of a byte that does not continue a word (no ASCII byte maps to it).
+const NOT_WORD: u8 = 0xFF;
+
 /// A token matched in the raw text before normalization.
 struct AddedToken {
     /// `content` in `arena`.
@@ -98,6 +101,9 @@ pub struct HfTokenizer {
     /// The action of a byte that starts no added token here (`ascii_action` without `Added`).
     ascii_base: [AsciiAction; 128],
     ascii_out: [u8; 128],
+    /// Per byte: `ascii_out[b]` when `b` continues a run of word bytes (ASCII whose action is
+    /// `Word`), else [`NOT_WORD`].
+    word_out: [u8; 256],
     /// Added tokens are matched inside the main loop (all start with ASCII and neither strip
     /// white space), instead of a separate pass that splits the text first.
     added_inline: bool,
@@ -114,6 +120,10 @@ pub struct HfScratch {
     /// Non-starters waiting for canonical reordering: (code point, combining class).
     run: Vec<(u32, u8)>,
     hashes: Vec<u64>,
+    /// Stage 2 of recently seen non-ASCII characters ([`CHAR_MEMO_SLOTS`] entries), for the
+    /// normalizer `chars_for`.
+    chars: Vec<CharMemo>,
+    chars_for: Option<BertNormalizer>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -521,12 +531,12 @@ impl HfTokenizer {
         let mut t = HfTokenizer {
             normalizer,
             pre_tokenizer,
-            model: HfModel::WordPiece(WordPiece {
+            model: HfModel::WordPiece(WordPiece::new(
                 initial,
                 continuation,
-                unk_id: unk,
-                max_input_chars_per_word: max_chars as usize,
-            }),
+                unk,
+                max_chars as usize,
+            )),
             added: added_tokens,
             added_arena,
             added_first,
@@ -536,6 +546,7 @@ impl HfTokenizer {
             ascii_action: [AsciiAction::Word; 128],
             ascii_base: [AsciiAction::Word; 128],
             ascii_out: [0; 128],
+            word_out: [NOT_WORD; 256],
             added_inline: false,
         };
         t.plan_ascii();
@@ -578,6 +589,12 @@ impl HfTokenizer {
                     self.ascii_action[first as usize] = AsciiAction::Added;
                 }
             }
+        }
+        for (b, o) in self.word_out.iter_mut().enumerate().take(128) {
+            *o = match self.ascii_action[b] {
+                AsciiAction::Word => self.ascii_out[b],
+                _ => NOT_WORD,
+            };
         }
     }
 }
@@ -627,6 +644,18 @@ impl HfTokenizer {
             s.hashes
                 .try_reserve(word_cap + 1)
                 .map_err(|_| err!(Status::OutOfMemory, "hash buffer"))?;
+        }
+        if let Normalizer::Bert(n) = self.normalizer
+            && s.chars_for != Some(n)
+        {
+            if s.chars.len() != CHAR_MEMO_SLOTS {
+                s.chars
+                    .try_reserve_exact(CHAR_MEMO_SLOTS)
+                    .map_err(|_| err!(Status::OutOfMemory, "character memo"))?;
+            }
+            s.chars.clear();
+            s.chars.resize(CHAR_MEMO_SLOTS, CharMemo::EMPTY);
+            s.chars_for = Some(n);
         }
         s.word_len = 0;
         s.word_chars = 0;
@@ -735,28 +764,39 @@ impl Pass<'_> {
                 }
                 match action {
                     AsciiAction::Word => {
-                        // The whole run of ASCII word bytes at once.
-                        let mut j = i + 1;
-                        while let Some(&c) = bytes.get(j) {
-                            if c >= 0x80 || self.tok.ascii_action[c as usize] != AsciiAction::Word {
-                                break;
-                            }
-                            j += 1;
-                        }
+                        // The whole run of ASCII word bytes at once, mapped as they are copied
+                        // in one pass: at most `room` are kept, all are counted.
                         let room = self
                             .wp
                             .max_input_chars_per_word
                             .saturating_sub(self.s.word_chars);
-                        let keep = (j - i).min(room);
                         let at = self.s.word_len;
-                        if let Some(dst) = self.s.word.get_mut(at..at + keep) {
-                            for (d, &c) in dst.iter_mut().zip(&bytes[i..i + keep]) {
-                                *d = self.tok.ascii_out[c as usize];
-                            }
-                            self.s.word_len += keep;
+                        let dst = self.s.word.get_mut(at..).unwrap_or(&mut []);
+                        let mut out = dst.iter_mut().take(room);
+                        let start = i;
+                        let mut kept = 0;
+                        if let Some(d) = out.next() {
+                            *d = self.tok.ascii_out[b as usize];
+                            kept = 1;
                         }
-                        self.s.word_chars += j - i;
-                        i = j;
+                        for (d, &c) in out.zip(bytes.get(i + 1..).unwrap_or(&[])) {
+                            let o = self.tok.word_out[c as usize];
+                            if o == NOT_WORD {
+                                break;
+                            }
+                            *d = o;
+                            kept += 1;
+                        }
+                        // Past the room: the rest of the run is counted, not kept.
+                        i += kept.max(1);
+                        while bytes
+                            .get(i)
+                            .is_some_and(|&c| self.tok.word_out[c as usize] != NOT_WORD)
+                        {
+                            i += 1;
+                        }
+                        self.s.word_len += kept;
+                        self.s.word_chars += i - start;
                         continue;
                     }
                     _ => i += 1,
@@ -784,51 +824,42 @@ impl Pass<'_> {
         self.end_word()
     }
 
-    /// Stage 2 for one input character: clean text, CJK spacing, then NFD.
+    /// Stage 2 for one non-ASCII input character, through the scratch's memo: the first time
+    /// a character is seen its effect is recorded ([`Recording`]), later it is replayed.
     #[inline(never)]
     fn normalize_char(&mut self, cp: u32) -> Flow {
         let Normalizer::Bert(n) = self.tok.normalizer else {
             return self.pre_tokenize(cp);
         };
-        let f = bert::class(cp);
-        let mut cp = cp;
-        if n.clean_text {
-            if f & bert::DROP != 0 {
-                return Ok(());
+        let slot = CharMemo::slot(cp);
+        let memo = match self.s.chars.get(slot) {
+            Some(m) if m.cp == cp => *m,
+            _ => {
+                let mut r = Recording::default();
+                // A recording never stops early.
+                let _ = normalize_char(n, cp, &mut r);
+                if !r.replayable {
+                    return normalize_char(n, cp, self);
+                }
+                let m = CharMemo {
+                    cp,
+                    len: r.len as u32,
+                    events: r.events,
+                };
+                if let Some(s) = self.s.chars.get_mut(slot) {
+                    *s = m;
+                }
+                m
             }
-            if f & bert::SPACE != 0 {
-                cp = ' ' as u32;
-            }
-        }
-        if n.handle_chinese_chars && f & bert::CJK != 0 {
-            self.decompose(' ' as u32, n)?;
-            self.decompose(cp, n)?;
-            return self.decompose(' ' as u32, n);
-        }
-        self.decompose(cp, n)
-    }
-
-    /// NFD with canonical reordering of non-starters, when accents are stripped.
-    fn decompose(&mut self, cp: u32, n: BertNormalizer) -> Flow {
-        if !n.strip_accents {
-            return self.after_nfd(cp, n);
-        }
-        let mut result = Ok(());
-        unicode::nfd(cp, |d| {
-            if result.is_err() {
-                return;
-            }
-            let ccc = unicode::canonical_combining_class(d);
-            if ccc == 0 {
-                result = self.flush_run().and_then(|_| self.after_nfd(d, n));
-            } else if self.s.run.len() < self.s.run.capacity() || self.s.run.try_reserve(8).is_ok()
-            {
-                self.s.run.push((d, ccc));
+        };
+        for &e in memo.events.get(..memo.len as usize).unwrap_or(&[]) {
+            if e == FLUSH {
+                self.flush_run()?;
             } else {
-                result = Err(Stop::OutOfMemory);
+                self.pre_tokenize_as(e & 0x1F_FFFF, (e >> 24) as u8)?;
             }
-        });
-        result
+        }
+        Ok(())
     }
 
     /// Emits the waiting non-starters in canonical order (stable by combining class).
@@ -852,32 +883,26 @@ impl Pass<'_> {
             let d = self.s.run[k].0;
             k += 1;
             // Taking the run out would allocate; after_nfd never touches `run`.
-            self.after_nfd(d, n)?;
+            after_nfd(n, d, self)?;
         }
         self.s.run.clear();
         Ok(())
     }
 
-    /// Strip Mn (when stripping accents), then lowercase.
-    fn after_nfd(&mut self, cp: u32, n: BertNormalizer) -> Flow {
-        if n.strip_accents && bert::class(cp) & bert::MN != 0 {
-            return Ok(());
-        }
-        if n.lowercase {
-            let l = unicode::to_lowercase(cp);
-            for &c in l.as_slice() {
-                self.pre_tokenize(c)?;
-            }
-            return Ok(());
-        }
-        self.pre_tokenize(cp)
-    }
-
     /// Stage 3 for one normalized character.
     #[inline]
     fn pre_tokenize(&mut self, cp: u32) -> Flow {
+        let f = match self.tok.pre_tokenizer {
+            HfPreTokenizer::Bert => bert::class(cp),
+            HfPreTokenizer::None => 0,
+        };
+        self.pre_tokenize_as(cp, f)
+    }
+
+    /// Stage 3 for one normalized character `cp` whose class ([`bert::class`]) is `f`.
+    #[inline]
+    fn pre_tokenize_as(&mut self, cp: u32, f: u8) -> Flow {
         if self.tok.pre_tokenizer == HfPreTokenizer::Bert {
-            let f = bert::class(cp);
             if f & bert::SPACE != 0 {
                 return self.end_word();
             }
@@ -921,6 +946,176 @@ impl Pass<'_> {
         } else {
             Ok(())
         }
+    }
+}
+
+/// Where stage 2 sends its output: the pass (on to the pre-tokenizer), or a [`Recording`] of
+/// one character's effect.
+trait Stage2 {
+    /// A normalized character.
+    fn emit(&mut self, cp: u32) -> Flow;
+    /// A starter follows: the waiting non-starters go first.
+    fn flush_run(&mut self) -> Flow;
+    /// A non-starter waits for canonical reordering (only when accents are stripped).
+    fn hold(&mut self, cp: u32, ccc: u8) -> Flow;
+}
+
+impl Stage2 for Pass<'_> {
+    fn emit(&mut self, cp: u32) -> Flow {
+        self.pre_tokenize(cp)
+    }
+
+    fn flush_run(&mut self) -> Flow {
+        Pass::flush_run(self)
+    }
+
+    fn hold(&mut self, cp: u32, ccc: u8) -> Flow {
+        if self.s.run.len() < self.s.run.capacity() || self.s.run.try_reserve(8).is_ok() {
+            self.s.run.push((cp, ccc));
+            Ok(())
+        } else {
+            Err(Stop::OutOfMemory)
+        }
+    }
+}
+
+/// Stage 2 for one input character: clean text, CJK spacing, then NFD.
+fn normalize_char(n: BertNormalizer, cp: u32, out: &mut impl Stage2) -> Flow {
+    let f = bert::class(cp);
+    let mut cp = cp;
+    if n.clean_text {
+        if f & bert::DROP != 0 {
+            return Ok(());
+        }
+        if f & bert::SPACE != 0 {
+            cp = ' ' as u32;
+        }
+    }
+    if n.handle_chinese_chars && f & bert::CJK != 0 {
+        decompose(n, ' ' as u32, out)?;
+        decompose(n, cp, out)?;
+        return decompose(n, ' ' as u32, out);
+    }
+    decompose(n, cp, out)
+}
+
+/// NFD with canonical reordering of non-starters, when accents are stripped.
+fn decompose(n: BertNormalizer, cp: u32, out: &mut impl Stage2) -> Flow {
+    if !n.strip_accents {
+        return after_nfd(n, cp, out);
+    }
+    let mut result = Ok(());
+    unicode::nfd(cp, |d| {
+        if result.is_err() {
+            return;
+        }
+        let ccc = unicode::canonical_combining_class(d);
+        result = if ccc == 0 {
+            out.flush_run().and_then(|_| after_nfd(n, d, out))
+        } else {
+            out.hold(d, ccc)
+        };
+    });
+    result
+}
+
+/// Strip Mn (when stripping accents), then lowercase.
+fn after_nfd(n: BertNormalizer, cp: u32, out: &mut impl Stage2) -> Flow {
+    if n.strip_accents && bert::class(cp) & bert::MN != 0 {
+        return Ok(());
+    }
+    if n.lowercase {
+        let l = unicode::to_lowercase(cp);
+        for &c in l.as_slice() {
+            out.emit(c)?;
+        }
+        return Ok(());
+    }
+    out.emit(cp)
+}
+
+/// Most events one character's stage 2 may have and still be remembered (a CJK ideograph has
+/// six: flush, space, flush, itself, flush, space).
+const CHAR_EVENTS: usize = 6;
+/// A [`CharMemo`] event: flush the waiting non-starters. Any other event is an emitted code
+/// point (bits 0-20) with its [`bert::class`] in bits 24-31.
+const FLUSH: u32 = u32::MAX;
+/// Characters remembered per scratch (direct-mapped by code point; 128 KiB). The corpus of
+/// the tests has 1,206 distinct non-ASCII characters: 512 slots left most of them colliding.
+const CHAR_MEMO_SLOTS: usize = 4096;
+
+/// Stage 2's effect on one character, recorded: replaying the events does what
+/// [`normalize_char`] does, given the same normalizer.
+#[derive(Clone, Copy)]
+struct CharMemo {
+    /// `u32::MAX`: an empty slot.
+    cp: u32,
+    len: u32,
+    events: [u32; CHAR_EVENTS],
+}
+const _: () = assert!(core::mem::size_of::<CharMemo>() == 32);
+
+impl CharMemo {
+    const EMPTY: CharMemo = CharMemo {
+        cp: u32::MAX,
+        len: 0,
+        events: [0; CHAR_EVENTS],
+    };
+
+    #[inline(always)]
+    fn slot(cp: u32) -> usize {
+        (cp.wrapping_mul(0x9E37_79B1) >> (32 - CHAR_MEMO_SLOTS.trailing_zeros())) as usize
+    }
+}
+
+/// Records one character's stage 2. Stage 2 depends only on the character and the
+/// normalizer, and touches the pass's state only through [`Stage2`]'s three calls, so a
+/// recording of flushes and emitted characters replays exactly. A held non-starter is not
+/// recorded: when it is Mn (the usual accent) it would be dropped when flushed whatever its
+/// place in the canonical order, so leaving it out changes nothing (a stable sort of the others
+/// keeps their order); any other non-starter makes the character not replayable.
+struct Recording {
+    events: [u32; CHAR_EVENTS],
+    len: usize,
+    replayable: bool,
+}
+
+impl Default for Recording {
+    fn default() -> Recording {
+        Recording {
+            events: [0; CHAR_EVENTS],
+            len: 0,
+            replayable: true,
+        }
+    }
+}
+
+impl Recording {
+    fn push(&mut self, e: u32) {
+        match self.events.get_mut(self.len) {
+            Some(slot) => {
+                *slot = e;
+                self.len += 1;
+            }
+            None => self.replayable = false,
+        }
+    }
+}
+
+impl Stage2 for Recording {
+    fn emit(&mut self, cp: u32) -> Flow {
+        self.push(cp | (bert::class(cp) as u32) << 24);
+        Ok(())
+    }
+
+    fn flush_run(&mut self) -> Flow {
+        self.push(FLUSH);
+        Ok(())
+    }
+
+    fn hold(&mut self, cp: u32, _ccc: u8) -> Flow {
+        self.replayable &= bert::class(cp) & bert::MN != 0;
+        Ok(())
     }
 }
 

@@ -284,9 +284,33 @@ pub struct WordPiece {
     pub continuation: PieceTable,
     pub unk_id: u32,
     pub max_input_chars_per_word: usize,
+    /// The id of each one-byte (ASCII) word: its initial piece, or the unknown token. Words of
+    /// one punctuation character are a large share of all words.
+    single: [u32; 128],
 }
 
 impl WordPiece {
+    pub fn new(
+        initial: PieceTable,
+        continuation: PieceTable,
+        unk_id: u32,
+        max_input_chars_per_word: usize,
+    ) -> WordPiece {
+        let mut single = [unk_id; 128];
+        for (b, id) in (0u8..).zip(single.iter_mut()) {
+            if let Some(found) = initial.get(&[b]) {
+                *id = found;
+            }
+        }
+        WordPiece {
+            initial,
+            continuation,
+            unk_id,
+            max_input_chars_per_word,
+            single,
+        }
+    }
+
     /// Tokenizes one pre-tokenized word, `buf[..len]` (`chars` characters; `buf` is zero-padded
     /// by [`WORD_PADDING`] bytes), and appends its ids; `hashes` is scratch.
     #[inline]
@@ -303,6 +327,12 @@ impl WordPiece {
             return;
         }
         let word = buf.get(..len).unwrap_or(&[]);
+        if let &[b] = word
+            && let Some(&id) = self.single.get(b as usize)
+        {
+            ids.push(id);
+            return;
+        }
         // Most words are whole pieces: one hash, one probe, no prefix hashes.
         if word.len() <= self.initial.max_len {
             let h = PieceTable::hash(word);

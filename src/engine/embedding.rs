@@ -59,9 +59,13 @@ impl EmbedEngine {
         Ok(dim)
     }
 
-    /// Drops the model and frees its file.
+    /// Drops the model and frees its file, and the scratches its embeddings grew (their
+    /// character memos are 128 KiB each).
     pub fn unload(&mut self) {
         self.loaded = None;
+        self.scratch = EmbedScratch::default();
+        self.batch_slots = Vec::new();
+        self.ids = Vec::new();
     }
 
     /// The loaded embedder.

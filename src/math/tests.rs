@@ -140,6 +140,29 @@ fn same(a: f64, b: f64) -> bool {
 
 // --- exp (f64) ----------------------------------------------------------------------------
 
+/// `sqrtf` is IEEE's correctly rounded square root on both paths: off wasm libm's must equal
+/// the hardware's (std), bit for bit, as the `f32x4.sqrt` lane does in wasm (this test also
+/// runs inside wasm).
+#[test]
+fn math_sqrtf_is_correctly_rounded() {
+    let mut rng = crate::testutil::Rng(0x5EED_5EED_5EED_5EED);
+    let specials = [
+        0.0f32,
+        -0.0,
+        1.0,
+        2.0,
+        f32::MIN_POSITIVE,
+        1e-45,
+        f32::MAX,
+        f32::INFINITY,
+    ];
+    let randoms = (0..200_000).map(|_| f32::from_bits(rng.next() as u32 & 0x7FFF_FFFF));
+    for x in specials.into_iter().chain(randoms) {
+        assert_eq!(sqrtf(x).to_bits(), x.sqrt().to_bits(), "sqrt({x:e})");
+    }
+    assert!(sqrtf(-1.0).is_nan() && sqrtf(f32::NAN).is_nan());
+}
+
 #[test]
 fn math_exp_within_2ulp_of_libm() {
     let mut rng = Rng::new(1);

@@ -65,11 +65,7 @@ pub fn swiglu_in_place(gate: &mut [f32], up: &[f32]) {
     }
 }
 
-/// IEEE square root (libm's, which is the `f32.sqrt` instruction in wasm).
-#[inline]
-pub fn sqrtf(x: f32) -> f32 {
-    libm::sqrtf(x)
-}
+pub use crate::math::sqrtf;
 
 /// Precomputed cos/sin of every RoPE angle: `(position, rope_dims / 2)` each.
 pub struct RopeTable {
