@@ -75,6 +75,8 @@ pub fn run(opts: Options) -> std::result::Result<(), String> {
         .map_err(|_| "the engine thread ended".to_string())??;
     let addr = format!("{}:{}", opts.host, opts.port);
     let server = tiny_http::Server::http(&addr).map_err(|e| format!("{addr}: {e}"))?;
+    // The address bound (`--port 0`: a free port the system picked).
+    let addr = server.server_addr().to_ip().map_or(addr, |a| a.to_string());
     eprintln!(
         "wasmind serve: http://{addr}/v1 (chat: {}, embeddings: {})",
         names.0.as_deref().unwrap_or("none"),

@@ -411,8 +411,14 @@ fn gbnf_grammars_json_object_mode_and_errors_through_the_abi() {
         "Say something.",
     );
     assert!(text.starts_with("→ ") && text.ends_with(" 😀"), "{text}");
-    // json_object mode.
-    let (r, text) = ask(&mut w, GRAMMAR_JSON_OBJECT, "", "Describe a cat as JSON.");
+    // json_object mode. (The prompt asks for a short object: to "Describe a cat as JSON." the
+    // 135M model's greedy reply in the relaxed build loops inside one string past 256 tokens.)
+    let (r, text) = ask(
+        &mut w,
+        GRAMMAR_JSON_OBJECT,
+        "",
+        "Describe a cat as a short JSON object.",
+    );
     assert_eq!(r.stats["state"], "eog", "{text}");
     assert!(
         serde_json::from_str::<Value>(&text).unwrap().is_object(),

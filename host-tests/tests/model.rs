@@ -63,10 +63,12 @@ fn log_softmax_at(row: &[f32], i: usize) -> f64 {
 #[test]
 fn smollm2_perplexity_and_argmax_match_llama_cpp() {
     let r = json("reference/smollm2-q4_1.json");
-    let mut w = Wasmind::with_threads(2).unwrap();
-    w.load_model_file(&shared(SMOLLM2), 1024).unwrap();
-    for forced in r["forced"].as_array().unwrap() {
-        check_forced(&mut w, forced, "smollm2");
+    for build in Build::ALL {
+        let mut w = Wasmind::with_build(build, 2).unwrap();
+        w.load_model_file(&shared(SMOLLM2), 1024).unwrap();
+        for forced in r["forced"].as_array().unwrap() {
+            check_forced(&mut w, forced, &format!("smollm2 ({})", build.name()));
+        }
     }
 }
 
@@ -103,11 +105,12 @@ fn check_forced(w: &mut Wasmind, forced: &serde_json::Value, what: &str) {
     assert_eq!(agree, decisive);
 }
 
-/// Thread counts never change a bit, and neither does the build: the relaxed-SIMD kernels
-/// compute the same exact integer sums as the SIMD128 ones and the same f32 operations on them
-/// in the same order.
+/// Thread counts never change a bit, in either build. (The builds compute the same exact integer
+/// sums but add some of their f32 products in another order, `quant::simd128::legacy_group`, and
+/// 30 layers carry that difference to whole logit units: each build is held to llama.cpp on its
+/// own, by the parity tests here.)
 #[test]
-fn logits_are_bit_identical_across_thread_counts_and_builds() {
+fn logits_are_bit_identical_across_thread_counts() {
     let ids: Vec<u32> = vec![
         1, 504, 3158, 314, 260, 2767, 28, 7045, 24, 9266, 30, 378, 1780, 42, 351, 17, 25, 198,
     ];
@@ -120,19 +123,21 @@ fn logits_are_bit_identical_across_thread_counts_and_builds() {
         rows.push(w.step(42, vocab).unwrap());
         rows
     };
-    let one = run(Build::Simd128, 1);
-    for build in Build::ALL {
-        for threads in [0, 1, 2, 3, 4] {
-            if (build, threads) != (Build::Simd128, 1) {
-                let other = run(build, threads);
-                let name = build.name();
-                assert!(
-                    one == other,
-                    "{name}, threads {threads} differ from simd128, 1"
-                );
-            }
+    let ones = Build::ALL.map(|build| run(build, 1));
+    for (build, one) in Build::ALL.into_iter().zip(&ones) {
+        for threads in [0, 2, 3, 4] {
+            let name = build.name();
+            assert!(
+                *one == run(build, threads),
+                "{name}: threads {threads} differ from 1"
+            );
         }
     }
+    let mut max_diff = 0.0f32;
+    for (a, b) in ones[0].iter().flatten().zip(ones[1].iter().flatten()) {
+        max_diff = max_diff.max((a - b).abs());
+    }
+    println!("simd128 vs relaxed: max |dlogit| {max_diff}");
 }
 
 /// Every load of a hostile file must return an error status (and never trap: a trap is an
@@ -335,11 +340,10 @@ fn qwen3_gemma3_phi3_match_llama_cpp_inside_the_module() {
             );
         }
         for build in Build::ALL {
-            assert!(
-                run_build(build, file, 2, 0) == one,
-                "{file}: the {} build differs",
-                build.name()
-            );
+            let (agree, decisive, max_diff) = arch_agreement(m, &run_build(build, file, 2, 0));
+            if agree != decisive || max_diff > tol {
+                failures.push(format!("{file} ({})", build.name()));
+            }
         }
         if file.contains("F32") {
             let q8 = file.replace("F32", "Q8_0");

@@ -21,42 +21,33 @@ impl Drop for Server {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
+/// A server on a port the system picks (`--port 0`), read from its first line: a port chosen
+/// here and then passed on could be taken in between, by the other test's server too.
 fn start(extra: &[&str]) -> Server {
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_wasmind"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wasmind"))
         .args(["serve", "--model"])
         .arg(shared(SMOLLM2))
         .arg("--embed-model")
         .arg(shared("models/m2v-minilm-256"))
-        .args([
-            "--threads",
-            "2",
-            "--ctx",
-            "2048",
-            "--port",
-            &port.to_string(),
-        ])
+        .args(["--threads", "2", "--ctx", "2048", "--port", "0"])
         .args(extra)
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let t0 = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(120),
-            "the server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let port = loop {
+        let line = lines
+            .next()
+            .expect("the server ended before listening")
+            .unwrap();
+        eprintln!("{line}");
+        if let Some(rest) = line.strip_prefix("wasmind serve: http://127.0.0.1:") {
+            break rest.split('/').next().unwrap().parse().unwrap();
+        }
+    };
+    // The rest of its log, as it comes.
+    std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| eprintln!("{l}")));
     Server { child, port }
 }
 

@@ -16,9 +16,11 @@
 //!   in V8 on x86 with AVX-VNNI). Half the activation bytes and half the unpacking.
 //!
 //! In both every integer sum is exact, the same number, and becomes f32 once per block (legacy
-//! types) or super-block (K-quants) in the same order: the builds give bit-identical results.
-//! The loops over blocks are shared (`dot_legacy`, `dot_k4`, `dot_q6k`); each build supplies how
-//! a block is unpacked and multiplied.
+//! types) or super-block (K-quants). The K-quants add their f32 products in the same order in
+//! both builds; the legacy types in a different one (`legacy_group`: each build takes the order
+//! its engines run fastest), so the builds' logits differ slightly. The loops over blocks are
+//! shared (`dot_legacy`, `dot_k4`, `dot_q6k`); each build supplies how a block is unpacked and
+//! multiplied.
 //!
 //! What V8 makes of the code matters as much as the instruction count (checked with
 //! `node --print-wasm-code`): x86 has 16 vector registers and V8's allocator spills readily,
@@ -227,6 +229,24 @@ fn check_activations<const T: usize>(xs: &[ActRow<'_>; T], n_blocks: usize, sums
     }
 }
 
+#[cfg(not(target_feature = "relaxed-simd"))]
+/// `[Σ a, Σ b, Σ c, Σ d]` of four i32x4 vectors.
+#[inline(always)]
+fn transpose_sum(v: [v128; 4]) -> v128 {
+    let ab = i32x4_add(
+        i32x4_shuffle::<0, 4, 1, 5>(v[0], v[1]),
+        i32x4_shuffle::<2, 6, 3, 7>(v[0], v[1]),
+    );
+    let cd = i32x4_add(
+        i32x4_shuffle::<0, 4, 1, 5>(v[2], v[3]),
+        i32x4_shuffle::<2, 6, 3, 7>(v[2], v[3]),
+    );
+    i32x4_add(
+        i32x4_shuffle::<0, 1, 4, 5>(ab, cd),
+        i32x4_shuffle::<2, 3, 6, 7>(ab, cd),
+    )
+}
+
 /// `count` (1..=4) f16 values at `p`, `p + stride`, .. as f32x4 (missing lanes 0).
 ///
 /// # Safety
@@ -339,12 +359,9 @@ unsafe fn scales_mins_k4(p: *const u8) -> ([u8; 8], [v128; 2]) {
 // the loop shared by both builds (each build supplies its `Legacy` impls).
 //
 // Blocks go four at a time: the four f16 scales (and minimums) become f32 in one vector and are
-// multiplied by each vector's four activation scales once. Each block's four i32 partial sums
-// then become f32 and are added, times their block's scale (one lane of that vector, broadcast),
-// into the vector's single f32x4 accumulator: one accumulator per vector keeps V8 from spilling
-// a loop-carried value to the stack. (An earlier version stored each block's sums and transposed
-// four blocks into one vector; this one is 1.08x (relaxed) and 1.12x (SIMD128) faster at prefill
-// in Chromium.)
+// multiplied by each vector's four activation scales once; each vector keeps a single f32x4
+// accumulator (one accumulator per vector keeps V8 from spilling a loop-carried value to the
+// stack). How the blocks' i32 partial sums reach it depends on the build (`legacy_group`).
 
 /// How one legacy block type is read.
 trait Legacy {
@@ -397,11 +414,133 @@ fn dot_legacy<L: Legacy, const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f
 /// Blocks `first..first + count` (`count` 1..=4) of `row` times each vector, into `acc`.
 /// Always inlined, so the main loop's `count = 4` is a constant.
 ///
+/// Two ways, one per build, each the faster where its build runs (measured with both builds):
+/// the SIMD128 build stores each block's partial sums and transposes four blocks into one vector
+/// (Node 20's V8, where it runs: decode 97 tok/s against 74 the other way; Chromium 148: prefill
+/// 0.89x the other way, decode the same); the relaxed build adds each block's sums, scaled, as
+/// they come (Chromium 148: prefill 242 tok/s against 225). The two orders of the f32 additions
+/// differ, so the builds' results differ in the last bits (each is held to llama.cpp's
+/// tolerances, and each is the same for every thread count).
+///
 /// # Safety
 /// `first + count` must not exceed the blocks of `row`, which `dot_legacy` has checked against
 /// `xs`.
 #[inline(always)]
 unsafe fn legacy_group<L: Legacy, const T: usize>(
+    row: &[u8],
+    xs: &[ActRow<'_>; T],
+    acc: &mut [v128; T],
+    first: usize,
+    count: usize,
+) {
+    // SAFETY: by the caller.
+    unsafe {
+        #[cfg(not(target_feature = "relaxed-simd"))]
+        legacy_group_transposed::<L, T>(row, xs, acc, first, count);
+        #[cfg(target_feature = "relaxed-simd")]
+        legacy_group_broadcast::<L, T>(row, xs, acc, first, count);
+    }
+}
+
+#[cfg(not(target_feature = "relaxed-simd"))]
+/// `Σ x` of blocks `first..first + count` (`count` 1..=4) of one vector, from its sums of each
+/// 16 (`bsums`), as i32x4 (missing lanes 0).
+///
+/// # Safety
+/// `bsums` must hold `2 · (first + count)` values.
+#[inline(always)]
+unsafe fn block_sums(bsums: &[i16], first: usize, count: usize) -> v128 {
+    if count == 4 {
+        // SAFETY: 8 i16 at 2·first, inside bsums by the caller.
+        i32x4_extadd_pairwise_i16x8(unsafe { load(bsums.as_ptr().add(2 * first)) })
+    } else {
+        let sum = |k: usize| {
+            // SAFETY: 2·(first + k) + 1 < 2·(first + count), by the caller.
+            unsafe {
+                if k < count {
+                    *bsums.get_unchecked(2 * (first + k)) as i32
+                        + *bsums.get_unchecked(2 * (first + k) + 1) as i32
+                } else {
+                    0
+                }
+            }
+        };
+        i32x4(sum(0), sum(1), sum(2), sum(3))
+    }
+}
+
+#[cfg(not(target_feature = "relaxed-simd"))]
+/// [`legacy_group`] of the SIMD128 build: each block's sums are stored, then four blocks' are
+/// transposed into one vector (lane k: block k) and scaled at once.
+///
+/// # Safety
+/// `first + count` must not exceed the blocks of `row`, which `dot_legacy` has checked against
+/// `xs`.
+#[inline(always)]
+unsafe fn legacy_group_transposed<L: Legacy, const T: usize>(
+    row: &[u8],
+    xs: &[ActRow<'_>; T],
+    acc: &mut [v128; T],
+    first: usize,
+    count: usize,
+) {
+    // SAFETY: blocks first..first + count lie in `row` and their activations in `xs`.
+    unsafe {
+        let blk = row.as_ptr().add(first * L::BYTES);
+        let d = gather_f16x4(blk, L::BYTES, count);
+        let m = match L::MIN_AT {
+            Some(at) => gather_f16x4(blk.add(at), L::BYTES, count),
+            None => f32x4_splat(0.0),
+        };
+        // sums[t][k]: block first + k times vector t. Each block's sums are stored to this
+        // scratch before the next block is loaded: V8 orders memory accesses only among
+        // themselves, and without a store in between it would hoist all four blocks' loads to
+        // the top of the group and spill most of them. (A volatile store is one instruction.)
+        let mut scratch = [[u32x4_splat(0); 4]; T];
+        for k in 0..count {
+            let w = L::weights(blk.add(k * L::BYTES));
+            for t in 0..T {
+                let sum = L::dot(w, xs[t].quants.as_ptr().add(32 * (first + k)));
+                core::ptr::write_volatile(&mut scratch[t][k], sum);
+            }
+        }
+        let sums: [[v128; 4]; T] = core::array::from_fn(|t| {
+            core::array::from_fn(|k| {
+                // SAFETY: a plain local.
+                core::ptr::read_volatile(&scratch[t][k])
+            })
+        });
+        for t in 0..T {
+            let mut sumi = transpose_sum(sums[t]);
+            if let Some(shift) = L::OFFSET_SHIFT {
+                let x_sums = block_sums(xs[t].bsums, first, count);
+                sumi = i32x4_sub(sumi, i32x4_shl(x_sums, shift));
+            }
+            let dy = gather_f32x4(xs[t].scales.as_ptr().add(first), count);
+            let mut a = f32x4_add(
+                acc[t],
+                f32x4_mul(f32x4_convert_i32x4(sumi), f32x4_mul(d, dy)),
+            );
+            if L::MIN_AT.is_some() {
+                a = f32x4_add(
+                    a,
+                    f32x4_mul(m, gather_f32x4(xs[t].sums.as_ptr().add(first), count)),
+                );
+            }
+            acc[t] = a;
+        }
+    }
+}
+
+#[cfg(target_feature = "relaxed-simd")]
+/// [`legacy_group`] of the relaxed build: each block's sums are added, times the block's scale
+/// (one lane of a vector of four, broadcast), as they come.
+///
+/// # Safety
+/// `first + count` must not exceed the blocks of `row`, which `dot_legacy` has checked against
+/// `xs`.
+#[inline(always)]
+unsafe fn legacy_group_broadcast<L: Legacy, const T: usize>(
     row: &[u8],
     xs: &[ActRow<'_>; T],
     acc: &mut [v128; T],

@@ -12,8 +12,7 @@
 //!
 //! Offsets are taken off once per block: a Q4_0 weight is `q - 8` with `q` in 0..16, so
 //! `Σ (q - 8)·x = Σ q·x - 8·Σ x`, with `Σ x` from the activation's `bsums`; Q6_K's `-32` is
-//! handled the same way. So every integer sum equals the i16 build's, and the f32 arithmetic on
-//! top is the same in the same order: the two builds give the same results.
+//! handled the same way. So every integer sum equals the i16 build's.
 
 // See the parent module for why the loops over `T` index arrays in lockstep.
 #![allow(clippy::needless_range_loop)]
