@@ -433,12 +433,19 @@ unsafe fn legacy_group<L: Legacy, const T: usize>(
     first: usize,
     count: usize,
 ) {
-    // SAFETY: by the caller.
+    // SAFETY: by the caller: blocks first..first + count lie in `row`.
     unsafe {
+        // The four blocks' scales and minimums (0 without), as f32x4.
+        let blk = row.as_ptr().add(first * L::BYTES);
+        let d = gather_f16x4(blk, L::BYTES, count);
+        let m = match L::MIN_AT {
+            Some(at) => gather_f16x4(blk.add(at), L::BYTES, count),
+            None => f32x4_splat(0.0),
+        };
         #[cfg(not(target_feature = "relaxed-simd"))]
-        legacy_group_transposed::<L, T>(row, xs, acc, first, count);
+        legacy_group_transposed::<L, T>(row, [d, m], xs, acc, first, count);
         #[cfg(target_feature = "relaxed-simd")]
-        legacy_group_broadcast::<L, T>(row, xs, acc, first, count);
+        legacy_group_broadcast::<L, T>(row, [d, m], xs, acc, first, count);
     }
 }
 
@@ -470,7 +477,7 @@ unsafe fn block_sums(bsums: &[i16], first: usize, count: usize) -> v128 {
 }
 
 #[cfg(not(target_feature = "relaxed-simd"))]
-/// [`legacy_group`] of the SIMD128 build: each block's sums are stored, then four blocks' are
+/// [`legacy_group`] of the SIMD128 build (`[d, m]`: the blocks' scales and minimums): each block's sums are stored, then four blocks' are
 /// transposed into one vector (lane k: block k) and scaled at once.
 ///
 /// # Safety
@@ -479,6 +486,7 @@ unsafe fn block_sums(bsums: &[i16], first: usize, count: usize) -> v128 {
 #[inline(always)]
 unsafe fn legacy_group_transposed<L: Legacy, const T: usize>(
     row: &[u8],
+    [d, m]: [v128; 2],
     xs: &[ActRow<'_>; T],
     acc: &mut [v128; T],
     first: usize,
@@ -487,11 +495,6 @@ unsafe fn legacy_group_transposed<L: Legacy, const T: usize>(
     // SAFETY: blocks first..first + count lie in `row` and their activations in `xs`.
     unsafe {
         let blk = row.as_ptr().add(first * L::BYTES);
-        let d = gather_f16x4(blk, L::BYTES, count);
-        let m = match L::MIN_AT {
-            Some(at) => gather_f16x4(blk.add(at), L::BYTES, count),
-            None => f32x4_splat(0.0),
-        };
         // sums[t][k]: block first + k times vector t. Each block's sums are stored to this
         // scratch before the next block is loaded: V8 orders memory accesses only among
         // themselves, and without a store in between it would hoist all four blocks' loads to
@@ -533,7 +536,7 @@ unsafe fn legacy_group_transposed<L: Legacy, const T: usize>(
 }
 
 #[cfg(target_feature = "relaxed-simd")]
-/// [`legacy_group`] of the relaxed build: each block's sums are added, times the block's scale
+/// [`legacy_group`] of the relaxed build (`[d, m]` as in the SIMD128 one): each block's sums are added, times the block's scale
 /// (one lane of a vector of four, broadcast), as they come.
 ///
 /// # Safety
@@ -542,6 +545,7 @@ unsafe fn legacy_group_transposed<L: Legacy, const T: usize>(
 #[inline(always)]
 unsafe fn legacy_group_broadcast<L: Legacy, const T: usize>(
     row: &[u8],
+    [d, m]: [v128; 2],
     xs: &[ActRow<'_>; T],
     acc: &mut [v128; T],
     first: usize,
@@ -550,11 +554,6 @@ unsafe fn legacy_group_broadcast<L: Legacy, const T: usize>(
     // SAFETY: blocks first..first + count lie in `row` and their activations in `xs`.
     unsafe {
         let blk = row.as_ptr().add(first * L::BYTES);
-        let d = gather_f16x4(blk, L::BYTES, count);
-        let m = match L::MIN_AT {
-            Some(at) => gather_f16x4(blk.add(at), L::BYTES, count),
-            None => f32x4_splat(0.0),
-        };
         // dd[t]: lane k is block first + k's weight scale times vector t's.
         let dd: [v128; T] = core::array::from_fn(|t| {
             f32x4_mul(d, gather_f32x4(xs[t].scales.as_ptr().add(first), count))
