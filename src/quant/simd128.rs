@@ -229,8 +229,8 @@ fn check_activations<const T: usize>(xs: &[ActRow<'_>; T], n_blocks: usize, sums
     }
 }
 
-#[cfg(not(target_feature = "relaxed-simd"))]
 /// `[Σ a, Σ b, Σ c, Σ d]` of four i32x4 vectors.
+#[cfg(not(target_feature = "relaxed-simd"))]
 #[inline(always)]
 fn transpose_sum(v: [v128; 4]) -> v128 {
     let ab = i32x4_add(
@@ -449,40 +449,14 @@ unsafe fn legacy_group<L: Legacy, const T: usize>(
     }
 }
 
-#[cfg(not(target_feature = "relaxed-simd"))]
-/// `Σ x` of blocks `first..first + count` (`count` 1..=4) of one vector, from its sums of each
-/// 16 (`bsums`), as i32x4 (missing lanes 0).
-///
-/// # Safety
-/// `bsums` must hold `2 · (first + count)` values.
-#[inline(always)]
-unsafe fn block_sums(bsums: &[i16], first: usize, count: usize) -> v128 {
-    if count == 4 {
-        // SAFETY: 8 i16 at 2·first, inside bsums by the caller.
-        i32x4_extadd_pairwise_i16x8(unsafe { load(bsums.as_ptr().add(2 * first)) })
-    } else {
-        let sum = |k: usize| {
-            // SAFETY: 2·(first + k) + 1 < 2·(first + count), by the caller.
-            unsafe {
-                if k < count {
-                    *bsums.get_unchecked(2 * (first + k)) as i32
-                        + *bsums.get_unchecked(2 * (first + k) + 1) as i32
-                } else {
-                    0
-                }
-            }
-        };
-        i32x4(sum(0), sum(1), sum(2), sum(3))
-    }
-}
-
-#[cfg(not(target_feature = "relaxed-simd"))]
-/// [`legacy_group`] of the SIMD128 build (`[d, m]`: the blocks' scales and minimums): each block's sums are stored, then four blocks' are
-/// transposed into one vector (lane k: block k) and scaled at once.
+/// [`legacy_group`] of the SIMD128 build (`[d, m]`: the blocks' scales and minimums): each
+/// block's sums are stored, then four blocks' are transposed into one vector (lane k: block k)
+/// and scaled at once. Its weights are signed, so no type has an offset left (`OFFSET_SHIFT`).
 ///
 /// # Safety
 /// `first + count` must not exceed the blocks of `row`, which `dot_legacy` has checked against
 /// `xs`.
+#[cfg(not(target_feature = "relaxed-simd"))]
 #[inline(always)]
 unsafe fn legacy_group_transposed<L: Legacy, const T: usize>(
     row: &[u8],
@@ -513,12 +487,9 @@ unsafe fn legacy_group_transposed<L: Legacy, const T: usize>(
                 core::ptr::read_volatile(&scratch[t][k])
             })
         });
+        const { assert!(L::OFFSET_SHIFT.is_none()) };
         for t in 0..T {
-            let mut sumi = transpose_sum(sums[t]);
-            if let Some(shift) = L::OFFSET_SHIFT {
-                let x_sums = block_sums(xs[t].bsums, first, count);
-                sumi = i32x4_sub(sumi, i32x4_shl(x_sums, shift));
-            }
+            let sumi = transpose_sum(sums[t]);
             let dy = gather_f32x4(xs[t].scales.as_ptr().add(first), count);
             let mut a = f32x4_add(
                 acc[t],
@@ -535,13 +506,13 @@ unsafe fn legacy_group_transposed<L: Legacy, const T: usize>(
     }
 }
 
-#[cfg(target_feature = "relaxed-simd")]
-/// [`legacy_group`] of the relaxed build (`[d, m]` as in the SIMD128 one): each block's sums are added, times the block's scale
-/// (one lane of a vector of four, broadcast), as they come.
+/// [`legacy_group`] of the relaxed build (`[d, m]` as in the SIMD128 one): each block's sums
+/// are added, times the block's scale (one lane of a vector of four, broadcast), as they come.
 ///
 /// # Safety
 /// `first + count` must not exceed the blocks of `row`, which `dot_legacy` has checked against
 /// `xs`.
+#[cfg(target_feature = "relaxed-simd")]
 #[inline(always)]
 unsafe fn legacy_group_broadcast<L: Legacy, const T: usize>(
     row: &[u8],
@@ -589,6 +560,29 @@ unsafe fn legacy_group_broadcast<L: Legacy, const T: usize>(
 
 // ---------------------------------------------------------------------------------------------
 // Q4_K and Q5_K with Q8_K activations: the super-block loop shared by both builds.
+
+/// The 32 nibble bytes of chunk `j` (weights `64j..64j + 64`) of a Q4_K/Q5_K super-block whose
+/// nibbles start at `at` (Q4_K 16, Q5_K 48): byte l of the pair (l < 16 in `[0]`, l >= 16 in
+/// `[1]`) holds weight `64j + l` in its low nibble and `64j + 32 + l` in its high one.
+///
+/// # Safety
+/// `blk + at + 32j .. + 32` must be readable.
+#[inline(always)]
+unsafe fn k4_nibbles(blk: *const u8, at: usize, j: usize) -> [v128; 2] {
+    // SAFETY: by the caller.
+    unsafe { [load(blk.add(at + 32 * j)), load(blk.add(at + 16 + 32 * j))] }
+}
+
+/// The 32 fifth-bit bytes of a Q5_K super-block (at 16..48): byte l of `qh`, bit i, is the fifth
+/// bit of weight `32i + l` (l < 16 in `[0]`, l >= 16 in `[1]`).
+///
+/// # Safety
+/// `blk..blk + 48` must be readable.
+#[inline(always)]
+unsafe fn q5k_fifth_bits(blk: *const u8) -> [v128; 2] {
+    // SAFETY: by the caller.
+    unsafe { [load(blk.add(16)), load(blk.add(32))] }
+}
 
 /// The shared body of Q4_K and Q5_K in both builds: `chunk(blk, scales, j)` unpacks the 64
 /// weights `64j..64j + 64` of the super-block at `blk` (`BYTES` long, scales at 4..16) as the

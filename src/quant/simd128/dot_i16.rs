@@ -224,10 +224,8 @@ pub(in crate::quant) fn dot_q4_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T
         row,
         xs,
         |blk, scales, j| {
-            // SAFETY: nibbles at 16..144 of the 144-byte super-block. Byte l of qa (l < 16) and of
-            // qb (l >= 16) holds weight 64j + l in its low nibble (scale 2j) and 64j + 32 + l in
-            // its high nibble (scale 2j + 1).
-            let (qa, qb) = unsafe { (load(blk.add(16 + 32 * j)), load(blk.add(32 + 32 * j))) };
+            // SAFETY: dot_k4 passes a whole 144-byte super-block (nibbles at 16..144).
+            let [qa, qb] = unsafe { k4_nibbles(blk, 16, j) };
             let s_low = u16x8_splat(scales[2 * j] as u16);
             let s_high = u16x8_splat(scales[2 * j + 1] as u16);
             [
@@ -257,16 +255,9 @@ pub(in crate::quant) fn dot_q5_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T
         row,
         xs,
         |blk, scales, j| {
-            // SAFETY: fifth bits at 16..48 and nibbles at 48..176 of the 176-byte super-block.
-            // Byte l of qh, bit i: fifth bit of weight 32i + l.
-            let (qa, qb, ha, hb) = unsafe {
-                (
-                    load(blk.add(48 + 32 * j)),
-                    load(blk.add(64 + 32 * j)),
-                    load(blk.add(16)),
-                    load(blk.add(32)),
-                )
-            };
+            // SAFETY: dot_k4 passes a whole 176-byte super-block (fifth bits at 16..48, nibbles
+            // at 48..176).
+            let ([qa, qb], [ha, hb]) = unsafe { (k4_nibbles(blk, 48, j), q5k_fifth_bits(blk)) };
             // Shifted so that bits 0/1 of each byte are bits 2j/2j + 1 (of the low and the high
             // byte of each u16 lane alike).
             let (ha, hb) = (u16x8_shr(ha, 2 * j as u32), u16x8_shr(hb, 2 * j as u32));

@@ -242,9 +242,8 @@ pub(in crate::quant) fn dot_q4_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T
         row,
         xs,
         |blk, scales, j| {
-            // SAFETY: nibbles at 16..144 of the 144-byte super-block. Byte l of the 32 at
-            // 16 + 32j holds weight 64j + l in its low nibble and 64j + 32 + l in its high one.
-            let (qa, qb) = unsafe { (load(blk.add(16 + 32 * j)), load(blk.add(32 + 32 * j))) };
+            // SAFETY: dot_k4 passes a whole 144-byte super-block (nibbles at 16..144).
+            let [qa, qb] = unsafe { k4_nibbles(blk, 16, j) };
             let ((a_low, a_high), (b_low, b_high)) = (nibbles(qa), nibbles(qb));
             ([[a_low, b_low], [a_high, b_high]], scale_pair(scales, j))
         },
@@ -270,16 +269,9 @@ pub(in crate::quant) fn dot_q5_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T
         row,
         xs,
         |blk, scales, j| {
-            // SAFETY: fifth bits at 16..48 and nibbles at 48..176 of the 176-byte super-block.
-            // Byte l of qh, bit i: fifth bit of weight 32i + l.
-            let (qa, qb, ha, hb) = unsafe {
-                (
-                    load(blk.add(48 + 32 * j)),
-                    load(blk.add(64 + 32 * j)),
-                    load(blk.add(16)),
-                    load(blk.add(32)),
-                )
-            };
+            // SAFETY: dot_k4 passes a whole 176-byte super-block (fifth bits at 16..48, nibbles
+            // at 48..176).
+            let ([qa, qb], [ha, hb]) = unsafe { (k4_nibbles(blk, 48, j), q5k_fifth_bits(blk)) };
             let ((a_low, a_high), (b_low, b_high)) = (nibbles(qa), nibbles(qb));
             let weights = [
                 [
