@@ -929,7 +929,7 @@ impl Pass<'_> {
         if self.ids.len() >= self.limit {
             return Err(Stop::Full);
         }
-        if self.ids.try_reserve(self.s.word_len + 1).is_err() {
+        if !has_room(self.ids, self.s.word_len + 1) {
             return Err(Stop::OutOfMemory);
         }
         self.wp.tokenize(
@@ -970,7 +970,7 @@ impl Stage2 for Pass<'_> {
     }
 
     fn hold(&mut self, cp: u32, ccc: u8) -> Flow {
-        if self.s.run.len() < self.s.run.capacity() || self.s.run.try_reserve(8).is_ok() {
+        if has_room(&mut self.s.run, 1) {
             self.s.run.push((cp, ccc));
             Ok(())
         } else {
@@ -1117,6 +1117,14 @@ impl Stage2 for Recording {
         self.replayable &= bert::class(cp) & bert::MN != 0;
         Ok(())
     }
+}
+
+/// Whether `v` can take `n` more elements, growing it if not: the capacity test inline, the
+/// growth out of line. (`Vec::try_reserve` is a call once the modules' low inline threshold
+/// leaves it out of line, and `end_word` makes room once per word.)
+#[inline(always)]
+fn has_room<T>(v: &mut Vec<T>, n: usize) -> bool {
+    v.capacity() - v.len() >= n || v.try_reserve(n).is_ok()
 }
 
 fn reserve(ids: &mut Vec<u32>, n: usize) -> Result<()> {

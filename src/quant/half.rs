@@ -49,7 +49,9 @@ pub fn f16_to_f32(h: u16) -> f32 {
     f32::from_bits(abs.to_bits() | sign)
 }
 
-/// f32 -> binary16 bits, round to nearest even.
+/// f32 -> binary16 bits, round to nearest even. (Inlined: the KV cache rounds every value it
+/// stores through it.)
+#[inline]
 pub fn f32_to_f16(x: f32) -> u16 {
     let bits = x.to_bits();
     let sign = ((bits >> 16) & 0x8000) as u16;

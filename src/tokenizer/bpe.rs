@@ -121,6 +121,7 @@ impl Merger {
         Ok(())
     }
 
+    #[inline]
     fn rank(merges: &PairTable, a: u32, b: u32) -> (u32, u32) {
         if a == NONE || b == NONE {
             return (u32::MAX, NONE);
@@ -295,6 +296,7 @@ impl WordCache {
         self.place(h, self.entries.len() as u32);
     }
 
+    #[inline]
     fn place(&mut self, h: u64, entry: u32) {
         let mask = self.slots.len() - 1;
         let mut i = h as usize & mask;

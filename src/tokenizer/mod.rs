@@ -1028,8 +1028,18 @@ fn short_pair_index(s: &[u8]) -> Option<usize> {
 }
 
 /// Makes room for `additional` more elements, or fails with [`Status::OutOfMemory`] naming
-/// `what` (scratch buffers grow with the input text, which may be huge).
+/// `what` (scratch buffers grow with the input text, which may be huge). The capacity test is
+/// inlined into the loops that call this per word; the growth is not.
+#[inline(always)]
 pub(crate) fn reserve<T>(v: &mut Vec<T>, additional: usize, what: &str) -> Result<()> {
+    if v.capacity() - v.len() >= additional {
+        return Ok(());
+    }
+    grow(v, additional, what)
+}
+
+#[inline(never)]
+fn grow<T>(v: &mut Vec<T>, additional: usize, what: &str) -> Result<()> {
     v.try_reserve(additional).map_err(|_| {
         err!(
             Status::OutOfMemory,

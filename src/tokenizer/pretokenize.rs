@@ -450,13 +450,15 @@ fn llama3(cps: &[Cp], start: usize, end: usize, max_digits: usize, out: &mut Vec
 }
 
 /// A pattern that either matches at `pos` (returning the end) or not: a regex searched
-/// leftmost-first, matches and the gaps between them both becoming segments.
+/// leftmost-first, matches and the gaps between them both becoming segments. Always inlined,
+/// so that each `matcher` is inlined into its own loop (it runs once per code point).
+#[inline(always)]
 fn matches_and_gaps(
     cps: &[Cp],
     start: usize,
     end: usize,
     out: &mut Vec<(u32, u32)>,
-    matcher: fn(&Seg, usize) -> Option<usize>,
+    matcher: impl Fn(&Seg, usize) -> Option<usize>,
 ) {
     let seg = Seg { cps, end };
     let mut cuts = Cuts { out, prev: start };
@@ -475,11 +477,13 @@ fn matches_and_gaps(
 }
 
 /// `\p{N}`: one number.
+#[inline]
 fn each_number(seg: &Seg, pos: usize) -> Option<usize> {
     seg.is(pos, Class::Number).then_some(pos + 1)
 }
 
 /// `\p{N}+`.
+#[inline]
 fn number_run(seg: &Seg, pos: usize) -> Option<usize> {
     let mut e = pos;
     while seg.is(e, Class::Number) {
@@ -490,6 +494,7 @@ fn number_run(seg: &Seg, pos: usize) -> Option<usize> {
 
 /// `[\p{P}\$\+<=>\^~\|]+` as llama.cpp's collapsed regex sees it: ASCII punctuation and
 /// symbols except the backtick, and non-ASCII punctuation.
+#[inline]
 fn punct_run(seg: &Seg, pos: usize) -> Option<usize> {
     let is = |i: usize| match seg.cp(i) {
         Some(c) if c < 128 => {
@@ -506,6 +511,7 @@ fn punct_run(seg: &Seg, pos: usize) -> Option<usize> {
 }
 
 /// `[0-9][0-9][0-9]`.
+#[inline]
 fn ascii_digit_triple(seg: &Seg, pos: usize) -> Option<usize> {
     let d = |i: usize| matches!(seg.cp(i), Some(c) if (b'0' as u32..=b'9' as u32).contains(&c));
     (d(pos) && d(pos + 1) && d(pos + 2)).then_some(pos + 3)
