@@ -10,10 +10,11 @@
 //!   weight bytes viewed as eight i16 lanes split into "even bytes" `(v << 8) >> 8` and "odd
 //!   bytes" `v >> 8`, and 16 bytes of nibbles into four vectors with 16-bit shifts and masks — no
 //!   byte widening at all.
-//! - relaxed SIMD (`simd128/dot_i8.rs`, `dist/wasmind-relaxed*.wasm`): i8 activations in natural
-//!   order and weights unpacked to unsigned bytes, multiplied by
-//!   `i16x8.relaxed_dot_i8x16_i7x16_s` / `i32x4.relaxed_dot_i8x16_i7x16_add_s` (one `vpdpbusd`
-//!   in V8 on x86 with AVX-VNNI). Half the activation bytes and half the unpacking.
+//! - relaxed SIMD (`simd128/dot_i8.rs`, `dist/wasmind-relaxed*.wasm`): i8 activations and
+//!   weights unpacked to unsigned bytes, multiplied by `i16x8.relaxed_dot_i8x16_i7x16_s` /
+//!   `i32x4.relaxed_dot_i8x16_i7x16_add_s` (one `vpdpbusd` in V8 on x86 with AVX-VNNI). Half the
+//!   activation bytes and half the unpacking. The legacy types' activations interleave each pair
+//!   of blocks in runs of 8, so one dot product's four lanes serve two blocks (`legacy_group`).
 //!
 //! In both every integer sum is exact, the same number, and becomes f32 once per block (legacy
 //! types) or super-block (K-quants). The K-quants add their f32 products in the same order in
@@ -372,17 +373,29 @@ trait Legacy {
     /// `log2` of an offset taken off every weight after `dot` (`Σ (q - o)·y = Σ q·y - o·Σ y`,
     /// the relaxed build's unsigned Q4_0: 8 and Q5_0: 16), if any.
     const OFFSET_SHIFT: Option<u32>;
-    /// The block's weights as the kernel keeps them between vectors.
+    /// The block's weights (relaxed build: a pair of blocks' weights) as the kernel keeps them
+    /// between vectors.
     type Weights: Copy;
     /// Unpacks the block at `blk`.
     ///
     /// # Safety
     /// `blk..blk + BYTES` must be readable.
+    #[cfg(not(target_feature = "relaxed-simd"))]
     unsafe fn weights(blk: *const u8) -> Self::Weights;
-    /// `Σ y·w` over the block's 32 weights (before the offset), as four i32 partial sums.
+    /// Unpacks the blocks at `first` and `second` in the order of a pair of blocks'
+    /// activations (`activation::stored_index`: runs of 8 taken in turn from each). A lone
+    /// last block is passed twice; its partner's activations are zeros.
     ///
     /// # Safety
-    /// `y..y + 32` must be readable.
+    /// `first..first + BYTES` and `second..second + BYTES` must be readable.
+    #[cfg(target_feature = "relaxed-simd")]
+    unsafe fn weights(first: *const u8, second: *const u8) -> Self::Weights;
+    /// `Σ y·w` over the block's 32 weights (before the offset), as four i32 partial sums
+    /// (relaxed build: over the pair's 64 weights, lanes 0 and 1 the first block's, lanes 2 and 3
+    /// the second's).
+    ///
+    /// # Safety
+    /// `y..y + 32` (relaxed build: `y..y + 64`) must be readable.
     unsafe fn dot(w: Self::Weights, y: *const Quant) -> v128;
 }
 
@@ -392,6 +405,11 @@ fn dot_legacy<L: Legacy, const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f
     debug_assert!(row.len().is_multiple_of(L::BYTES));
     let n_blocks = row.len() / L::BYTES;
     check_activations(xs, n_blocks, L::MIN_AT.is_some());
+    // the relaxed build reads whole pairs of blocks (a lone last one with a zero partner)
+    #[cfg(target_feature = "relaxed-simd")]
+    for x in xs {
+        assert!(x.quants.len() >= 64 * n_blocks.div_ceil(2));
+    }
     if L::OFFSET_SHIFT.is_some() {
         for x in xs {
             assert!(x.bsums.len() >= 2 * n_blocks);
@@ -417,10 +435,12 @@ fn dot_legacy<L: Legacy, const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f
 /// Two ways, one per build, each the faster where its build runs (measured with both builds):
 /// the SIMD128 build stores each block's partial sums and transposes four blocks into one vector
 /// (Node 20's V8, where it runs: decode 97 tok/s against 74 the other way; Chromium 148: prefill
-/// 0.89x the other way, decode the same); the relaxed build adds each block's sums, scaled, as
-/// they come (Chromium 148: prefill 242 tok/s against 225). The two orders of the f32 additions
-/// differ, so the builds' results differ in the last bits (each is held to llama.cpp's
-/// tolerances, and each is the same for every thread count).
+/// 0.89x the other way, decode the same); the relaxed build multiplies a pair of blocks at once,
+/// from pair-interleaved activations, so each i32x4 of sums holds two blocks and is scaled as it
+/// comes (Chromium 148: prefill 281-284 tok/s against 264-266 one block at a time, which in turn
+/// beat the transposed order, 242 against 225). The orders of the f32 additions differ, so the
+/// builds' results differ in the last bits (each is held to llama.cpp's tolerances, and each is
+/// the same for every thread count).
 ///
 /// # Safety
 /// `first + count` must not exceed the blocks of `row`, which `dot_legacy` has checked against
@@ -445,7 +465,7 @@ unsafe fn legacy_group<L: Legacy, const T: usize>(
         #[cfg(not(target_feature = "relaxed-simd"))]
         legacy_group_transposed::<L, T>(row, [d, m], xs, acc, first, count);
         #[cfg(target_feature = "relaxed-simd")]
-        legacy_group_broadcast::<L, T>(row, [d, m], xs, acc, first, count);
+        legacy_group_pairs::<L, T>(row, [d, m], xs, acc, first, count);
     }
 }
 
@@ -506,15 +526,17 @@ unsafe fn legacy_group_transposed<L: Legacy, const T: usize>(
     }
 }
 
-/// [`legacy_group`] of the relaxed build (`[d, m]` as in the SIMD128 one): each block's sums
-/// are added, times the block's scale (one lane of a vector of four, broadcast), as they come.
+/// [`legacy_group`] of the relaxed build (`[d, m]` as in the SIMD128 one): the blocks go in
+/// pairs, each pair's products with a vector in one i32x4 (lanes 0 and 1 the first block's,
+/// lanes 2 and 3 the second's, from the pair-interleaved activations), converted and scaled at
+/// once, each lane by its block's scale.
 ///
 /// # Safety
 /// `first + count` must not exceed the blocks of `row`, which `dot_legacy` has checked against
-/// `xs`.
+/// `xs`; `first` is a multiple of 4 (so block `first` starts a pair).
 #[cfg(target_feature = "relaxed-simd")]
 #[inline(always)]
-unsafe fn legacy_group_broadcast<L: Legacy, const T: usize>(
+unsafe fn legacy_group_pairs<L: Legacy, const T: usize>(
     row: &[u8],
     [d, m]: [v128; 2],
     xs: &[ActRow<'_>; T],
@@ -522,30 +544,49 @@ unsafe fn legacy_group_broadcast<L: Legacy, const T: usize>(
     first: usize,
     count: usize,
 ) {
-    // SAFETY: blocks first..first + count lie in `row` and their activations in `xs`.
+    // SAFETY: blocks first..first + count lie in `row` and their activations in `xs` (a lone
+    // last block's zero partner included).
     unsafe {
         let blk = row.as_ptr().add(first * L::BYTES);
         // dd[t]: lane k is block first + k's weight scale times vector t's.
         let dd: [v128; T] = core::array::from_fn(|t| {
             f32x4_mul(d, gather_f32x4(xs[t].scales.as_ptr().add(first), count))
         });
-        for k in 0..count {
-            let w = L::weights(blk.add(k * L::BYTES));
+        // offsets[t]: lane k is o·Σ y over block first + k of vector t (`OFFSET_SHIFT`).
+        let zero = i32x4_splat(0);
+        let offsets: [v128; T] = core::array::from_fn(|t| match L::OFFSET_SHIFT {
+            Some(shift) => i32x4_shl(
+                block_sums(xs[t].bsums.as_ptr().add(2 * first), count),
+                shift,
+            ),
+            None => zero,
+        });
+        for p in 0..count.div_ceil(2) {
+            let a = blk.add(2 * p * L::BYTES);
+            let b = if 2 * p + 1 < count {
+                a.add(L::BYTES)
+            } else {
+                a
+            };
+            let w = L::weights(a, b);
             for t in 0..T {
-                let mut sum = L::dot(w, xs[t].quants.as_ptr().add(32 * (first + k)));
-                if let Some(shift) = L::OFFSET_SHIFT {
-                    // Σ (q - o)·y = Σ q·y - o·Σ y, exact in i32 (taken off lane 0)
-                    let b = 2 * (first + k);
-                    let x_sum = *xs[t].bsums.get_unchecked(b) as i32
-                        + *xs[t].bsums.get_unchecked(b + 1) as i32;
-                    sum = i32x4_sub(sum, i32x4(x_sum << shift, 0, 0, 0));
-                }
-                let scale = match k {
-                    0 => i32x4_shuffle::<0, 0, 0, 0>(dd[t], dd[t]),
-                    1 => i32x4_shuffle::<1, 1, 1, 1>(dd[t], dd[t]),
-                    2 => i32x4_shuffle::<2, 2, 2, 2>(dd[t], dd[t]),
-                    _ => i32x4_shuffle::<3, 3, 3, 3>(dd[t], dd[t]),
+                let mut sum = L::dot(w, xs[t].quants.as_ptr().add(32 * first + 64 * p));
+                // each block's offset and scale in the two lanes of its sums
+                let (offset, scale) = if p == 0 {
+                    (
+                        i32x4_shuffle::<0, 4, 1, 4>(offsets[t], zero),
+                        i32x4_shuffle::<0, 0, 1, 1>(dd[t], dd[t]),
+                    )
+                } else {
+                    (
+                        i32x4_shuffle::<2, 4, 3, 4>(offsets[t], zero),
+                        i32x4_shuffle::<2, 2, 3, 3>(dd[t], dd[t]),
+                    )
                 };
+                if L::OFFSET_SHIFT.is_some() {
+                    // Σ (q - o)·y = Σ q·y - o·Σ y, exact in i32
+                    sum = i32x4_sub(sum, offset);
+                }
                 acc[t] = f32x4_add(acc[t], f32x4_mul(f32x4_convert_i32x4(sum), scale));
             }
         }
@@ -556,6 +597,33 @@ unsafe fn legacy_group_broadcast<L: Legacy, const T: usize>(
             }
         }
     }
+}
+
+/// `count` (1..=4) blocks' activation sums from their `bsums` at `p` (two i16 per block), as
+/// i32x4 (missing lanes 0).
+///
+/// # Safety
+/// `p..p + 2 * count` must be readable.
+#[cfg(target_feature = "relaxed-simd")]
+#[inline(always)]
+unsafe fn block_sums(p: *const i16, count: usize) -> v128 {
+    // SAFETY: only the `2 * count` values the caller vouches for are read.
+    let pairs = unsafe {
+        if count == 4 {
+            load(p)
+        } else {
+            let mut v = i32x4_splat(0);
+            v = v128_load32_lane::<0>(v, p.cast());
+            if count > 1 {
+                v = v128_load32_lane::<1>(v, p.add(2).cast());
+            }
+            if count > 2 {
+                v = v128_load32_lane::<2>(v, p.add(4).cast());
+            }
+            v
+        }
+    };
+    i32x4_extadd_pairwise_i16x8(pairs)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -280,7 +280,7 @@ fn activation_rounding_matches_ggml() {
     }
     for i in 0..512 {
         assert_eq!(
-            row.quants[stored_index(i)] as i32,
+            row.quants[stored_index(ActivationKind::Q8_0, i)] as i32,
             qs[i] as i32,
             "q8_0 q {i} (x = {})",
             x[i]
@@ -292,7 +292,10 @@ fn activation_rounding_matches_ggml() {
     let mut ties = 0;
     for i in 0..512 {
         assert_eq!(d_ref[i / 32], d[i / 32]);
-        let (ours, theirs) = (row.quants[stored_index(i)] as i32, qs_ref[i] as i32);
+        let (ours, theirs) = (
+            row.quants[stored_index(ActivationKind::Q8_0, i)] as i32,
+            qs_ref[i] as i32,
+        );
         if ours != theirs {
             // block 3 has amax 127, so x·127/amax = x: the tie values are the half-integers
             let tie = (x[i] - x[i].trunc()).abs() == 0.5;
@@ -320,7 +323,11 @@ fn activation_rounding_matches_ggml() {
         );
     }
     for (i, &q) in qs.iter().enumerate().take(512) {
-        assert_eq!(row.quants[stored_index(i)] as i32, q as i32, "q8_1 q {i}");
+        assert_eq!(
+            row.quants[stored_index(ActivationKind::Q8_1, i)] as i32,
+            q as i32,
+            "q8_1 q {i}"
+        );
     }
 
     // Q8_K
@@ -331,7 +338,11 @@ fn activation_rounding_matches_ggml() {
     }
     let qs = i8s("act/q8_k/qs");
     for (i, &q) in qs.iter().enumerate().take(512) {
-        assert_eq!(row.quants[stored_index(i)] as i32, q as i32, "q8_k q {i}");
+        assert_eq!(
+            row.quants[stored_index(ActivationKind::Q8K, i)] as i32,
+            q as i32,
+            "q8_k q {i}"
+        );
     }
     assert_eq!(row.bsums, &i16s("act/q8_k/bsums")[..]);
 }
@@ -349,7 +360,7 @@ fn integer_activations_carry_the_sums_of_each_16_quants() {
             let row = buf.row(v);
             for (g, &bsum) in row.bsums.iter().enumerate() {
                 let sum: i32 = (16 * g..16 * g + 16)
-                    .map(|i| row.quants[stored_index(i)] as i32)
+                    .map(|i| row.quants[stored_index(vec_dot_kind(ty).unwrap(), i)] as i32)
                     .sum();
                 assert_eq!(bsum as i32, sum, "{} vector {v} group {g}", ty.name());
             }
@@ -458,7 +469,7 @@ fn dequantized_activation(row: &ActRow<'_>, kind: ActivationKind, n: usize) -> V
         return row.values.iter().map(|&v| v as f64).collect();
     }
     (0..n)
-        .map(|i| row.quants[stored_index(i)] as f64 * row.scales[i / kind.block()] as f64)
+        .map(|i| row.quants[stored_index(kind, i)] as f64 * row.scales[i / kind.block()] as f64)
         .collect()
 }
 
