@@ -338,11 +338,7 @@ pub fn quantize_activations(
                     .as_chunks_mut::<2>()
                     .0;
                 for (b, (x, bs)) in x.iter().zip(bsums).enumerate() {
-                    let mut q = [0; 32];
-                    let (d, s) = quantize_q8_0_block(x, &mut q, bs);
-                    for (j, &q) in q.iter().enumerate() {
-                        quants[stored_index(kind, 32 * b + j)] = q;
-                    }
+                    let (d, s) = quantize_q8_0_block(x, quants, b, bs);
                     out.scales[v * nb + b] = d;
                     if kind == ActivationKind::Q8_1 {
                         out.sums[v * nb + b] = s;
@@ -380,10 +376,29 @@ fn round_nearest_even(v: f32) -> i32 {
     (t.to_bits() & 0x007f_ffff) as i32 - 0x0040_0000
 }
 
-/// One Q8_0/Q8_1 block: quants into `q` (natural order), the sums of each 16 into `bsums`;
-/// returns `(d, s)` where `d` is the scale rounded through f16 and `s = f16(d_f32 · Σq)` (Q8_1's
-/// block sum).
-fn quantize_q8_0_block(x: &[f32; 32], q: &mut [Quant; 32], bsums: &mut [i16; 2]) -> (f32, f32) {
+/// Block `b` of a Q8_0/Q8_1 vector: its quants into the vector's `quants` (at [`stored_index`]),
+/// the sums of each 16 into `bsums`; returns `(d, s)` where `d` is the scale rounded through f16
+/// and `s = f16(d_f32 · Σq)` (Q8_1's block sum). The SIMD twin gives the same bits.
+#[inline(always)]
+fn quantize_q8_0_block(
+    x: &[f32; 32],
+    quants: &mut [Quant],
+    b: usize,
+    bsums: &mut [i16; 2],
+) -> (f32, f32) {
+    simd128_or!(
+        super::simd128::quantize_q8_0_block(x, quants, b, bsums),
+        quantize_q8_0_block_ref(x, quants, b, bsums)
+    )
+}
+
+/// [`quantize_q8_0_block`]'s reference: ggml-cpu's x86 rounding, written for reading.
+pub(super) fn quantize_q8_0_block_ref(
+    x: &[f32; 32],
+    quants: &mut [Quant],
+    b: usize,
+    bsums: &mut [i16; 2],
+) -> (f32, f32) {
     let mut amax = 0.0f32;
     for &v in x {
         let a = abs(v);
@@ -399,7 +414,7 @@ fn quantize_q8_0_block(x: &[f32; 32], q: &mut [Quant; 32], bsums: &mut [i16; 2])
         for i in 16 * half..16 * half + 16 {
             // |x·id| <= 127 up to one rounding step, so the clamp only guards NaN/inf input.
             let r = round_nearest_even(x[i] * id).clamp(-127, 127);
-            q[i] = r as Quant;
+            quants[stored_index(ActivationKind::Q8_0, 32 * b + i)] = r as Quant;
             half_sum += r;
         }
         *bsum = half_sum as i16;

@@ -218,6 +218,99 @@ pub(super) fn dot_bf16<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32
 }
 
 // ---------------------------------------------------------------------------------------------
+// Activation rounding: Q8_0/Q8_1 blocks (`activation::quantize_q8_0_block_ref`, bit for bit).
+
+/// Rounds block `b` of a Q8_0/Q8_1 vector as `activation::quantize_q8_0_block_ref` does, with
+/// the same bits for every input without NaN (blocks so small that `127 / amax` overflows are
+/// left to the reference): the largest magnitude by `f32x4.pmax` (which, like
+/// the reference's `>`, never picks a NaN), `x · (127 / amax)` rounded to nearest even by
+/// `f32x4.nearest` (the reference's `+ 1.5·2^23` trick is the same rounding below 2^22) and
+/// clamped to ±127, the sums exact in i32. The quants go to the vector's `quants` in the build's
+/// layout (`activation::stored_index`).
+pub(super) fn quantize_q8_0_block(
+    x: &[f32; 32],
+    quants: &mut [Quant],
+    b: usize,
+    bsums: &mut [i16; 2],
+) -> (f32, f32) {
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    assert!(quants.len() >= 32 * b + 32);
+    #[cfg(target_feature = "relaxed-simd")]
+    assert!(quants.len() >= 64 * (b / 2) + 64);
+    // SAFETY: x holds 32 f32.
+    let v: [v128; 8] = core::array::from_fn(|i| unsafe { load(x.as_ptr().add(4 * i)) });
+    let mut amax = f32x4_splat(0.0);
+    for v in v {
+        amax = f32x4_pmax(amax, f32x4_abs(v));
+    }
+    amax = f32x4_pmax(amax, i32x4_shuffle::<2, 3, 0, 1>(amax, amax));
+    amax = f32x4_pmax(amax, i32x4_shuffle::<1, 0, 3, 2>(amax, amax));
+    let amax = f32x4_extract_lane::<0>(amax);
+    let d = amax / 127.0;
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    if id == f32::INFINITY {
+        // amax below 127 / f32::MAX: the reference's rounding of ±inf (to -127) is its own
+        return super::activation::quantize_q8_0_block_ref(x, quants, b, bsums);
+    }
+    let id = f32x4_splat(id);
+    let (low, high) = (i32x4_splat(-127), i32x4_splat(127));
+    // q[k]: values 4k..4k + 4 as i32 (NaN, from an infinite input, becomes 0 as in the reference)
+    let q = v.map(|v| {
+        let r = i32x4_trunc_sat_f32x4(f32x4_nearest(f32x4_mul(v, id)));
+        i32x4_min(i32x4_max(r, low), high)
+    });
+    let half_sum = |q: &[v128]| {
+        let v = i32x4_add(i32x4_add(q[0], q[1]), i32x4_add(q[2], q[3]));
+        let v = i32x4_add(v, i32x4_shuffle::<2, 3, 0, 1>(v, v));
+        let v = i32x4_add(v, i32x4_shuffle::<1, 0, 3, 2>(v, v));
+        i32x4_extract_lane::<0>(v)
+    };
+    let (first, second) = (half_sum(&q[..4]), half_sum(&q[4..]));
+    *bsums = [first as i16, second as i16];
+    // values 0..8, 8..16, 16..24, 24..32 as i16
+    let h: [v128; 4] = core::array::from_fn(|k| i16x8_narrow_i32x4(q[2 * k], q[2 * k + 1]));
+    // SAFETY: the stores below stay in the block's slots, inside `quants` (asserted above).
+    unsafe {
+        #[cfg(not(target_feature = "relaxed-simd"))]
+        {
+            // i16, within each 16 the even-indexed 8 then the odd-indexed 8
+            let at = quants.as_mut_ptr().add(32 * b).cast::<v128>();
+            for k in 0..2 {
+                let (a, c) = (h[2 * k], h[2 * k + 1]);
+                v128_store(
+                    at.add(2 * k),
+                    i16x8_shuffle::<0, 2, 4, 6, 8, 10, 12, 14>(a, c),
+                );
+                v128_store(
+                    at.add(2 * k + 1),
+                    i16x8_shuffle::<1, 3, 5, 7, 9, 11, 13, 15>(a, c),
+                );
+            }
+        }
+        #[cfg(target_feature = "relaxed-simd")]
+        {
+            // i8, run k (values 8k..8k + 8) at 16k of the pair, after the first block's if odd
+            let at = quants
+                .as_mut_ptr()
+                .add(64 * (b / 2) + 8 * (b % 2))
+                .cast::<u8>();
+            let (a, c) = (
+                i8x16_narrow_i16x8(h[0], h[1]),
+                i8x16_narrow_i16x8(h[2], h[3]),
+            );
+            v128_store64_lane::<0>(a, at.cast());
+            v128_store64_lane::<1>(a, at.add(16).cast());
+            v128_store64_lane::<0>(c, at.add(32).cast());
+            v128_store64_lane::<1>(c, at.add(48).cast());
+        }
+    }
+    (
+        f16_to_f32(super::half::f32_to_f16(d)),
+        f16_to_f32(super::half::f32_to_f16(d * (first + second) as f32)),
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
 // Shared by the integer kernels of both builds.
 
 /// Asserts that every activation vector covers `n_blocks` blocks of 32 values (and their

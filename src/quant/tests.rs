@@ -581,6 +581,49 @@ fn simd_matches_scalar_reference() {
     }
 }
 
+/// The SIMD rounding of Q8_0/Q8_1 blocks gives the reference's bits: random blocks of every
+/// magnitude, ties, zeros, infinities and subnormals, at even and odd block positions.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+#[test]
+fn simd_q8_0_rounding_matches_reference() {
+    use super::activation::{Quant, quantize_q8_0_block_ref};
+    let mut rng = Rng(7);
+    let mut blocks: Vec<[f32; 32]> = (0..200)
+        .map(|_| {
+            let x = random_activation(32, &mut rng);
+            core::array::from_fn(|i| x[i])
+        })
+        .collect();
+    // exact ties at amax 127 (x·id = x), and the special values
+    blocks.push(core::array::from_fn(|i| {
+        i as f32 - 15.5 + (i == 31) as u8 as f32 * 111.0
+    }));
+    blocks.push([0.0; 32]);
+    blocks.push(core::array::from_fn(|i| {
+        if i == 3 { f32::INFINITY } else { i as f32 }
+    }));
+    blocks.push(core::array::from_fn(|i| {
+        if i == 9 { f32::NEG_INFINITY } else { 1.0 }
+    }));
+    blocks.push(core::array::from_fn(|i| {
+        f32::from_bits(i as u32 + 1) * if i % 2 == 0 { 1.0 } else { -1.0 }
+    }));
+    blocks.push(core::array::from_fn(|i| (i as f32 - 16.0) * 1e30));
+    let n = 64 * blocks.len().div_ceil(2) * 2;
+    let (mut got, mut want) = (vec![0 as Quant; n], vec![0 as Quant; n]);
+    for (b, x) in blocks.iter().enumerate() {
+        let (mut bs_got, mut bs_want) = ([0i16; 2], [0i16; 2]);
+        let r_got = super::simd128::quantize_q8_0_block(x, &mut got, b, &mut bs_got);
+        let r_want = quantize_q8_0_block_ref(x, &mut want, b, &mut bs_want);
+        assert_eq!(
+            (r_got.0.to_bits(), r_got.1.to_bits(), bs_got),
+            (r_want.0.to_bits(), r_want.1.to_bits(), bs_want),
+            "block {b}: {x:?}"
+        );
+    }
+    assert_eq!(got, want);
+}
+
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 #[test]
 fn simd_f16_conversion_is_exact_for_every_value() {
