@@ -79,28 +79,6 @@ fn f16_at(row: &[u8], at: usize) -> f32 {
 // ---------------------------------------------------------------------------------------------
 // F32, F16, BF16: f32 products (the activations are already rounded to the weight format).
 
-/// 4 binary16 values (in the low half of u32 lanes) -> f32x4, exact (subnormals, infinities,
-/// NaN).
-#[inline(always)]
-fn f16x4_to_f32(h: v128) -> v128 {
-    let magnitude = v128_and(h, u32x4_splat(0x7fff));
-    let sign = i32x4_shl(v128_xor(h, magnitude), 16);
-    // normal: rebias the exponent by 112; subnormal: m * 2^-24 (exact, and no f32 subnormal
-    // ever enters an arithmetic instruction); infinity/NaN: force the exponent to all ones.
-    let normal = i32x4_add(i32x4_shl(magnitude, 13), u32x4_splat(112 << 23));
-    let subnormal = f32x4_mul(
-        f32x4_convert_i32x4(magnitude),
-        f32x4_splat(1.0 / 16_777_216.0),
-    );
-    let is_subnormal = i32x4_lt(magnitude, i32x4_splat(0x0400));
-    let is_special = i32x4_gt(magnitude, i32x4_splat(0x7bff));
-    let value = v128_bitselect(subnormal, normal, is_subnormal);
-    v128_or(
-        v128_or(value, v128_and(is_special, u32x4_splat(0x7f80_0000))),
-        sign,
-    )
-}
-
 /// 8 binary16 values (u16 lanes) -> two f32x4, exact for every value (subnormals, infinities,
 /// NaN). Each value is moved to the top half of a lane (sign at bit 31), its exponent and
 /// mantissa shifted into f32 position and multiplied by 2^112 to rebias the exponent; f16
@@ -109,17 +87,20 @@ fn f16x4_to_f32(h: v128) -> v128 {
 /// constants, so the kernel's accumulators keep their registers.
 #[inline(always)]
 pub(super) fn f16x8_to_f32(h: v128) -> (v128, v128) {
-    #[inline(always)]
-    fn four(top: v128) -> v128 {
-        let magnitude = u32x4_shr(i32x4_shl(top, 1), 4);
-        let value = f32x4_mul(magnitude, f32x4_splat(f32::from_bits((127 + 112) << 23))); // 2^112
-        let special = i32x4_gt(value, u32x4_splat(0x477f_ffff)); // >= 2^16
-        let exponent = i32x4_shl(u32x4_shr(special, 24), 23); // 0x7f80_0000 where special
-        let sign = i32x4_shl(u32x4_shr(top, 31), 31);
-        v128_or(v128_or(value, exponent), sign)
-    }
     let (low, high) = bf16x8_to_f32(h); // the same move to the top half of each lane
-    (four(low), four(high))
+    (f16_high_to_f32(low), f16_high_to_f32(high))
+}
+
+/// 4 binary16 values in the top half of u32 lanes (the low half ignored) -> f32x4, exact for
+/// every value ([`f16x8_to_f32`]'s conversion).
+#[inline(always)]
+fn f16_high_to_f32(top: v128) -> v128 {
+    let magnitude = u32x4_shr(i32x4_shl(top, 1), 4);
+    let value = f32x4_mul(magnitude, f32x4_splat(f32::from_bits((127 + 112) << 23))); // 2^112
+    let special = i32x4_gt(value, u32x4_splat(0x477f_ffff)); // >= 2^16
+    let exponent = i32x4_shl(u32x4_shr(special, 24), 23); // 0x7f80_0000 where special
+    let sign = i32x4_shl(u32x4_shr(top, 31), 31);
+    v128_or(v128_or(value, exponent), sign)
 }
 
 /// 8 bfloat16 values (u16 lanes) -> two f32x4: each value moves to the top half of a lane.
@@ -341,29 +322,51 @@ fn transpose_sum(v: [v128; 4]) -> v128 {
     )
 }
 
-/// `count` (1..=4) f16 values at `p`, `p + stride`, .. as f32x4 (missing lanes 0).
+/// The f16 scales and minimums (0 without `MIN_AT`) of `count` (1..=4) legacy blocks at `blk`,
+/// as two f32x4 (missing lanes 0). A minimum sits right after its scale (`MIN_AT` 2), so each
+/// block's pair is one 32-bit load and all eight values convert at once; a lone scale is loaded
+/// into the top half of its lane, where [`f16_high_to_f32`] wants it.
 ///
 /// # Safety
-/// The `count` pairs of bytes must be readable.
+/// The `count` blocks must be readable.
 #[inline(always)]
-unsafe fn gather_f16x4(p: *const u8, stride: usize, count: usize) -> v128 {
-    // SAFETY: only the `count` values the caller vouches for are read. Each u16 goes to the low
-    // half of an i32 lane.
-    let h = unsafe {
-        let mut h = u32x4_splat(0);
-        h = v128_load16_lane::<0>(h, p.cast());
-        if count > 1 {
-            h = v128_load16_lane::<2>(h, p.add(stride).cast());
+unsafe fn gather_scales<L: Legacy>(blk: *const u8, count: usize) -> [v128; 2] {
+    const { assert!(matches!(L::MIN_AT, None | Some(2))) };
+    let stride = L::BYTES;
+    // SAFETY: only the `count` blocks the caller vouches for are read.
+    unsafe {
+        if L::MIN_AT.is_some() {
+            // u16 lanes [d0, m0, d1, m1, d2, m2, d3, m3]
+            let mut h = v128_load32_zero(blk.cast());
+            if count > 1 {
+                h = v128_load32_lane::<1>(h, blk.add(stride).cast());
+            }
+            if count > 2 {
+                h = v128_load32_lane::<2>(h, blk.add(2 * stride).cast());
+            }
+            if count > 3 {
+                h = v128_load32_lane::<3>(h, blk.add(3 * stride).cast());
+            }
+            let (dm01, dm23) = f16x8_to_f32(h);
+            [
+                i32x4_shuffle::<0, 2, 4, 6>(dm01, dm23),
+                i32x4_shuffle::<1, 3, 5, 7>(dm01, dm23),
+            ]
+        } else {
+            let mut h = u32x4_splat(0);
+            h = v128_load16_lane::<1>(h, blk.cast());
+            if count > 1 {
+                h = v128_load16_lane::<3>(h, blk.add(stride).cast());
+            }
+            if count > 2 {
+                h = v128_load16_lane::<5>(h, blk.add(2 * stride).cast());
+            }
+            if count > 3 {
+                h = v128_load16_lane::<7>(h, blk.add(3 * stride).cast());
+            }
+            [f16_high_to_f32(h), f32x4_splat(0.0)]
         }
-        if count > 2 {
-            h = v128_load16_lane::<4>(h, p.add(2 * stride).cast());
-        }
-        if count > 3 {
-            h = v128_load16_lane::<6>(h, p.add(3 * stride).cast());
-        }
-        h
-    };
-    f16x4_to_f32(h)
+    }
 }
 
 /// `count` (1..=4) f32 at `p` as f32x4 (missing lanes 0).
@@ -550,11 +553,7 @@ unsafe fn legacy_group<L: Legacy, const T: usize>(
     unsafe {
         // The four blocks' scales and minimums (0 without), as f32x4.
         let blk = row.as_ptr().add(first * L::BYTES);
-        let d = gather_f16x4(blk, L::BYTES, count);
-        let m = match L::MIN_AT {
-            Some(at) => gather_f16x4(blk.add(at), L::BYTES, count),
-            None => f32x4_splat(0.0),
-        };
+        let [d, m] = gather_scales::<L>(blk, count);
         #[cfg(not(target_feature = "relaxed-simd"))]
         legacy_group_transposed::<L, T>(row, [d, m], xs, acc, first, count);
         #[cfg(target_feature = "relaxed-simd")]
