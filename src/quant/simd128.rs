@@ -859,6 +859,10 @@ use dot_i16 as build;
 mod dot_i8;
 #[cfg(target_feature = "relaxed-simd")]
 use dot_i8 as build;
+#[cfg(target_feature = "relaxed-simd")]
+mod prepared;
+#[cfg(target_feature = "relaxed-simd")]
+pub(super) use prepared::matmul as matmul_prepared;
 
 pub(super) use build::{dot_q4_k, dot_q5_k, dot_q6_k};
 
