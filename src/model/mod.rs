@@ -635,7 +635,9 @@ impl<'a> Model<'a> {
             let n = (ids.len() - done).min(MAX_BATCH);
             let batch = &ids[done..done + n];
             let want_all = on_logits.is_some();
-            self.forward_batch(batch, want_all, &mut |i, l| {
+            // Only the last batch's last logits outlive the call (unless all are wanted).
+            let want_last = done + n == ids.len();
+            self.forward_batch(batch, want_all, want_last, &mut |i, l| {
                 if let Some(f) = on_logits.as_mut() {
                     f(done + i, l)
                 }
@@ -650,10 +652,14 @@ impl<'a> Model<'a> {
         Ok(())
     }
 
+    /// One batch (at most `MAX_BATCH` ids). Logits: of every position, each passed to
+    /// `on_logits`, with `all_logits`; else of the last position into `logits` with
+    /// `last_logits`; else none (a batch before the last: its logits would be overwritten).
     fn forward_batch(
         &mut self,
         ids: &[u32],
         all_logits: bool,
+        last_logits: bool,
         on_logits: &mut dyn FnMut(usize, &[f32]),
     ) -> Result<()> {
         let n = ids.len();
@@ -746,6 +752,9 @@ impl<'a> Model<'a> {
             )?;
         }
         self.pos += n;
+        if !all_logits && !last_logits {
+            return Ok(());
+        }
         // Final norm and the output projection: every position when asked, else the last.
         let first = if all_logits { 0 } else { n - 1 };
         let s = &mut self.scratch;

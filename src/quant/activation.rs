@@ -33,8 +33,10 @@
 //!     even-indexed ones come first, then the 8 odd-indexed ones ("pair-interleaved"): a kernel
 //!     can then split 16 weight bytes (or 32 nibbles) into i16 lanes with shifts and masks on
 //!     16-bit lanes, never widening bytes.
-//!   - relaxed SIMD: i8 in natural order, the signed operand of
-//!     `i16x8.relaxed_dot_i8x16_i7x16_s`.
+//!   - relaxed SIMD: i8, the signed operand of `i16x8.relaxed_dot_i8x16_i7x16_s`; Q8_K in
+//!     natural order, Q8_0/Q8_1 with each pair of blocks interleaved in runs of 8 (so the four
+//!     i32 lanes of one dot product fall two to each block; a lone last block gets a zero
+//!     partner, so a vector holds [`quants_len`] quants).
 //!
 //!   [`stored_index`] maps a natural index to its slot. `scales` `[n_vecs][n_cols / block]` f32:
 //!   `d` per block (32 for Q8_0/Q8_1, 256 for Q8_K). Q8_1 adds `sums` `[n_vecs][n_cols / 32]`
@@ -84,18 +86,45 @@ pub type Quant = i16;
 #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
 pub type Quant = i8;
 
-/// Where natural index `i` of a vector lies in its quants array. Pair-interleaved (i16 builds):
-/// within each group of 16, the even indices take slots 0..8 and the odd ones slots 8..16.
+/// Where natural index `i` of a vector of `kind` lies in its quants array. i16 builds, every
+/// kind: pair-interleaved, within each group of 16 the even indices take slots 0..8 and the odd
+/// ones slots 8..16.
 #[cfg(not(all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
 #[inline(always)]
-pub const fn stored_index(i: usize) -> usize {
+pub const fn stored_index(kind: ActivationKind, i: usize) -> usize {
+    let _ = kind;
     (i & !15) | ((i & 1) << 3) | ((i & 15) >> 1)
 }
-/// Where natural index `i` of a vector lies in its quants array: natural order (relaxed SIMD).
+/// Where natural index `i` of a vector of `kind` lies in its quants array (relaxed SIMD). Q8_K:
+/// natural order. Q8_0/Q8_1: blocks of 32 go in pairs, and each pair's 64 quants are stored as
+/// eight runs of 8 taken in turn from the two blocks (block `2p` values `0..8`, block `2p + 1`
+/// values `0..8`, block `2p` values `8..16`, ...), so that one 16-byte load holds 8 values of
+/// each block and the four i32 lanes of a relaxed dot product fall two to each block. A lone
+/// last block is stored as if its partner were all zeros ([`quants_len`]).
 #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
 #[inline(always)]
-pub const fn stored_index(i: usize) -> usize {
-    i
+pub const fn stored_index(kind: ActivationKind, i: usize) -> usize {
+    match kind {
+        ActivationKind::Q8_0 | ActivationKind::Q8_1 => {
+            let (pair, second, j) = (i / 64, (i / 32) % 2, i % 32);
+            64 * pair + 16 * (j / 8) + 8 * second + j % 8
+        }
+        _ => i,
+    }
+}
+
+/// Quants stored per vector of `n_cols` values of an integer `kind`: `n_cols`, or in the
+/// relaxed build for Q8_0/Q8_1 `n_cols` rounded up to whole pairs of blocks (the missing block
+/// of a pair is stored as zeros).
+#[inline(always)]
+pub const fn quants_len(kind: ActivationKind, n_cols: usize) -> usize {
+    let paired = cfg!(all(target_arch = "wasm32", target_feature = "relaxed-simd"))
+        && matches!(kind, ActivationKind::Q8_0 | ActivationKind::Q8_1);
+    if paired {
+        n_cols.next_multiple_of(64)
+    } else {
+        n_cols
+    }
 }
 
 /// A batch of activation vectors rounded for one weight type. Owned scratch: reuse it.
@@ -106,7 +135,7 @@ pub struct ActivationBuf {
     n_vecs: usize,
     /// Float kinds: `[n_vecs][n_cols]` rounded values.
     values: Vec<f32>,
-    /// Integer kinds: `[n_vecs][n_cols]` quants, at [`stored_index`].
+    /// Integer kinds: `[n_vecs][quants_len]` quants, at [`stored_index`].
     quants: Vec<Quant>,
     /// Integer kinds: `[n_vecs][n_cols / block]` scale `d` of each block.
     scales: Vec<f32>,
@@ -122,7 +151,7 @@ pub struct ActivationBuf {
 pub(crate) struct ActRow<'a> {
     /// Float kinds: `[n_cols]`.
     pub values: &'a [f32],
-    /// Integer kinds: `[n_cols]`, at [`stored_index`].
+    /// Integer kinds: `[quants_len]`, at [`stored_index`].
     pub quants: &'a [Quant],
     /// Integer kinds: `[n_cols / block]`.
     pub scales: &'a [f32],
@@ -164,7 +193,10 @@ impl ActivationBuf {
         let mut buf = ActivationBuf::new();
         let n = values(n_cols, n_vecs)?;
         reserve(&mut buf.values, n)?;
-        reserve(&mut buf.quants, n)?;
+        reserve(
+            &mut buf.quants,
+            values(n_cols.next_multiple_of(64), n_vecs)?,
+        )?;
         reserve(&mut buf.scales, n / 32)?;
         reserve(&mut buf.sums, n / 32)?;
         reserve(&mut buf.bsums, n / 16)?;
@@ -197,7 +229,8 @@ impl ActivationBuf {
             Some(kind) if kind.is_float() => row.values = &self.values[v * n..(v + 1) * n],
             Some(kind) => {
                 let nb = n / kind.block();
-                row.quants = &self.quants[v * n..(v + 1) * n];
+                let nq = quants_len(kind, n);
+                row.quants = &self.quants[v * nq..(v + 1) * nq];
                 row.scales = &self.scales[v * nb..(v + 1) * nb];
                 if kind == ActivationKind::Q8_1 {
                     row.sums = &self.sums[v * nb..(v + 1) * nb];
@@ -216,7 +249,8 @@ impl ActivationBuf {
             resize(&mut self.values, n, 0.0)?;
         } else {
             let nb = n / kind.block();
-            resize(&mut self.quants, n, 0)?;
+            let nq = values(quants_len(kind, n_cols), n_vecs)?;
+            resize(&mut self.quants, nq, 0)?;
             resize(&mut self.scales, nb, 0.0)?;
             if kind == ActivationKind::Q8_1 {
                 resize(&mut self.sums, nb, 0.0)?;
@@ -295,14 +329,24 @@ pub fn quantize_activations(
             }
         }
         ActivationKind::Q8_0 | ActivationKind::Q8_1 => {
-            let blocks = xs.as_chunks::<32>().0;
-            let quants = out.quants[..n].as_chunks_mut::<32>().0;
-            let bsums = out.bsums[..n / 16].as_chunks_mut::<2>().0;
-            for (b, ((x, q), bs)) in blocks.iter().zip(quants).zip(bsums).enumerate() {
-                let (d, s) = quantize_q8_0_block(x, q, bs);
-                out.scales[b] = d;
-                if kind == ActivationKind::Q8_1 {
-                    out.sums[b] = s;
+            let nq = quants_len(kind, n_cols);
+            let nb = n_cols / 32;
+            for v in 0..n_vecs {
+                let quants = &mut out.quants[v * nq..(v + 1) * nq];
+                let x = xs[v * n_cols..(v + 1) * n_cols].as_chunks::<32>().0;
+                let bsums = out.bsums[v * (n_cols / 16)..(v + 1) * (n_cols / 16)]
+                    .as_chunks_mut::<2>()
+                    .0;
+                for (b, (x, bs)) in x.iter().zip(bsums).enumerate() {
+                    let (d, s) = quantize_q8_0_block(x, quants, b, bs);
+                    out.scales[v * nb + b] = d;
+                    if kind == ActivationKind::Q8_1 {
+                        out.sums[v * nb + b] = s;
+                    }
+                }
+                // the zero partner of a lone last block, if the layout has one
+                for i in n_cols..nq {
+                    quants[stored_index(kind, i)] = 0;
                 }
             }
         }
@@ -332,10 +376,29 @@ fn round_nearest_even(v: f32) -> i32 {
     (t.to_bits() & 0x007f_ffff) as i32 - 0x0040_0000
 }
 
-/// One Q8_0/Q8_1 block: quants into `q` (at [`stored_index`]), the sums of each 16 into `bsums`;
-/// returns `(d, s)` where `d` is the scale rounded through f16 and `s = f16(d_f32 · Σq)` (Q8_1's
-/// block sum).
-fn quantize_q8_0_block(x: &[f32; 32], q: &mut [Quant; 32], bsums: &mut [i16; 2]) -> (f32, f32) {
+/// Block `b` of a Q8_0/Q8_1 vector: its quants into the vector's `quants` (at [`stored_index`]),
+/// the sums of each 16 into `bsums`; returns `(d, s)` where `d` is the scale rounded through f16
+/// and `s = f16(d_f32 · Σq)` (Q8_1's block sum). The SIMD twin gives the same bits.
+#[inline(always)]
+fn quantize_q8_0_block(
+    x: &[f32; 32],
+    quants: &mut [Quant],
+    b: usize,
+    bsums: &mut [i16; 2],
+) -> (f32, f32) {
+    simd128_or!(
+        super::simd128::quantize_q8_0_block(x, quants, b, bsums),
+        quantize_q8_0_block_ref(x, quants, b, bsums)
+    )
+}
+
+/// [`quantize_q8_0_block`]'s reference: ggml-cpu's x86 rounding, written for reading.
+pub(super) fn quantize_q8_0_block_ref(
+    x: &[f32; 32],
+    quants: &mut [Quant],
+    b: usize,
+    bsums: &mut [i16; 2],
+) -> (f32, f32) {
     let mut amax = 0.0f32;
     for &v in x {
         let a = abs(v);
@@ -351,7 +414,7 @@ fn quantize_q8_0_block(x: &[f32; 32], q: &mut [Quant; 32], bsums: &mut [i16; 2])
         for i in 16 * half..16 * half + 16 {
             // |x·id| <= 127 up to one rounding step, so the clamp only guards NaN/inf input.
             let r = round_nearest_even(x[i] * id).clamp(-127, 127);
-            q[stored_index(i)] = r as Quant;
+            quants[stored_index(ActivationKind::Q8_0, 32 * b + i)] = r as Quant;
             half_sum += r;
         }
         *bsum = half_sum as i16;
@@ -385,7 +448,7 @@ fn quantize_q8_k_block(x: &[f32; 256], q: &mut [Quant; 256], bsums: &mut [i16; 1
         let mut sum = 0i32;
         for (j, &v) in group.iter().enumerate() {
             let r = round_nearest_even(iscale * v).clamp(-128, 127);
-            q[stored_index(g * 16 + j)] = r as Quant;
+            q[stored_index(ActivationKind::Q8K, g * 16 + j)] = r as Quant;
             sum += r;
         }
         bsums[g] = sum as i16;

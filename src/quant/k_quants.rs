@@ -166,7 +166,7 @@ impl Kernels for Q4K {
                 for l in 0..32 {
                     let byte = blk.qs[32 * (j / 2) + l];
                     let q = if j % 2 == 0 { byte & 0x0f } else { byte >> 4 };
-                    s += q as i32 * xq[stored_index(32 * j + l)] as i32;
+                    s += q as i32 * xq[stored_index(ActivationKind::Q8K, 32 * j + l)] as i32;
                 }
                 sumi += sc[j] as i32 * s;
                 summ += m[j] as i32 * (bsums[2 * j] as i32 + bsums[2 * j + 1] as i32);
@@ -221,7 +221,7 @@ impl Kernels for Q5K {
                     let byte = blk.qs[32 * (j / 2) + l];
                     let low = if j % 2 == 0 { byte & 0x0f } else { byte >> 4 };
                     let q = low | ((blk.qh[l] >> j) & 1) << 4;
-                    s += q as i32 * xq[stored_index(32 * j + l)] as i32;
+                    s += q as i32 * xq[stored_index(ActivationKind::Q8K, 32 * j + l)] as i32;
                 }
                 sumi += sc[j] as i32 * s;
                 summ += m[j] as i32 * (bsums[2 * j] as i32 + bsums[2 * j + 1] as i32);
@@ -263,7 +263,7 @@ impl Kernels for Q6K {
             for j in 0..16 {
                 let mut s = 0i32;
                 for i in 16 * j..16 * j + 16 {
-                    s += (q[i] - 32) * xq[stored_index(i)] as i32;
+                    s += (q[i] - 32) * xq[stored_index(ActivationKind::Q8K, i)] as i32;
                 }
                 sumi += blk.scales[j] as i32 * s;
             }

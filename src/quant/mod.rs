@@ -13,8 +13,9 @@
 //!    type's activation format (Q8_0, Q8_1, Q8_K, f16, bf16 or f32, see `activation.rs`) into a
 //!    reusable [`ActivationBuf`];
 //! 2. [`matvec`] (one vector) or [`matmul`] (a batch; each weight row is decoded once per 4
-//!    vectors, 2 for the float types) multiplies a range of weight rows, read in place from the
-//!    model file, with it. Per vector both do the same operations in the same order, so a
+//!    vectors, 2 for the float types, and in the relaxed-SIMD build once per batch of up to 32
+//!    for the 4- and 5-bit legacy types) multiplies a range of weight rows, read in place from
+//!    the model file, with it. Per vector both do the same operations in the same order, so a
 //!    batched prefill gives bit-identical results to one vector at a time.
 //!
 //! [`dequantize_row`] turns one weight row into f32 (embedding lookups, tests).
@@ -424,7 +425,9 @@ pub fn matmul(
 /// [`matmul`] writing product `(v, r)` to `y[v * y_stride + r - rows.start]`, so that threads
 /// can fill disjoint column ranges of one `(n_vecs, y_stride)` output without a copy.
 /// Each weight row is decoded once per tile of 4 vectors; rows are taken in chunks of about
-/// 32 KiB so that both the chunk and the tile's activations stay in cache.
+/// 32 KiB so that both the chunk and the tile's activations stay in cache. (The relaxed build
+/// decodes a Q4_0/Q4_1/Q5_0/Q5_1 row once for every tile of a batch of more than 4 vectors:
+/// `simd128/prepared.rs`.)
 ///
 /// # Safety
 /// Those `n_vecs * rows.len()` elements must be writable and not accessed by anyone else during
@@ -446,6 +449,12 @@ pub unsafe fn matmul_strided(
     let n_rows = rows.len();
     let n_vecs = xs.n_vecs();
     let w = &w[rows.start * rb..rows.end * rb];
+    // The relaxed build unpacks each row of a legacy type once for a whole batch.
+    // SAFETY: this function's contract, passed on.
+    #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+    if unsafe { simd128::matmul_prepared(ty, w, rb, xs, n_rows, y, y_stride) } {
+        return;
+    }
     let chunk_rows = (MATMUL_CHUNK_BYTES / rb).max(1);
     with_kernels!(ty, K => {
         for chunk_start in (0..n_rows).step_by(chunk_rows) {

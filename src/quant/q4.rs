@@ -69,11 +69,12 @@ impl Kernels for Q4_0 {
     fn dot_ref(row: &[u8], x: &ActRow<'_>) -> f32 {
         let mut sum = 0.0f32;
         for (b, blk) in as_blocks::<BlockQ4_0>(row).iter().enumerate() {
-            let q = &x.quants[b * 32..b * 32 + 32];
+            // quant i of this block
+            let q = |i: usize| x.quants[stored_index(Self::ACTIVATION, 32 * b + i)] as i32;
             let mut sumi = 0i32;
             for (j, &byte) in blk.qs.iter().enumerate() {
-                sumi += ((byte & 0x0f) as i32 - 8) * q[stored_index(j)] as i32;
-                sumi += ((byte >> 4) as i32 - 8) * q[stored_index(j + 16)] as i32;
+                sumi += ((byte & 0x0f) as i32 - 8) * q(j);
+                sumi += ((byte >> 4) as i32 - 8) * q(j + 16);
             }
             sum += sumi as f32 * (blk.d.to_f32() * x.scales[b]);
         }
@@ -106,11 +107,12 @@ impl Kernels for Q4_1 {
     fn dot_ref(row: &[u8], x: &ActRow<'_>) -> f32 {
         let mut sum = 0.0f32;
         for (b, blk) in as_blocks::<BlockQ4_1>(row).iter().enumerate() {
-            let q = &x.quants[b * 32..b * 32 + 32];
+            // quant i of this block
+            let q = |i: usize| x.quants[stored_index(Self::ACTIVATION, 32 * b + i)] as i32;
             let mut sumi = 0i32;
             for (j, &byte) in blk.qs.iter().enumerate() {
-                sumi += (byte & 0x0f) as i32 * q[stored_index(j)] as i32;
-                sumi += (byte >> 4) as i32 * q[stored_index(j + 16)] as i32;
+                sumi += (byte & 0x0f) as i32 * q(j);
+                sumi += (byte >> 4) as i32 * q(j + 16);
             }
             sum += sumi as f32 * (blk.d.to_f32() * x.scales[b]) + blk.m.to_f32() * x.sums[b];
         }

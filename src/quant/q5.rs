@@ -81,10 +81,11 @@ impl Kernels for Q5_0 {
     fn dot_ref(row: &[u8], x: &ActRow<'_>) -> f32 {
         let mut sum = 0.0f32;
         for (b, blk) in as_blocks::<BlockQ5_0>(row).iter().enumerate() {
-            let xq = &x.quants[b * 32..b * 32 + 32];
+            // quant i of this block
+            let xq = |i: usize| x.quants[stored_index(Self::ACTIVATION, 32 * b + i)] as i32;
             let mut sumi = 0i32;
             for (i, q) in unpack(blk.qh, &blk.qs).into_iter().enumerate() {
-                sumi += (q - 16) * xq[stored_index(i)] as i32;
+                sumi += (q - 16) * xq(i);
             }
             sum += sumi as f32 * (blk.d.to_f32() * x.scales[b]);
         }
@@ -116,10 +117,11 @@ impl Kernels for Q5_1 {
     fn dot_ref(row: &[u8], x: &ActRow<'_>) -> f32 {
         let mut sum = 0.0f32;
         for (b, blk) in as_blocks::<BlockQ5_1>(row).iter().enumerate() {
-            let xq = &x.quants[b * 32..b * 32 + 32];
+            // quant i of this block
+            let xq = |i: usize| x.quants[stored_index(Self::ACTIVATION, 32 * b + i)] as i32;
             let mut sumi = 0i32;
             for (i, q) in unpack(blk.qh, &blk.qs).into_iter().enumerate() {
-                sumi += q * xq[stored_index(i)] as i32;
+                sumi += q * xq(i);
             }
             sum += sumi as f32 * (blk.d.to_f32() * x.scales[b]) + blk.m.to_f32() * x.sums[b];
         }

@@ -83,10 +83,11 @@ impl Kernels for Q8_0 {
     fn dot_ref(row: &[u8], x: &ActRow<'_>) -> f32 {
         let mut sum = 0.0f32;
         for (b, blk) in as_blocks::<BlockQ8_0>(row).iter().enumerate() {
-            let xq = &x.quants[b * 32..b * 32 + 32];
+            // quant i of this block
+            let xq = |i: usize| x.quants[stored_index(Self::ACTIVATION, 32 * b + i)] as i32;
             let mut sumi = 0i32;
             for (i, &q) in blk.qs.iter().enumerate() {
-                sumi += q as i32 * xq[stored_index(i)] as i32;
+                sumi += q as i32 * xq(i);
             }
             sum += sumi as f32 * (blk.d.to_f32() * x.scales[b]);
         }

@@ -10,10 +10,11 @@
 //!   weight bytes viewed as eight i16 lanes split into "even bytes" `(v << 8) >> 8` and "odd
 //!   bytes" `v >> 8`, and 16 bytes of nibbles into four vectors with 16-bit shifts and masks — no
 //!   byte widening at all.
-//! - relaxed SIMD (`simd128/dot_i8.rs`, `dist/wasmind-relaxed*.wasm`): i8 activations in natural
-//!   order and weights unpacked to unsigned bytes, multiplied by
-//!   `i16x8.relaxed_dot_i8x16_i7x16_s` / `i32x4.relaxed_dot_i8x16_i7x16_add_s` (one `vpdpbusd`
-//!   in V8 on x86 with AVX-VNNI). Half the activation bytes and half the unpacking.
+//! - relaxed SIMD (`simd128/dot_i8.rs`, `dist/wasmind-relaxed*.wasm`): i8 activations and
+//!   weights unpacked to unsigned bytes, multiplied by `i16x8.relaxed_dot_i8x16_i7x16_s` /
+//!   `i32x4.relaxed_dot_i8x16_i7x16_add_s` (one `vpdpbusd` in V8 on x86 with AVX-VNNI). Half the
+//!   activation bytes and half the unpacking. The legacy types' activations interleave each pair
+//!   of blocks in runs of 8, so one dot product's four lanes serve two blocks (`legacy_group`).
 //!
 //! In both every integer sum is exact, the same number, and becomes f32 once per block (legacy
 //! types) or super-block (K-quants). The K-quants add their f32 products in the same order in
@@ -78,28 +79,6 @@ fn f16_at(row: &[u8], at: usize) -> f32 {
 // ---------------------------------------------------------------------------------------------
 // F32, F16, BF16: f32 products (the activations are already rounded to the weight format).
 
-/// 4 binary16 values (in the low half of u32 lanes) -> f32x4, exact (subnormals, infinities,
-/// NaN).
-#[inline(always)]
-fn f16x4_to_f32(h: v128) -> v128 {
-    let magnitude = v128_and(h, u32x4_splat(0x7fff));
-    let sign = i32x4_shl(v128_xor(h, magnitude), 16);
-    // normal: rebias the exponent by 112; subnormal: m * 2^-24 (exact, and no f32 subnormal
-    // ever enters an arithmetic instruction); infinity/NaN: force the exponent to all ones.
-    let normal = i32x4_add(i32x4_shl(magnitude, 13), u32x4_splat(112 << 23));
-    let subnormal = f32x4_mul(
-        f32x4_convert_i32x4(magnitude),
-        f32x4_splat(1.0 / 16_777_216.0),
-    );
-    let is_subnormal = i32x4_lt(magnitude, i32x4_splat(0x0400));
-    let is_special = i32x4_gt(magnitude, i32x4_splat(0x7bff));
-    let value = v128_bitselect(subnormal, normal, is_subnormal);
-    v128_or(
-        v128_or(value, v128_and(is_special, u32x4_splat(0x7f80_0000))),
-        sign,
-    )
-}
-
 /// 8 binary16 values (u16 lanes) -> two f32x4, exact for every value (subnormals, infinities,
 /// NaN). Each value is moved to the top half of a lane (sign at bit 31), its exponent and
 /// mantissa shifted into f32 position and multiplied by 2^112 to rebias the exponent; f16
@@ -108,17 +87,20 @@ fn f16x4_to_f32(h: v128) -> v128 {
 /// constants, so the kernel's accumulators keep their registers.
 #[inline(always)]
 pub(super) fn f16x8_to_f32(h: v128) -> (v128, v128) {
-    #[inline(always)]
-    fn four(top: v128) -> v128 {
-        let magnitude = u32x4_shr(i32x4_shl(top, 1), 4);
-        let value = f32x4_mul(magnitude, f32x4_splat(f32::from_bits((127 + 112) << 23))); // 2^112
-        let special = i32x4_gt(value, u32x4_splat(0x477f_ffff)); // >= 2^16
-        let exponent = i32x4_shl(u32x4_shr(special, 24), 23); // 0x7f80_0000 where special
-        let sign = i32x4_shl(u32x4_shr(top, 31), 31);
-        v128_or(v128_or(value, exponent), sign)
-    }
     let (low, high) = bf16x8_to_f32(h); // the same move to the top half of each lane
-    (four(low), four(high))
+    (f16_high_to_f32(low), f16_high_to_f32(high))
+}
+
+/// 4 binary16 values in the top half of u32 lanes (the low half ignored) -> f32x4, exact for
+/// every value ([`f16x8_to_f32`]'s conversion).
+#[inline(always)]
+fn f16_high_to_f32(top: v128) -> v128 {
+    let magnitude = u32x4_shr(i32x4_shl(top, 1), 4);
+    let value = f32x4_mul(magnitude, f32x4_splat(f32::from_bits((127 + 112) << 23))); // 2^112
+    let special = i32x4_gt(value, u32x4_splat(0x477f_ffff)); // >= 2^16
+    let exponent = i32x4_shl(u32x4_shr(special, 24), 23); // 0x7f80_0000 where special
+    let sign = i32x4_shl(u32x4_shr(top, 31), 31);
+    v128_or(v128_or(value, exponent), sign)
 }
 
 /// 8 bfloat16 values (u16 lanes) -> two f32x4: each value moves to the top half of a lane.
@@ -217,6 +199,99 @@ pub(super) fn dot_bf16<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32
 }
 
 // ---------------------------------------------------------------------------------------------
+// Activation rounding: Q8_0/Q8_1 blocks (`activation::quantize_q8_0_block_ref`, bit for bit).
+
+/// Rounds block `b` of a Q8_0/Q8_1 vector as `activation::quantize_q8_0_block_ref` does, with
+/// the same bits for every input without NaN (blocks so small that `127 / amax` overflows are
+/// left to the reference): the largest magnitude by `f32x4.pmax` (which, like
+/// the reference's `>`, never picks a NaN), `x · (127 / amax)` rounded to nearest even by
+/// `f32x4.nearest` (the reference's `+ 1.5·2^23` trick is the same rounding below 2^22) and
+/// clamped to ±127, the sums exact in i32. The quants go to the vector's `quants` in the build's
+/// layout (`activation::stored_index`).
+pub(super) fn quantize_q8_0_block(
+    x: &[f32; 32],
+    quants: &mut [Quant],
+    b: usize,
+    bsums: &mut [i16; 2],
+) -> (f32, f32) {
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    assert!(quants.len() >= 32 * b + 32);
+    #[cfg(target_feature = "relaxed-simd")]
+    assert!(quants.len() >= 64 * (b / 2) + 64);
+    // SAFETY: x holds 32 f32.
+    let v: [v128; 8] = core::array::from_fn(|i| unsafe { load(x.as_ptr().add(4 * i)) });
+    let mut amax = f32x4_splat(0.0);
+    for v in v {
+        amax = f32x4_pmax(amax, f32x4_abs(v));
+    }
+    amax = f32x4_pmax(amax, i32x4_shuffle::<2, 3, 0, 1>(amax, amax));
+    amax = f32x4_pmax(amax, i32x4_shuffle::<1, 0, 3, 2>(amax, amax));
+    let amax = f32x4_extract_lane::<0>(amax);
+    let d = amax / 127.0;
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    if id == f32::INFINITY {
+        // amax below 127 / f32::MAX: the reference's rounding of ±inf (to -127) is its own
+        return super::activation::quantize_q8_0_block_ref(x, quants, b, bsums);
+    }
+    let id = f32x4_splat(id);
+    let (low, high) = (i32x4_splat(-127), i32x4_splat(127));
+    // q[k]: values 4k..4k + 4 as i32 (NaN, from an infinite input, becomes 0 as in the reference)
+    let q = v.map(|v| {
+        let r = i32x4_trunc_sat_f32x4(f32x4_nearest(f32x4_mul(v, id)));
+        i32x4_min(i32x4_max(r, low), high)
+    });
+    let half_sum = |q: &[v128]| {
+        let v = i32x4_add(i32x4_add(q[0], q[1]), i32x4_add(q[2], q[3]));
+        let v = i32x4_add(v, i32x4_shuffle::<2, 3, 0, 1>(v, v));
+        let v = i32x4_add(v, i32x4_shuffle::<1, 0, 3, 2>(v, v));
+        i32x4_extract_lane::<0>(v)
+    };
+    let (first, second) = (half_sum(&q[..4]), half_sum(&q[4..]));
+    *bsums = [first as i16, second as i16];
+    // values 0..8, 8..16, 16..24, 24..32 as i16
+    let h: [v128; 4] = core::array::from_fn(|k| i16x8_narrow_i32x4(q[2 * k], q[2 * k + 1]));
+    // SAFETY: the stores below stay in the block's slots, inside `quants` (asserted above).
+    unsafe {
+        #[cfg(not(target_feature = "relaxed-simd"))]
+        {
+            // i16, within each 16 the even-indexed 8 then the odd-indexed 8
+            let at = quants.as_mut_ptr().add(32 * b).cast::<v128>();
+            for k in 0..2 {
+                let (a, c) = (h[2 * k], h[2 * k + 1]);
+                v128_store(
+                    at.add(2 * k),
+                    i16x8_shuffle::<0, 2, 4, 6, 8, 10, 12, 14>(a, c),
+                );
+                v128_store(
+                    at.add(2 * k + 1),
+                    i16x8_shuffle::<1, 3, 5, 7, 9, 11, 13, 15>(a, c),
+                );
+            }
+        }
+        #[cfg(target_feature = "relaxed-simd")]
+        {
+            // i8, run k (values 8k..8k + 8) at 16k of the pair, after the first block's if odd
+            let at = quants
+                .as_mut_ptr()
+                .add(64 * (b / 2) + 8 * (b % 2))
+                .cast::<u8>();
+            let (a, c) = (
+                i8x16_narrow_i16x8(h[0], h[1]),
+                i8x16_narrow_i16x8(h[2], h[3]),
+            );
+            v128_store64_lane::<0>(a, at.cast());
+            v128_store64_lane::<1>(a, at.add(16).cast());
+            v128_store64_lane::<0>(c, at.add(32).cast());
+            v128_store64_lane::<1>(c, at.add(48).cast());
+        }
+    }
+    (
+        f16_to_f32(super::half::f32_to_f16(d)),
+        f16_to_f32(super::half::f32_to_f16(d * (first + second) as f32)),
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
 // Shared by the integer kernels of both builds.
 
 /// Asserts that every activation vector covers `n_blocks` blocks of 32 values (and their
@@ -247,29 +322,51 @@ fn transpose_sum(v: [v128; 4]) -> v128 {
     )
 }
 
-/// `count` (1..=4) f16 values at `p`, `p + stride`, .. as f32x4 (missing lanes 0).
+/// The f16 scales and minimums (0 without `MIN_AT`) of `count` (1..=4) legacy blocks at `blk`,
+/// as two f32x4 (missing lanes 0). A minimum sits right after its scale (`MIN_AT` 2), so each
+/// block's pair is one 32-bit load and all eight values convert at once; a lone scale is loaded
+/// into the top half of its lane, where [`f16_high_to_f32`] wants it.
 ///
 /// # Safety
-/// The `count` pairs of bytes must be readable.
+/// The `count` blocks must be readable.
 #[inline(always)]
-unsafe fn gather_f16x4(p: *const u8, stride: usize, count: usize) -> v128 {
-    // SAFETY: only the `count` values the caller vouches for are read. Each u16 goes to the low
-    // half of an i32 lane.
-    let h = unsafe {
-        let mut h = u32x4_splat(0);
-        h = v128_load16_lane::<0>(h, p.cast());
-        if count > 1 {
-            h = v128_load16_lane::<2>(h, p.add(stride).cast());
+unsafe fn gather_scales<L: Legacy>(blk: *const u8, count: usize) -> [v128; 2] {
+    const { assert!(matches!(L::MIN_AT, None | Some(2))) };
+    let stride = L::BYTES;
+    // SAFETY: only the `count` blocks the caller vouches for are read.
+    unsafe {
+        if L::MIN_AT.is_some() {
+            // u16 lanes [d0, m0, d1, m1, d2, m2, d3, m3]
+            let mut h = v128_load32_zero(blk.cast());
+            if count > 1 {
+                h = v128_load32_lane::<1>(h, blk.add(stride).cast());
+            }
+            if count > 2 {
+                h = v128_load32_lane::<2>(h, blk.add(2 * stride).cast());
+            }
+            if count > 3 {
+                h = v128_load32_lane::<3>(h, blk.add(3 * stride).cast());
+            }
+            let (dm01, dm23) = f16x8_to_f32(h);
+            [
+                i32x4_shuffle::<0, 2, 4, 6>(dm01, dm23),
+                i32x4_shuffle::<1, 3, 5, 7>(dm01, dm23),
+            ]
+        } else {
+            let mut h = u32x4_splat(0);
+            h = v128_load16_lane::<1>(h, blk.cast());
+            if count > 1 {
+                h = v128_load16_lane::<3>(h, blk.add(stride).cast());
+            }
+            if count > 2 {
+                h = v128_load16_lane::<5>(h, blk.add(2 * stride).cast());
+            }
+            if count > 3 {
+                h = v128_load16_lane::<7>(h, blk.add(3 * stride).cast());
+            }
+            [f16_high_to_f32(h), f32x4_splat(0.0)]
         }
-        if count > 2 {
-            h = v128_load16_lane::<4>(h, p.add(2 * stride).cast());
-        }
-        if count > 3 {
-            h = v128_load16_lane::<6>(h, p.add(3 * stride).cast());
-        }
-        h
-    };
-    f16x4_to_f32(h)
+    }
 }
 
 /// `count` (1..=4) f32 at `p` as f32x4 (missing lanes 0).
@@ -372,17 +469,29 @@ trait Legacy {
     /// `log2` of an offset taken off every weight after `dot` (`Σ (q - o)·y = Σ q·y - o·Σ y`,
     /// the relaxed build's unsigned Q4_0: 8 and Q5_0: 16), if any.
     const OFFSET_SHIFT: Option<u32>;
-    /// The block's weights as the kernel keeps them between vectors.
+    /// The block's weights (relaxed build: a pair of blocks' weights) as the kernel keeps them
+    /// between vectors.
     type Weights: Copy;
     /// Unpacks the block at `blk`.
     ///
     /// # Safety
     /// `blk..blk + BYTES` must be readable.
+    #[cfg(not(target_feature = "relaxed-simd"))]
     unsafe fn weights(blk: *const u8) -> Self::Weights;
-    /// `Σ y·w` over the block's 32 weights (before the offset), as four i32 partial sums.
+    /// Unpacks the blocks at `first` and `second` in the order of a pair of blocks'
+    /// activations (`activation::stored_index`: runs of 8 taken in turn from each). A lone
+    /// last block is passed twice; its partner's activations are zeros.
     ///
     /// # Safety
-    /// `y..y + 32` must be readable.
+    /// `first..first + BYTES` and `second..second + BYTES` must be readable.
+    #[cfg(target_feature = "relaxed-simd")]
+    unsafe fn weights(first: *const u8, second: *const u8) -> Self::Weights;
+    /// `Σ y·w` over the block's 32 weights (before the offset), as four i32 partial sums
+    /// (relaxed build: over the pair's 64 weights, lanes 0 and 1 the first block's, lanes 2 and 3
+    /// the second's).
+    ///
+    /// # Safety
+    /// `y..y + 32` (relaxed build: `y..y + 64`) must be readable.
     unsafe fn dot(w: Self::Weights, y: *const Quant) -> v128;
 }
 
@@ -392,6 +501,11 @@ fn dot_legacy<L: Legacy, const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f
     debug_assert!(row.len().is_multiple_of(L::BYTES));
     let n_blocks = row.len() / L::BYTES;
     check_activations(xs, n_blocks, L::MIN_AT.is_some());
+    // the relaxed build reads whole pairs of blocks (a lone last one with a zero partner)
+    #[cfg(target_feature = "relaxed-simd")]
+    for x in xs {
+        assert!(x.quants.len() >= 64 * n_blocks.div_ceil(2));
+    }
     if L::OFFSET_SHIFT.is_some() {
         for x in xs {
             assert!(x.bsums.len() >= 2 * n_blocks);
@@ -417,10 +531,12 @@ fn dot_legacy<L: Legacy, const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f
 /// Two ways, one per build, each the faster where its build runs (measured with both builds):
 /// the SIMD128 build stores each block's partial sums and transposes four blocks into one vector
 /// (Node 20's V8, where it runs: decode 97 tok/s against 74 the other way; Chromium 148: prefill
-/// 0.89x the other way, decode the same); the relaxed build adds each block's sums, scaled, as
-/// they come (Chromium 148: prefill 242 tok/s against 225). The two orders of the f32 additions
-/// differ, so the builds' results differ in the last bits (each is held to llama.cpp's
-/// tolerances, and each is the same for every thread count).
+/// 0.89x the other way, decode the same); the relaxed build multiplies a pair of blocks at once,
+/// from pair-interleaved activations, so each i32x4 of sums holds two blocks and is scaled as it
+/// comes (Chromium 148: prefill 281-284 tok/s against 264-266 one block at a time, which in turn
+/// beat the transposed order, 242 against 225). The orders of the f32 additions differ, so the
+/// builds' results differ in the last bits (each is held to llama.cpp's tolerances, and each is
+/// the same for every thread count).
 ///
 /// # Safety
 /// `first + count` must not exceed the blocks of `row`, which `dot_legacy` has checked against
@@ -437,15 +553,11 @@ unsafe fn legacy_group<L: Legacy, const T: usize>(
     unsafe {
         // The four blocks' scales and minimums (0 without), as f32x4.
         let blk = row.as_ptr().add(first * L::BYTES);
-        let d = gather_f16x4(blk, L::BYTES, count);
-        let m = match L::MIN_AT {
-            Some(at) => gather_f16x4(blk.add(at), L::BYTES, count),
-            None => f32x4_splat(0.0),
-        };
+        let [d, m] = gather_scales::<L>(blk, count);
         #[cfg(not(target_feature = "relaxed-simd"))]
         legacy_group_transposed::<L, T>(row, [d, m], xs, acc, first, count);
         #[cfg(target_feature = "relaxed-simd")]
-        legacy_group_broadcast::<L, T>(row, [d, m], xs, acc, first, count);
+        legacy_group_pairs::<L, T>(row, [d, m], xs, acc, first, count);
     }
 }
 
@@ -506,15 +618,17 @@ unsafe fn legacy_group_transposed<L: Legacy, const T: usize>(
     }
 }
 
-/// [`legacy_group`] of the relaxed build (`[d, m]` as in the SIMD128 one): each block's sums
-/// are added, times the block's scale (one lane of a vector of four, broadcast), as they come.
+/// [`legacy_group`] of the relaxed build (`[d, m]` as in the SIMD128 one): the blocks go in
+/// pairs, each pair's products with a vector in one i32x4 (lanes 0 and 1 the first block's,
+/// lanes 2 and 3 the second's, from the pair-interleaved activations), converted and scaled at
+/// once, each lane by its block's scale.
 ///
 /// # Safety
 /// `first + count` must not exceed the blocks of `row`, which `dot_legacy` has checked against
-/// `xs`.
+/// `xs`; `first` is a multiple of 4 (so block `first` starts a pair).
 #[cfg(target_feature = "relaxed-simd")]
 #[inline(always)]
-unsafe fn legacy_group_broadcast<L: Legacy, const T: usize>(
+unsafe fn legacy_group_pairs<L: Legacy, const T: usize>(
     row: &[u8],
     [d, m]: [v128; 2],
     xs: &[ActRow<'_>; T],
@@ -522,30 +636,49 @@ unsafe fn legacy_group_broadcast<L: Legacy, const T: usize>(
     first: usize,
     count: usize,
 ) {
-    // SAFETY: blocks first..first + count lie in `row` and their activations in `xs`.
+    // SAFETY: blocks first..first + count lie in `row` and their activations in `xs` (a lone
+    // last block's zero partner included).
     unsafe {
         let blk = row.as_ptr().add(first * L::BYTES);
         // dd[t]: lane k is block first + k's weight scale times vector t's.
         let dd: [v128; T] = core::array::from_fn(|t| {
             f32x4_mul(d, gather_f32x4(xs[t].scales.as_ptr().add(first), count))
         });
-        for k in 0..count {
-            let w = L::weights(blk.add(k * L::BYTES));
+        // offsets[t]: lane k is o·Σ y over block first + k of vector t (`OFFSET_SHIFT`).
+        let zero = i32x4_splat(0);
+        let offsets: [v128; T] = core::array::from_fn(|t| match L::OFFSET_SHIFT {
+            Some(shift) => i32x4_shl(
+                block_sums(xs[t].bsums.as_ptr().add(2 * first), count),
+                shift,
+            ),
+            None => zero,
+        });
+        for p in 0..count.div_ceil(2) {
+            let a = blk.add(2 * p * L::BYTES);
+            let b = if 2 * p + 1 < count {
+                a.add(L::BYTES)
+            } else {
+                a
+            };
+            let w = L::weights(a, b);
             for t in 0..T {
-                let mut sum = L::dot(w, xs[t].quants.as_ptr().add(32 * (first + k)));
-                if let Some(shift) = L::OFFSET_SHIFT {
-                    // Σ (q - o)·y = Σ q·y - o·Σ y, exact in i32 (taken off lane 0)
-                    let b = 2 * (first + k);
-                    let x_sum = *xs[t].bsums.get_unchecked(b) as i32
-                        + *xs[t].bsums.get_unchecked(b + 1) as i32;
-                    sum = i32x4_sub(sum, i32x4(x_sum << shift, 0, 0, 0));
-                }
-                let scale = match k {
-                    0 => i32x4_shuffle::<0, 0, 0, 0>(dd[t], dd[t]),
-                    1 => i32x4_shuffle::<1, 1, 1, 1>(dd[t], dd[t]),
-                    2 => i32x4_shuffle::<2, 2, 2, 2>(dd[t], dd[t]),
-                    _ => i32x4_shuffle::<3, 3, 3, 3>(dd[t], dd[t]),
+                let mut sum = L::dot(w, xs[t].quants.as_ptr().add(32 * first + 64 * p));
+                // each block's offset and scale in the two lanes of its sums
+                let (offset, scale) = if p == 0 {
+                    (
+                        i32x4_shuffle::<0, 4, 1, 4>(offsets[t], zero),
+                        i32x4_shuffle::<0, 0, 1, 1>(dd[t], dd[t]),
+                    )
+                } else {
+                    (
+                        i32x4_shuffle::<2, 4, 3, 4>(offsets[t], zero),
+                        i32x4_shuffle::<2, 2, 3, 3>(dd[t], dd[t]),
+                    )
                 };
+                if L::OFFSET_SHIFT.is_some() {
+                    // Σ (q - o)·y = Σ q·y - o·Σ y, exact in i32
+                    sum = i32x4_sub(sum, offset);
+                }
                 acc[t] = f32x4_add(acc[t], f32x4_mul(f32x4_convert_i32x4(sum), scale));
             }
         }
@@ -556,6 +689,33 @@ unsafe fn legacy_group_broadcast<L: Legacy, const T: usize>(
             }
         }
     }
+}
+
+/// `count` (1..=4) blocks' activation sums from their `bsums` at `p` (two i16 per block), as
+/// i32x4 (missing lanes 0).
+///
+/// # Safety
+/// `p..p + 2 * count` must be readable.
+#[cfg(target_feature = "relaxed-simd")]
+#[inline(always)]
+unsafe fn block_sums(p: *const i16, count: usize) -> v128 {
+    // SAFETY: only the `2 * count` values the caller vouches for are read.
+    let pairs = unsafe {
+        if count == 4 {
+            load(p)
+        } else {
+            let mut v = i32x4_splat(0);
+            v = v128_load32_lane::<0>(v, p.cast());
+            if count > 1 {
+                v = v128_load32_lane::<1>(v, p.add(2).cast());
+            }
+            if count > 2 {
+                v = v128_load32_lane::<2>(v, p.add(4).cast());
+            }
+            v
+        }
+    };
+    i32x4_extadd_pairwise_i16x8(pairs)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -699,6 +859,10 @@ use dot_i16 as build;
 mod dot_i8;
 #[cfg(target_feature = "relaxed-simd")]
 use dot_i8 as build;
+#[cfg(target_feature = "relaxed-simd")]
+mod prepared;
+#[cfg(target_feature = "relaxed-simd")]
+pub(super) use prepared::matmul as matmul_prepared;
 
 pub(super) use build::{dot_q4_k, dot_q5_k, dot_q6_k};
 

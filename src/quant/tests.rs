@@ -280,7 +280,7 @@ fn activation_rounding_matches_ggml() {
     }
     for i in 0..512 {
         assert_eq!(
-            row.quants[stored_index(i)] as i32,
+            row.quants[stored_index(ActivationKind::Q8_0, i)] as i32,
             qs[i] as i32,
             "q8_0 q {i} (x = {})",
             x[i]
@@ -292,7 +292,10 @@ fn activation_rounding_matches_ggml() {
     let mut ties = 0;
     for i in 0..512 {
         assert_eq!(d_ref[i / 32], d[i / 32]);
-        let (ours, theirs) = (row.quants[stored_index(i)] as i32, qs_ref[i] as i32);
+        let (ours, theirs) = (
+            row.quants[stored_index(ActivationKind::Q8_0, i)] as i32,
+            qs_ref[i] as i32,
+        );
         if ours != theirs {
             // block 3 has amax 127, so x·127/amax = x: the tie values are the half-integers
             let tie = (x[i] - x[i].trunc()).abs() == 0.5;
@@ -320,7 +323,11 @@ fn activation_rounding_matches_ggml() {
         );
     }
     for (i, &q) in qs.iter().enumerate().take(512) {
-        assert_eq!(row.quants[stored_index(i)] as i32, q as i32, "q8_1 q {i}");
+        assert_eq!(
+            row.quants[stored_index(ActivationKind::Q8_1, i)] as i32,
+            q as i32,
+            "q8_1 q {i}"
+        );
     }
 
     // Q8_K
@@ -331,7 +338,11 @@ fn activation_rounding_matches_ggml() {
     }
     let qs = i8s("act/q8_k/qs");
     for (i, &q) in qs.iter().enumerate().take(512) {
-        assert_eq!(row.quants[stored_index(i)] as i32, q as i32, "q8_k q {i}");
+        assert_eq!(
+            row.quants[stored_index(ActivationKind::Q8K, i)] as i32,
+            q as i32,
+            "q8_k q {i}"
+        );
     }
     assert_eq!(row.bsums, &i16s("act/q8_k/bsums")[..]);
 }
@@ -349,7 +360,7 @@ fn integer_activations_carry_the_sums_of_each_16_quants() {
             let row = buf.row(v);
             for (g, &bsum) in row.bsums.iter().enumerate() {
                 let sum: i32 = (16 * g..16 * g + 16)
-                    .map(|i| row.quants[stored_index(i)] as i32)
+                    .map(|i| row.quants[stored_index(vec_dot_kind(ty).unwrap(), i)] as i32)
                     .sum();
                 assert_eq!(bsum as i32, sum, "{} vector {v} group {g}", ty.name());
             }
@@ -458,7 +469,7 @@ fn dequantized_activation(row: &ActRow<'_>, kind: ActivationKind, n: usize) -> V
         return row.values.iter().map(|&v| v as f64).collect();
     }
     (0..n)
-        .map(|i| row.quants[stored_index(i)] as f64 * row.scales[i / kind.block()] as f64)
+        .map(|i| row.quants[stored_index(kind, i)] as f64 * row.scales[i / kind.block()] as f64)
         .collect()
 }
 
@@ -568,6 +579,49 @@ fn simd_matches_scalar_reference() {
             }
         }
     }
+}
+
+/// The SIMD rounding of Q8_0/Q8_1 blocks gives the reference's bits: random blocks of every
+/// magnitude, ties, zeros, infinities and subnormals, at even and odd block positions.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+#[test]
+fn simd_q8_0_rounding_matches_reference() {
+    use super::activation::{Quant, quantize_q8_0_block_ref};
+    let mut rng = Rng(7);
+    let mut blocks: Vec<[f32; 32]> = (0..200)
+        .map(|_| {
+            let x = random_activation(32, &mut rng);
+            core::array::from_fn(|i| x[i])
+        })
+        .collect();
+    // exact ties at amax 127 (x·id = x), and the special values
+    blocks.push(core::array::from_fn(|i| {
+        i as f32 - 15.5 + (i == 31) as u8 as f32 * 111.0
+    }));
+    blocks.push([0.0; 32]);
+    blocks.push(core::array::from_fn(|i| {
+        if i == 3 { f32::INFINITY } else { i as f32 }
+    }));
+    blocks.push(core::array::from_fn(|i| {
+        if i == 9 { f32::NEG_INFINITY } else { 1.0 }
+    }));
+    blocks.push(core::array::from_fn(|i| {
+        f32::from_bits(i as u32 + 1) * if i % 2 == 0 { 1.0 } else { -1.0 }
+    }));
+    blocks.push(core::array::from_fn(|i| (i as f32 - 16.0) * 1e30));
+    let n = 64 * blocks.len().div_ceil(2) * 2;
+    let (mut got, mut want) = (vec![0 as Quant; n], vec![0 as Quant; n]);
+    for (b, x) in blocks.iter().enumerate() {
+        let (mut bs_got, mut bs_want) = ([0i16; 2], [0i16; 2]);
+        let r_got = super::simd128::quantize_q8_0_block(x, &mut got, b, &mut bs_got);
+        let r_want = quantize_q8_0_block_ref(x, &mut want, b, &mut bs_want);
+        assert_eq!(
+            (r_got.0.to_bits(), r_got.1.to_bits(), bs_got),
+            (r_want.0.to_bits(), r_want.1.to_bits(), bs_want),
+            "block {b}: {x:?}"
+        );
+    }
+    assert_eq!(got, want);
 }
 
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]

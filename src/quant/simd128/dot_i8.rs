@@ -1,5 +1,5 @@
-//! The integer kernels of the relaxed-SIMD build: the activations are i8 in natural order
-//! (`activation.rs`), the weights are unpacked to *unsigned* bytes below 128 and multiplied with
+//! The integer kernels of the relaxed-SIMD build: the activations are i8 (`activation.rs`: Q8_K
+//! in natural order, Q8_0/Q8_1 with each pair of blocks interleaved in runs of 8), the weights are unpacked to *unsigned* bytes below 128 and multiplied with
 //! `i16x8.relaxed_dot_i8x16_i7x16_s` (x86 `pmaddubsw`, Arm `sdot`-based): sixteen i8 × u7
 //! products summed in adjacent pairs into eight i16.
 //!
@@ -21,20 +21,6 @@ use core::arch::wasm32::*;
 
 use super::*;
 
-/// `Σ y·w` of 32 activations at `y` and 32 unsigned weight bytes `w` (each < 128), as four i32
-/// partial sums, added to `acc`.
-///
-/// # Safety
-/// `y..y + 32` must be readable.
-#[inline(always)]
-unsafe fn dot32_add(w: [v128; 2], y: *const i8, acc: v128) -> v128 {
-    // SAFETY: 32 readable bytes at y, by the caller.
-    unsafe {
-        let acc = i32x4_relaxed_dot_i8x16_i7x16_add(load(y), w[0], acc);
-        i32x4_relaxed_dot_i8x16_i7x16_add(load(y.add(16)), w[1], acc)
-    }
-}
-
 /// Low and high nibbles of 16 bytes, each as 16 bytes in 0..16.
 #[inline(always)]
 fn nibbles(v: v128) -> (v128, v128) {
@@ -46,21 +32,151 @@ fn nibbles(v: v128) -> (v128, v128) {
 // ---------------------------------------------------------------------------------------------
 // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 with Q8_0/Q8_1 activations, through the shared `dot_legacy`.
 
+/// `Σ y·w` of a pair of blocks: 64 pair-interleaved activations at `y` (`activation::
+/// stored_index`) and the pair's 64 unsigned weight bytes `w` (each < 128) in the same order, as
+/// four i32 partial sums (lanes 0 and 1 the first block's, 2 and 3 the second's).
+///
+/// # Safety
+/// `y..y + 64` must be readable.
+#[inline(always)]
+unsafe fn dot64_pair(w: [v128; 4], y: *const i8) -> v128 {
+    // SAFETY: 64 readable bytes at y, by the caller.
+    unsafe {
+        let acc = i32x4_relaxed_dot_i8x16_i7x16_add(load(y), w[0], i32x4_splat(0));
+        let acc = i32x4_relaxed_dot_i8x16_i7x16_add(load(y.add(16)), w[1], acc);
+        let acc = i32x4_relaxed_dot_i8x16_i7x16_add(load(y.add(32)), w[2], acc);
+        i32x4_relaxed_dot_i8x16_i7x16_add(load(y.add(48)), w[3], acc)
+    }
+}
+
+/// Bytes `0..8` of `a` then of `b`, and bytes `8..16` of `a` then of `b`: two blocks' 16-byte
+/// halves in the runs of 8 of a pair.
+#[inline(always)]
+fn pair_halves(a: v128, b: v128) -> (v128, v128) {
+    (i64x2_shuffle::<0, 2>(a, b), i64x2_shuffle::<1, 3>(a, b))
+}
+
+/// The 64 four-bit weights of a pair of Q4_0/Q4_1 blocks from their 16 nibble bytes each, in
+/// pair order: byte `j` of a block holds weight `j` (low nibble) and `j + 16` (high), so the
+/// low nibbles of bytes `0..8` are run 0, of bytes `8..16` run 1, their high nibbles runs 2, 3.
+#[inline(always)]
+fn q4_pair(a: v128, b: v128) -> [v128; 4] {
+    let (first8, last8) = pair_halves(a, b);
+    let ((w0, w2), (w1, w3)) = (nibbles(first8), nibbles(last8));
+    [w0, w1, w2, w3]
+}
+
 /// Bit `k % 8` of lane `k`: with a byte of `qh` in each lane, which weights have their fifth bit.
 const LANE_BITS: v128 = u8x16(1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128);
 
-/// The 32 five-bit weights of a Q5_0/Q5_1 block (`qh` the fifth bits, `qs` the 16 nibble bytes),
-/// unsigned (0..32), in natural order.
+/// The 64 five-bit weights of a pair of Q5_0/Q5_1 blocks (`qh` the fifth bits: the first
+/// block's in lane 0, the second's in lane 1; `a`, `b` their 16 nibble bytes), unsigned
+/// (0..32), in pair order: byte `k` of a block's `qh` holds the fifth bits of its weights
+/// `8k..8k + 8`, which are run `k`.
 #[inline(always)]
-fn q5_weights(qh: u32, qs: v128) -> [v128; 2] {
-    let (low, high) = nibbles(qs);
-    let qh = u32x4_splat(qh);
-    // byte k of qh (k = 0..4) in the lanes of the weights it holds bits of
-    let bytes01 = u8x16_shuffle::<0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1>(qh, qh);
-    let bytes23 = u8x16_shuffle::<2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3>(qh, qh);
+fn q5_pair(qh: v128, a: v128, b: v128) -> [v128; 4] {
+    let [w0, w1, w2, w3] = q4_pair(a, b);
     let sixteen = u8x16_splat(16);
     let fifth = |bytes: v128| v128_and(i8x16_eq(v128_and(bytes, LANE_BITS), LANE_BITS), sixteen);
-    [v128_or(low, fifth(bytes01)), v128_or(high, fifth(bytes23))]
+    [
+        v128_or(
+            w0,
+            fifth(u8x16_shuffle::<
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                4,
+                4,
+                4,
+                4,
+                4,
+                4,
+                4,
+                4,
+            >(qh, qh)),
+        ),
+        v128_or(
+            w1,
+            fifth(u8x16_shuffle::<
+                1,
+                1,
+                1,
+                1,
+                1,
+                1,
+                1,
+                1,
+                5,
+                5,
+                5,
+                5,
+                5,
+                5,
+                5,
+                5,
+            >(qh, qh)),
+        ),
+        v128_or(
+            w2,
+            fifth(u8x16_shuffle::<
+                2,
+                2,
+                2,
+                2,
+                2,
+                2,
+                2,
+                2,
+                6,
+                6,
+                6,
+                6,
+                6,
+                6,
+                6,
+                6,
+            >(qh, qh)),
+        ),
+        v128_or(
+            w3,
+            fifth(u8x16_shuffle::<
+                3,
+                3,
+                3,
+                3,
+                3,
+                3,
+                3,
+                3,
+                7,
+                7,
+                7,
+                7,
+                7,
+                7,
+                7,
+                7,
+            >(qh, qh)),
+        ),
+    ]
+}
+
+/// The two blocks' `qh` (4 bytes at `at` in each) in lanes 0 and 1.
+///
+/// # Safety
+/// `first + at..first + at + 4` and the same of `second` must be readable.
+#[inline(always)]
+unsafe fn qh_pair(first: *const u8, second: *const u8, at: usize) -> v128 {
+    // SAFETY: by the caller.
+    unsafe {
+        let v = v128_load32_zero(first.add(at).cast());
+        v128_load32_lane::<1>(v, second.add(at).cast())
+    }
 }
 
 // The five `Legacy` impls below repeat one shape on purpose (see the module doc of `simd128`):
@@ -70,17 +186,16 @@ impl Legacy for Q4_0 {
     const BYTES: usize = 18;
     const MIN_AT: Option<usize> = None;
     const OFFSET_SHIFT: Option<u32> = Some(3);
-    type Weights = [v128; 2];
+    type Weights = [v128; 4];
     #[inline(always)]
-    unsafe fn weights(blk: *const u8) -> [v128; 2] {
-        // SAFETY: nibbles at 2..18 of the block, readable by the caller's contract.
-        let (low, high) = nibbles(unsafe { load(blk.add(2)) });
-        [low, high]
+    unsafe fn weights(first: *const u8, second: *const u8) -> [v128; 4] {
+        // SAFETY: nibbles at 2..18 of each block, readable by the caller's contract.
+        unsafe { q4_pair(load(first.add(2)), load(second.add(2))) }
     }
     #[inline(always)]
-    unsafe fn dot(w: [v128; 2], y: *const i8) -> v128 {
+    unsafe fn dot(w: [v128; 4], y: *const i8) -> v128 {
         // SAFETY: by the caller.
-        unsafe { dot32_add(w, y, i32x4_splat(0)) }
+        unsafe { dot64_pair(w, y) }
     }
 }
 
@@ -89,17 +204,16 @@ impl Legacy for Q4_1 {
     const BYTES: usize = 20;
     const MIN_AT: Option<usize> = Some(2);
     const OFFSET_SHIFT: Option<u32> = None;
-    type Weights = [v128; 2];
+    type Weights = [v128; 4];
     #[inline(always)]
-    unsafe fn weights(blk: *const u8) -> [v128; 2] {
-        // SAFETY: nibbles at 4..20 of the block, readable by the caller's contract.
-        let (low, high) = nibbles(unsafe { load(blk.add(4)) });
-        [low, high]
+    unsafe fn weights(first: *const u8, second: *const u8) -> [v128; 4] {
+        // SAFETY: nibbles at 4..20 of each block, readable by the caller's contract.
+        unsafe { q4_pair(load(first.add(4)), load(second.add(4))) }
     }
     #[inline(always)]
-    unsafe fn dot(w: [v128; 2], y: *const i8) -> v128 {
+    unsafe fn dot(w: [v128; 4], y: *const i8) -> v128 {
         // SAFETY: by the caller.
-        unsafe { dot32_add(w, y, i32x4_splat(0)) }
+        unsafe { dot64_pair(w, y) }
     }
 }
 
@@ -108,17 +222,19 @@ impl Legacy for Q5_0 {
     const BYTES: usize = 22;
     const MIN_AT: Option<usize> = None;
     const OFFSET_SHIFT: Option<u32> = Some(4);
-    type Weights = [v128; 2];
+    type Weights = [v128; 4];
     #[inline(always)]
-    unsafe fn weights(blk: *const u8) -> [v128; 2] {
-        // SAFETY: qh at 2..6, nibbles at 6..22 of the block, readable by the caller's contract.
-        let (qh, v) = unsafe { (blk.add(2).cast::<u32>().read_unaligned(), load(blk.add(6))) };
-        q5_weights(qh, v)
+    unsafe fn weights(first: *const u8, second: *const u8) -> [v128; 4] {
+        // SAFETY: qh at 2..6, nibbles at 6..22 of each block, readable by the caller's contract.
+        unsafe {
+            let qh = qh_pair(first, second, 2);
+            q5_pair(qh, load(first.add(6)), load(second.add(6)))
+        }
     }
     #[inline(always)]
-    unsafe fn dot(w: [v128; 2], y: *const i8) -> v128 {
+    unsafe fn dot(w: [v128; 4], y: *const i8) -> v128 {
         // SAFETY: by the caller.
-        unsafe { dot32_add(w, y, i32x4_splat(0)) }
+        unsafe { dot64_pair(w, y) }
     }
 }
 
@@ -127,48 +243,53 @@ impl Legacy for Q5_1 {
     const BYTES: usize = 24;
     const MIN_AT: Option<usize> = Some(2);
     const OFFSET_SHIFT: Option<u32> = None;
-    type Weights = [v128; 2];
+    type Weights = [v128; 4];
     #[inline(always)]
-    unsafe fn weights(blk: *const u8) -> [v128; 2] {
-        // SAFETY: qh at 4..8, nibbles at 8..24 of the block, readable by the caller's contract.
-        let (qh, v) = unsafe { (blk.add(4).cast::<u32>().read_unaligned(), load(blk.add(8))) };
-        q5_weights(qh, v)
+    unsafe fn weights(first: *const u8, second: *const u8) -> [v128; 4] {
+        // SAFETY: qh at 4..8, nibbles at 8..24 of each block, readable by the caller's contract.
+        unsafe {
+            let qh = qh_pair(first, second, 4);
+            q5_pair(qh, load(first.add(8)), load(second.add(8)))
+        }
     }
     #[inline(always)]
-    unsafe fn dot(w: [v128; 2], y: *const i8) -> v128 {
+    unsafe fn dot(w: [v128; 4], y: *const i8) -> v128 {
         // SAFETY: by the caller.
-        unsafe { dot32_add(w, y, i32x4_splat(0)) }
+        unsafe { dot64_pair(w, y) }
     }
 }
 
 /// Q8_0's weights are signed, and the relaxed dot's second operand must be below 128. So each
-/// weight is split as `w = (w & 127) - 128·(w < 0)` (two's complement) and the block takes two
+/// weight is split as `w = (w & 127) - 128·(w < 0)` (two's complement) and the pair takes two
 /// dots: `Σ y·(w & 127) - 128·Σ_{w < 0} y`, exact for every weight, -128 included.
 pub(super) struct Q8_0;
 impl Legacy for Q8_0 {
     const BYTES: usize = 34;
     const MIN_AT: Option<usize> = None;
     const OFFSET_SHIFT: Option<u32> = None;
-    /// The low seven bits and the sign bits (1 where the weight is negative) of weights 0..16
-    /// and 16..32.
-    type Weights = [[v128; 2]; 2];
+    /// The low seven bits and the sign bits (1 where the weight is negative) of the pair's
+    /// four runs.
+    type Weights = [[v128; 4]; 2];
     #[inline(always)]
-    unsafe fn weights(blk: *const u8) -> [[v128; 2]; 2] {
-        // SAFETY: quants at 2..34 of the block, readable by the caller's contract.
-        let w = unsafe { [load(blk.add(2)), load(blk.add(18))] };
+    unsafe fn weights(first: *const u8, second: *const u8) -> [[v128; 4]; 2] {
+        // SAFETY: quants at 2..34 of each block, readable by the caller's contract.
+        let (runs01, runs23) = unsafe {
+            (
+                pair_halves(load(first.add(2)), load(second.add(2))),
+                pair_halves(load(first.add(18)), load(second.add(18))),
+            )
+        };
+        let w = [runs01.0, runs01.1, runs23.0, runs23.1];
         let low7 = u8x16_splat(0x7f);
-        [
-            [v128_and(w[0], low7), v128_and(w[1], low7)],
-            [u8x16_shr(w[0], 7), u8x16_shr(w[1], 7)],
-        ]
+        [w.map(|w| v128_and(w, low7)), w.map(|w| u8x16_shr(w, 7))]
     }
     #[inline(always)]
-    unsafe fn dot(w: [[v128; 2]; 2], y: *const i8) -> v128 {
+    unsafe fn dot(w: [[v128; 4]; 2], y: *const i8) -> v128 {
         let [low7, negative] = w;
         // SAFETY: by the caller.
         unsafe {
-            let low = dot32_add(low7, y, i32x4_splat(0));
-            let negative = dot32_add(negative, y, i32x4_splat(0));
+            let low = dot64_pair(low7, y);
+            let negative = dot64_pair(negative, y);
             i32x4_sub(low, i32x4_shl(negative, 7))
         }
     }
