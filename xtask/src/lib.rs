@@ -70,7 +70,8 @@ pub const MODULES: [Module; 4] = [SINGLE_THREADED, THREADED, RELAXED, RELAXED_TH
 /// code (loading, parsing, tokenizer set-up, JSON, grammars), where copying a callee into each
 /// caller buys nothing measurable; the few per-word or per-value helpers of the hot loops are
 /// marked `#[inline]` themselves. Each module is ~110 KiB smaller (the relaxed one 638 KiB
-/// instead of 747). Measured against the default in the same session (best of 2, ±3 %):
+/// instead of 747 when measured, before the prepared-row kernels). Against the default in the
+/// same session (best of 2, ±3 %):
 /// Chromium, SmolLM2 Q4_1, prefill / decode tok/s, relaxed 262-264 / 103-104 vs 261-263 /
 /// 101-105 single-threaded and 450-469 / 177-184 vs 462-465 / 176-177 on 2 threads, SIMD128
 /// 169-172 / 92-94 vs 161-172 / 86-93; long-prompt prefill in Node equal (130.7 vs 130.8);
