@@ -500,6 +500,18 @@ trait Legacy {
 fn dot_legacy<L: Legacy, const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
     debug_assert!(row.len().is_multiple_of(L::BYTES));
     let n_blocks = row.len() / L::BYTES;
+    check_legacy_activations::<L, T>(xs, n_blocks);
+    legacy_groups(
+        n_blocks,
+        // SAFETY: `legacy_groups` passes first + count <= n_blocks, the blocks of `row`.
+        #[inline(always)]
+        |acc, first, count| unsafe { legacy_group::<L, T>(row, xs, acc, first, count) },
+    )
+}
+
+/// Checks that each of `xs` holds what the legacy kernels read for `n_blocks` blocks of `L`.
+#[inline(always)]
+fn check_legacy_activations<L: Legacy, const T: usize>(xs: &[ActRow<'_>; T], n_blocks: usize) {
     check_activations(xs, n_blocks, L::MIN_AT.is_some());
     // the relaxed build reads whole pairs of blocks (a lone last one with a zero partner)
     #[cfg(target_feature = "relaxed-simd")]
@@ -511,16 +523,23 @@ fn dot_legacy<L: Legacy, const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f
             assert!(x.bsums.len() >= 2 * n_blocks);
         }
     }
+}
+
+/// Runs `group(acc, first, count)` over `n_blocks` blocks in groups of four (`count` 1..=4;
+/// inlined, the main loop's `count = 4` is a constant) and returns the horizontal sums.
+#[inline(always)]
+fn legacy_groups<const T: usize>(
+    n_blocks: usize,
+    mut group: impl FnMut(&mut [v128; T], usize, usize),
+) -> [f32; T] {
     let mut acc = [f32x4_splat(0.0); T];
-    let mut b = 0;
-    while b + 4 <= n_blocks {
-        // SAFETY: b + 4 <= n_blocks.
-        unsafe { legacy_group::<L, T>(row, xs, &mut acc, b, 4) };
-        b += 4;
+    let mut first = 0;
+    while first + 4 <= n_blocks {
+        group(&mut acc, first, 4);
+        first += 4;
     }
-    if b < n_blocks {
-        // SAFETY: b + (n_blocks - b) <= n_blocks.
-        unsafe { legacy_group::<L, T>(row, xs, &mut acc, b, n_blocks - b) };
+    if first < n_blocks {
+        group(&mut acc, first, n_blocks - first);
     }
     core::array::from_fn(|t| hsum_f32(acc[t]))
 }
@@ -557,7 +576,15 @@ unsafe fn legacy_group<L: Legacy, const T: usize>(
         #[cfg(not(target_feature = "relaxed-simd"))]
         legacy_group_transposed::<L, T>(row, [d, m], xs, acc, first, count);
         #[cfg(target_feature = "relaxed-simd")]
-        legacy_group_pairs::<L, T>(row, [d, m], xs, acc, first, count);
+        legacy_group_pairs::<L, T>(
+            [d, m],
+            xs,
+            acc,
+            first,
+            count,
+            #[inline(always)]
+            |p| pair_weights::<L>(blk, p, count),
+        );
     }
 }
 
@@ -621,25 +648,26 @@ unsafe fn legacy_group_transposed<L: Legacy, const T: usize>(
 /// [`legacy_group`] of the relaxed build (`[d, m]` as in the SIMD128 one): the blocks go in
 /// pairs, each pair's products with a vector in one i32x4 (lanes 0 and 1 the first block's,
 /// lanes 2 and 3 the second's, from the pair-interleaved activations), converted and scaled at
-/// once, each lane by its block's scale.
+/// once, each lane by its block's scale. `weights(k)` unpacks the group's pair `k` (from the row
+/// here, from a prepared row in `prepared.rs`: the same operations, so the same bits).
 ///
 /// # Safety
-/// `first + count` must not exceed the blocks of `row`, which `dot_legacy` has checked against
-/// `xs`; `first` is a multiple of 4 (so block `first` starts a pair).
+/// `first + count` must not exceed the blocks of the row `weights` reads, which the caller has
+/// checked against `xs` ([`check_legacy_activations`]); `first` is a multiple of 4 (so block
+/// `first` starts a pair).
 #[cfg(target_feature = "relaxed-simd")]
 #[inline(always)]
 unsafe fn legacy_group_pairs<L: Legacy, const T: usize>(
-    row: &[u8],
     [d, m]: [v128; 2],
     xs: &[ActRow<'_>; T],
     acc: &mut [v128; T],
     first: usize,
     count: usize,
+    weights: impl Fn(usize) -> L::Weights,
 ) {
-    // SAFETY: blocks first..first + count lie in `row` and their activations in `xs` (a lone
-    // last block's zero partner included).
+    // SAFETY: blocks first..first + count have their activations in `xs` (a lone last block's
+    // zero partner included).
     unsafe {
-        let blk = row.as_ptr().add(first * L::BYTES);
         // dd[t]: lane k is block first + k's weight scale times vector t's.
         let dd: [v128; T] = core::array::from_fn(|t| {
             f32x4_mul(d, gather_f32x4(xs[t].scales.as_ptr().add(first), count))
@@ -654,13 +682,7 @@ unsafe fn legacy_group_pairs<L: Legacy, const T: usize>(
             None => zero,
         });
         for p in 0..count.div_ceil(2) {
-            let a = blk.add(2 * p * L::BYTES);
-            let b = if 2 * p + 1 < count {
-                a.add(L::BYTES)
-            } else {
-                a
-            };
-            let w = L::weights(a, b);
+            let w = weights(p);
             for t in 0..T {
                 let mut sum = L::dot(w, xs[t].quants.as_ptr().add(32 * first + 64 * p));
                 // each block's offset and scale in the two lanes of its sums
@@ -688,6 +710,26 @@ unsafe fn legacy_group_pairs<L: Legacy, const T: usize>(
                 acc[t] = f32x4_add(acc[t], f32x4_mul(m, s));
             }
         }
+    }
+}
+
+/// Pair `p` of the group of `count` blocks at `blk`, unpacked (`Legacy::weights`); a lone last
+/// block is paired with itself (its partner's activations are zeros).
+///
+/// # Safety
+/// The group's `count` blocks must be readable.
+#[cfg(target_feature = "relaxed-simd")]
+#[inline(always)]
+unsafe fn pair_weights<L: Legacy>(blk: *const u8, p: usize, count: usize) -> L::Weights {
+    // SAFETY: blocks 2p and (when there is one) 2p + 1 are among the group's.
+    unsafe {
+        let a = blk.add(2 * p * L::BYTES);
+        let b = if 2 * p + 1 < count {
+            a.add(L::BYTES)
+        } else {
+            a
+        };
+        L::weights(a, b)
     }
 }
 

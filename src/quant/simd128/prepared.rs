@@ -27,9 +27,8 @@ struct Prepared {
     n_blocks: usize,
     /// Pair `p`'s 64 weights as unsigned bytes in pair order: `weights[4p..4p + 4]`.
     weights: [v128; 2 * MAX_BLOCKS],
-    /// Pair `p`'s two weight scales in the lanes of its sums, `[d0, d0, d1, d1]` (a lone last
-    /// block's partner 0).
-    scales: [v128; MAX_BLOCKS / 2],
+    /// Group `g`'s (blocks `4g..4g + 4`) four weight scales, 0 without.
+    scales: [v128; MAX_BLOCKS / 4],
     /// Group `g`'s (blocks `4g..4g + 4`) four minimums, 0 without.
     mins: [v128; MAX_BLOCKS / 4],
 }
@@ -40,7 +39,7 @@ impl Prepared {
         Prepared {
             n_blocks: 0,
             weights: [zero; 2 * MAX_BLOCKS],
-            scales: [zero; MAX_BLOCKS / 2],
+            scales: [zero; MAX_BLOCKS / 4],
             mins: [zero; MAX_BLOCKS / 4],
         }
     }
@@ -61,111 +60,43 @@ fn prepare<L: Legacy<Weights = [v128; 4]>>(row: &[u8], p: &mut Prepared) {
         unsafe {
             let blk = row.as_ptr().add(first * L::BYTES);
             let [d, m] = gather_scales::<L>(blk, count);
+            p.scales[g] = d;
             p.mins[g] = m;
-            let d_pairs = [
-                i32x4_shuffle::<0, 0, 1, 1>(d, d),
-                i32x4_shuffle::<2, 2, 3, 3>(d, d),
-            ];
             for k in 0..count.div_ceil(2) {
                 let pair = 2 * g + k;
-                let a = blk.add(2 * k * L::BYTES);
-                let b = if 2 * k + 1 < count {
-                    a.add(L::BYTES)
-                } else {
-                    a
-                };
-                p.scales[pair] = d_pairs[k];
-                let w = L::weights(a, b);
+                let w = pair_weights::<L>(blk, k, count);
                 p.weights[4 * pair..4 * pair + 4].copy_from_slice(&w);
             }
         }
     }
 }
 
-/// `Σ row·x` of the row in `p` with each of `T` vectors; the same bits as `dot_legacy::<L, T>`.
+/// `Σ row·x` of the row in `p` with each of `T` vectors; the same bits as `dot_legacy::<L, T>`
+/// (the same group body, [`legacy_group_pairs`], on the unpacked row).
 #[inline(always)]
 fn dot_prepared<L: Legacy<Weights = [v128; 4]>, const T: usize>(
     p: &Prepared,
     xs: &[ActRow<'_>; T],
 ) -> [f32; T] {
-    let n_blocks = p.n_blocks;
-    check_activations(xs, n_blocks, L::MIN_AT.is_some());
-    for x in xs {
-        assert!(x.quants.len() >= 64 * n_blocks.div_ceil(2));
-        assert!(L::OFFSET_SHIFT.is_none() || x.bsums.len() >= 2 * n_blocks);
-    }
-    let mut acc = [f32x4_splat(0.0); T];
-    let mut first = 0;
-    while first + 4 <= n_blocks {
-        // SAFETY: first + 4 <= n_blocks.
-        unsafe { group::<L, T>(p, xs, &mut acc, first, 4) };
-        first += 4;
-    }
-    if first < n_blocks {
-        // SAFETY: first + (n_blocks - first) <= n_blocks.
-        unsafe { group::<L, T>(p, xs, &mut acc, first, n_blocks - first) };
-    }
-    core::array::from_fn(|t| hsum_f32(acc[t]))
-}
-
-/// Blocks `first..first + count` (`count` 1..=4, `first` a multiple of 4) of the row in `p`
-/// times each vector, into `acc`: `legacy_group_pairs` on the unpacked row.
-///
-/// # Safety
-/// `first + count <= p.n_blocks`, which `dot_prepared` has checked against `xs`.
-#[inline(always)]
-unsafe fn group<L: Legacy<Weights = [v128; 4]>, const T: usize>(
-    p: &Prepared,
-    xs: &[ActRow<'_>; T],
-    acc: &mut [v128; T],
-    first: usize,
-    count: usize,
-) {
-    // SAFETY: pairs first / 2.. and group first / 4 were filled by `prepare`; the activation
-    // reads are inside the slices checked by `dot_prepared`.
-    unsafe {
-        let zero = i32x4_splat(0);
-        let y_scales: [v128; T] =
-            core::array::from_fn(|t| gather_f32x4(xs[t].scales.as_ptr().add(first), count));
-        let offsets: [v128; T] = core::array::from_fn(|t| match L::OFFSET_SHIFT {
-            Some(shift) => i32x4_shl(
-                block_sums(xs[t].bsums.as_ptr().add(2 * first), count),
-                shift,
-            ),
-            None => zero,
-        });
-        for k in 0..count.div_ceil(2) {
-            let pair = first / 2 + k;
-            let w: [v128; 4] = core::array::from_fn(|i| *p.weights.get_unchecked(4 * pair + i));
-            let d = *p.scales.get_unchecked(pair);
-            for t in 0..T {
-                let mut sum = L::dot(w, xs[t].quants.as_ptr().add(64 * pair));
-                let (offset, y_scale) = if k == 0 {
-                    (
-                        i32x4_shuffle::<0, 4, 1, 4>(offsets[t], zero),
-                        i32x4_shuffle::<0, 0, 1, 1>(y_scales[t], y_scales[t]),
-                    )
-                } else {
-                    (
-                        i32x4_shuffle::<2, 4, 3, 4>(offsets[t], zero),
-                        i32x4_shuffle::<2, 2, 3, 3>(y_scales[t], y_scales[t]),
-                    )
-                };
-                if L::OFFSET_SHIFT.is_some() {
-                    sum = i32x4_sub(sum, offset);
-                }
-                let scale = f32x4_mul(d, y_scale);
-                acc[t] = f32x4_add(acc[t], f32x4_mul(f32x4_convert_i32x4(sum), scale));
-            }
-        }
-        if L::MIN_AT.is_some() {
-            let m = *p.mins.get_unchecked(first / 4);
-            for t in 0..T {
-                let s = gather_f32x4(xs[t].sums.as_ptr().add(first), count);
-                acc[t] = f32x4_add(acc[t], f32x4_mul(m, s));
-            }
-        }
-    }
+    check_legacy_activations::<L, T>(xs, p.n_blocks);
+    legacy_groups(
+        p.n_blocks,
+        // SAFETY: `legacy_groups` passes first + count <= n_blocks, checked against `xs` above;
+        // pairs first / 2.. and group first / 4 were filled by `prepare`.
+        #[inline(always)]
+        |acc, first, count| unsafe {
+            let g = first / 4;
+            legacy_group_pairs::<L, T>(
+                [*p.scales.get_unchecked(g), *p.mins.get_unchecked(g)],
+                xs,
+                acc,
+                first,
+                count,
+                #[inline(always)]
+                |k| core::array::from_fn(|i| *p.weights.get_unchecked(4 * (2 * g + k) + i)),
+            )
+        },
+    )
 }
 
 /// Batches of at most this many vectors at a time in [`matmul`] (eight tiles: the tiles'
