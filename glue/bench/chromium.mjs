@@ -40,7 +40,9 @@ const THREADS = opt('--threads', '0,1,2').split(',').map(Number);
 const ENGINES = opt('--engines', 'wasmind,wasmind-simd128,wllama2,wllama3').split(',');
 const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
 const FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-  '--disable-component-update', '--disable-sync'];
+  '--disable-component-update', '--disable-sync',
+  // Extra flags, ';'-separated, e.g. CHROMIUM_FLAGS='--js-flags=--perf-prof --perf-prof-annotate-wasm'.
+  ...(process.env.CHROMIUM_FLAGS ?? '').split(';').filter(Boolean)];
 const ROOTS = {
   '/wllama3/': fileURLToPath(new URL('./node_modules/@wllama/wllama/esm/', import.meta.url)),
   '/wllama2/': fileURLToPath(new URL('./node_modules/wllama2/esm/', import.meta.url)),

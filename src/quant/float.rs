@@ -8,9 +8,9 @@
 //! quantized types' in `q4.rs`, `q5.rs` and `k_quants.rs`: one specialisation per element type
 //! (how a weight is read, and which rounding its activations get).
 
-use super::Kernels;
 use super::activation::{ActRow, ActivationKind};
 use super::half::{bf16_to_f32, f16_to_f32};
+use super::{Kernels, Out};
 
 /// F32 weights.
 pub(crate) struct F32;
@@ -53,8 +53,11 @@ impl Kernels for F32 {
         f32s(row).zip(x.values).map(|(w, &x)| w * x).sum()
     }
 
-    fn dot<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-        simd128_or!(super::simd128::dot_f32(row, xs), Self::dot_ref_n(row, xs))
+    fn dot<const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T], y: Out<'_>) {
+        simd128_or!(
+            super::simd128::dot_f32(w, rb, xs, y),
+            Self::dot_ref_n(w, rb, xs, y)
+        )
     }
 }
 
@@ -77,8 +80,11 @@ impl Kernels for F16 {
             .sum()
     }
 
-    fn dot<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-        simd128_or!(super::simd128::dot_f16(row, xs), Self::dot_ref_n(row, xs))
+    fn dot<const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T], y: Out<'_>) {
+        simd128_or!(
+            super::simd128::dot_f16(w, rb, xs, y),
+            Self::dot_ref_n(w, rb, xs, y)
+        )
     }
 }
 
@@ -101,7 +107,10 @@ impl Kernels for BF16 {
             .sum()
     }
 
-    fn dot<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-        simd128_or!(super::simd128::dot_bf16(row, xs), Self::dot_ref_n(row, xs))
+    fn dot<const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T], y: Out<'_>) {
+        simd128_or!(
+            super::simd128::dot_bf16(w, rb, xs, y),
+            Self::dot_ref_n(w, rb, xs, y)
+        )
     }
 }

@@ -16,7 +16,7 @@
 
 use super::activation::{ActRow, ActivationKind, stored_index};
 use super::half::F16;
-use super::{Block, Kernels, as_blocks};
+use super::{Block, Kernels, Out, as_blocks};
 
 /// 256 weights. The 8 scales and 8 mins are 6 bits each, packed in `scales` (see
 /// [`scales_mins`]). Byte `l` of `qs[32j..32j+32]` holds weight `64j + l` in its low nibble and
@@ -177,8 +177,11 @@ impl Kernels for Q4K {
         sum
     }
 
-    fn dot<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-        simd128_or!(super::simd128::dot_q4_k(row, xs), Self::dot_ref_n(row, xs))
+    fn dot<const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T], y: Out<'_>) {
+        simd128_or!(
+            super::simd128::dot_q4_k(w, rb, xs, y),
+            Self::dot_ref_n(w, rb, xs, y)
+        )
     }
 }
 
@@ -232,8 +235,11 @@ impl Kernels for Q5K {
         sum
     }
 
-    fn dot<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-        simd128_or!(super::simd128::dot_q5_k(row, xs), Self::dot_ref_n(row, xs))
+    fn dot<const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T], y: Out<'_>) {
+        simd128_or!(
+            super::simd128::dot_q5_k(w, rb, xs, y),
+            Self::dot_ref_n(w, rb, xs, y)
+        )
     }
 }
 
@@ -272,7 +278,10 @@ impl Kernels for Q6K {
         sum
     }
 
-    fn dot<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-        simd128_or!(super::simd128::dot_q6_k(row, xs), Self::dot_ref_n(row, xs))
+    fn dot<const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T], y: Out<'_>) {
+        simd128_or!(
+            super::simd128::dot_q6_k(w, rb, xs, y),
+            Self::dot_ref_n(w, rb, xs, y)
+        )
     }
 }

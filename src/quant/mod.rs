@@ -166,6 +166,7 @@ mod q5;
 mod q8;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod simd128;
+use core::marker::PhantomData;
 use core::ops::Range;
 
 pub use activation::{
@@ -213,14 +214,76 @@ trait Kernels {
     /// against.
     fn dot_ref(row: &[u8], x: &ActRow<'_>) -> f32;
 
-    /// The same product with `T` activation vectors at once (the weight row is decoded once for
-    /// all of them): `simd128_or!(the SIMD128 kernel, Self::dot_ref_n(row, xs))`.
-    fn dot<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T];
+    /// The same product for every whole row of `w` (`rb` bytes each) with `T` activation vectors
+    /// at once (each row is decoded once for all of them), row `r` times vector `t` stored at
+    /// `y`'s `(t, r)`: `simd128_or!(the SIMD128 kernel, Self::dot_ref_n(..))`. The loop over
+    /// rows is inside, so what a kernel sets up (checks, constants) it sets up once.
+    fn dot<const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T], y: Out<'_>);
 
-    /// [`Kernels::dot_ref`] for each of `T` vectors.
+    /// [`Kernels::dot_ref`] for each row and each of `T` vectors.
     #[inline(always)]
-    fn dot_ref_n<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-        core::array::from_fn(|t| Self::dot_ref(row, &xs[t]))
+    fn dot_ref_n<const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T], y: Out<'_>) {
+        for_rows(w, rb, y, |row| -> [f32; T] {
+            core::array::from_fn(|t| Self::dot_ref(row, &xs[t]))
+        })
+    }
+}
+
+/// Where a kernel call stores its products: row `r` (counted from the call's first row) times
+/// vector `t` at `ptr[t * stride + r]`, for `r < rows` and `t < vecs`. Threads fill disjoint
+/// column ranges of one `(vecs, stride)` output through these, hence a pointer, not a slice.
+/// (Copies write to the same elements, from the thread that holds them, one after another.)
+#[derive(Clone, Copy)]
+struct Out<'a> {
+    ptr: *mut f32,
+    stride: usize,
+    rows: usize,
+    vecs: usize,
+    _y: PhantomData<&'a mut [f32]>,
+}
+
+impl<'a> Out<'a> {
+    /// One vector's products, row `r` at `y[r]`.
+    fn vector(y: &'a mut [f32]) -> Out<'a> {
+        // SAFETY: `y` is borrowed mutably for 'a: its `y.len()` elements are ours alone.
+        unsafe { Out::strided(y.as_mut_ptr(), y.len(), y.len(), 1) }
+    }
+
+    /// # Safety
+    /// Elements `ptr[t * stride + r]` for `r < rows`, `t < vecs` must be writable and not
+    /// accessed by anyone else while 'a lives.
+    unsafe fn strided(ptr: *mut f32, stride: usize, rows: usize, vecs: usize) -> Out<'a> {
+        Out {
+            ptr,
+            stride,
+            rows,
+            vecs,
+            _y: PhantomData,
+        }
+    }
+
+    /// Stores row `r`'s products with the `T` vectors.
+    #[inline(always)]
+    fn store<const T: usize>(&self, r: usize, products: [f32; T]) {
+        assert!(r < self.rows && T <= self.vecs, "Out::store out of bounds");
+        for (t, value) in products.into_iter().enumerate() {
+            // SAFETY: (t, r) is inside the output (asserted), ours by `strided`'s contract.
+            unsafe { *self.ptr.add(t * self.stride + r) = value };
+        }
+    }
+}
+
+/// Stores `dot(row)` for each whole row of `w` (`rb` bytes each) at `y` (the body of every
+/// [`Kernels::dot`]).
+#[inline(always)]
+fn for_rows<const T: usize>(
+    w: &[u8],
+    rb: usize,
+    y: Out<'_>,
+    mut dot: impl FnMut(&[u8]) -> [f32; T],
+) {
+    for (r, row) in w.chunks_exact(rb).enumerate() {
+        y.store(r, dot(row));
     }
 }
 
@@ -387,12 +450,7 @@ pub fn matvec(
     );
     let w = &w[rows.start * rb..rows.end * rb];
     let y = &mut y[..rows.len()];
-    let xs = [x.row(0)];
-    with_kernels!(ty, K => {
-        for (y, row) in y.iter_mut().zip(w.chunks_exact(rb)) {
-            *y = K::dot::<1>(row, &xs)[0];
-        }
-    }, _ => unreachable!());
+    with_kernels!(ty, K => K::dot::<1>(w, rb, &[x.row(0)], Out::vector(y)), _ => unreachable!());
 }
 
 /// Vectors per weight-row pass in [`matmul`].
@@ -432,6 +490,9 @@ pub fn matmul(
 /// # Safety
 /// Those `n_vecs * rows.len()` elements must be writable and not accessed by anyone else during
 /// the call.
+// Not inlined: inlined into the model's `matmul_kernel` (the SIMD128 build), LLVM grew that
+// caller by 46 KB.
+#[inline(never)]
 pub unsafe fn matmul_strided(
     ty: GgmlType,
     w: &[u8],
@@ -459,46 +520,26 @@ pub unsafe fn matmul_strided(
     with_kernels!(ty, K => {
         for chunk_start in (0..n_rows).step_by(chunk_rows) {
             let chunk = chunk_start..(chunk_start + chunk_rows).min(n_rows);
+            let w = &w[chunk.start * rb..chunk.end * rb];
             let mut v = 0;
             while v < n_vecs {
                 let tile = (n_vecs - v).min(MATMUL_TILE).min(K::MAX_TILE);
-                let rows = chunk.clone().map(|r| (r, &w[r * rb..(r + 1) * rb]));
+                // SAFETY: (v + t, chunk.start + r) with t < tile <= n_vecs - v and
+                // r < chunk.len() <= n_rows - chunk.start: elements the caller vouches for.
+                let out = unsafe {
+                    Out::strided(y.add(v * y_stride + chunk.start), y_stride, chunk.len(), tile)
+                };
                 // The tile's activation rows are looked up once, not once per weight row.
-                // SAFETY (stores): (v + t, r) with v + t < n_vecs and r < n_rows, by the caller.
                 match tile {
-                    4 => {
-                        let x = [xs.row(v), xs.row(v + 1), xs.row(v + 2), xs.row(v + 3)];
-                        rows.for_each(|(r, row)| unsafe { store(y, y_stride, v, r, K::dot::<4>(row, &x)) });
-                    }
-                    3 => {
-                        let x = [xs.row(v), xs.row(v + 1), xs.row(v + 2)];
-                        rows.for_each(|(r, row)| unsafe { store(y, y_stride, v, r, K::dot::<3>(row, &x)) });
-                    }
-                    2 => {
-                        let x = [xs.row(v), xs.row(v + 1)];
-                        rows.for_each(|(r, row)| unsafe { store(y, y_stride, v, r, K::dot::<2>(row, &x)) });
-                    }
-                    _ => {
-                        let x = [xs.row(v)];
-                        rows.for_each(|(r, row)| unsafe { store(y, y_stride, v, r, K::dot::<1>(row, &x)) });
-                    }
+                    4 => K::dot::<4>(w, rb, &[xs.row(v), xs.row(v + 1), xs.row(v + 2), xs.row(v + 3)], out),
+                    3 => K::dot::<3>(w, rb, &[xs.row(v), xs.row(v + 1), xs.row(v + 2)], out),
+                    2 => K::dot::<2>(w, rb, &[xs.row(v), xs.row(v + 1)], out),
+                    _ => K::dot::<1>(w, rb, &[xs.row(v)], out),
                 }
                 v += tile;
             }
         }
     }, _ => unreachable!());
-}
-
-/// Writes the products of row `r` with vectors `v..v + T` to `y[(v + t) * stride + r]`.
-///
-/// # Safety
-/// Those elements must be writable.
-#[inline(always)]
-unsafe fn store<const T: usize>(y: *mut f32, stride: usize, v: usize, r: usize, out: [f32; T]) {
-    for (t, value) in out.into_iter().enumerate() {
-        // SAFETY: by the caller.
-        unsafe { *y.add((v + t) * stride + r) = value };
-    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@
 
 use super::activation::{ActRow, ActivationKind, stored_index};
 use super::half::F16;
-use super::{Block, Kernels, as_blocks};
+use super::{Block, Kernels, Out, as_blocks};
 
 /// 32 weights `w = d · q`. 8.5 bits per weight.
 #[repr(C)]
@@ -94,7 +94,10 @@ impl Kernels for Q8_0 {
         sum
     }
 
-    fn dot<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-        simd128_or!(super::simd128::dot_q8_0(row, xs), Self::dot_ref_n(row, xs))
+    fn dot<const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T], y: Out<'_>) {
+        simd128_or!(
+            super::simd128::dot_q8_0(w, rb, xs, y),
+            Self::dot_ref_n(w, rb, xs, y)
+        )
     }
 }

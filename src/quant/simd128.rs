@@ -52,6 +52,7 @@ use core::arch::wasm32::*;
 
 use super::activation::{ActRow, Quant};
 use super::half::f16_to_f32;
+use super::{Out, for_rows};
 
 /// Reads a `v128` from `p` (any alignment).
 ///
@@ -81,25 +82,59 @@ fn f16_at(row: &[u8], at: usize) -> f32 {
 
 /// 8 binary16 values (u16 lanes) -> two f32x4, exact for every value (subnormals, infinities,
 /// NaN). Each value is moved to the top half of a lane (sign at bit 31), its exponent and
-/// mantissa shifted into f32 position and multiplied by 2^112 to rebias the exponent; f16
+/// mantissa masked into f32 position and multiplied by 2^112 to rebias the exponent; f16
 /// subnormals come out exact (f32 arithmetic on subnormals is exact). Only an infinity or NaN
-/// can reach 2^16, and those get the all-ones exponent back. Shifts stand in for mask
-/// constants, so the kernel's accumulators keep their registers.
+/// can reach 2^16, and those get the all-ones exponent back. `k`: the conversion's constants
+/// ([`F16Bits`]).
 #[inline(always)]
-pub(super) fn f16x8_to_f32(h: v128) -> (v128, v128) {
+pub(super) fn f16x8_to_f32(h: v128, k: &F16Bits) -> (v128, v128) {
     let (low, high) = bf16x8_to_f32(h); // the same move to the top half of each lane
-    (f16_high_to_f32(low), f16_high_to_f32(high))
+    (f16_high_to_f32(low, k), f16_high_to_f32(high, k))
 }
 
-/// 4 binary16 values in the top half of u32 lanes (the low half ignored) -> f32x4, exact for
+/// The masks and factor of the f16 conversion. [`F16Bits::CONST`] are plain constants; a
+/// kernel that converts inside a loop takes [`F16Bits::opaque`] once before it instead: V8
+/// materializes a vector constant at each use inside a loop (three instructions: `movabs`,
+/// `movq`, `punpcklqdq`), while a value it cannot see through stays in a register (or is one
+/// load from the stack). LLVM turns shift pairs into these masks too, so shifts do not help.
+#[derive(Clone, Copy)]
+pub(super) struct F16Bits {
+    /// Exponent and mantissa of a value in a lane's top half, shifted right by 3.
+    magnitude: v128,
+    /// 2^112: rebiases the exponent.
+    rebias: v128,
+    /// Largest converted magnitude of a finite f16 (65504 rounds below 2^16).
+    finite: v128,
+    /// The f32 all-ones exponent.
+    infinite: v128,
+    sign: v128,
+}
+
+impl F16Bits {
+    pub(super) const CONST: F16Bits = F16Bits {
+        magnitude: u32x4(0x0fff_e000, 0x0fff_e000, 0x0fff_e000, 0x0fff_e000),
+        rebias: u32x4(0x7780_0000, 0x7780_0000, 0x7780_0000, 0x7780_0000),
+        finite: u32x4(0x477f_ffff, 0x477f_ffff, 0x477f_ffff, 0x477f_ffff),
+        infinite: u32x4(0x7f80_0000, 0x7f80_0000, 0x7f80_0000, 0x7f80_0000),
+        sign: u32x4(0x8000_0000, 0x8000_0000, 0x8000_0000, 0x8000_0000),
+    };
+
+    /// The same values, hidden from the optimizers (see the type's doc).
+    #[inline(always)]
+    pub(super) fn opaque() -> F16Bits {
+        core::hint::black_box(F16Bits::CONST)
+    }
+}
+
+/// 4 binary16 values in the top half of u32 lanes (the low half zero) -> f32x4, exact for
 /// every value ([`f16x8_to_f32`]'s conversion).
 #[inline(always)]
-fn f16_high_to_f32(top: v128) -> v128 {
-    let magnitude = u32x4_shr(i32x4_shl(top, 1), 4);
-    let value = f32x4_mul(magnitude, f32x4_splat(f32::from_bits((127 + 112) << 23))); // 2^112
-    let special = i32x4_gt(value, u32x4_splat(0x477f_ffff)); // >= 2^16
-    let exponent = i32x4_shl(u32x4_shr(special, 24), 23); // 0x7f80_0000 where special
-    let sign = i32x4_shl(u32x4_shr(top, 31), 31);
+fn f16_high_to_f32(top: v128, k: &F16Bits) -> v128 {
+    let magnitude = v128_and(u32x4_shr(top, 3), k.magnitude);
+    let value = f32x4_mul(magnitude, k.rebias);
+    let special = i32x4_gt(value, k.finite); // >= 2^16
+    let exponent = v128_and(special, k.infinite);
+    let sign = v128_and(top, k.sign);
     v128_or(v128_or(value, exponent), sign)
 }
 
@@ -115,86 +150,103 @@ fn bf16x8_to_f32(h: v128) -> (v128, v128) {
     )
 }
 
-/// Shared body of the float kernels over `n` weights, `8·STEPS` weights per iteration with two
-/// partial sums per step: `weights8(i)` returns weights `8i..8i + 8` as two f32x4 (only called
-/// for whole groups of 8), `weight(j)` weight `j`. F32 and BF16 take two steps; F16, whose
+/// Shared body of the float kernels: `Kernels::dot` over the rows of `w` (`rb` bytes, `n`
+/// weights each), `8·STEPS` weights per iteration with two partial sums per step:
+/// `weights8(row, i)` returns weights `8i..8i + 8` of `row` as two f32x4 (only called for whole
+/// groups of 8), `weight(row, j)` weight `j`. F32 and BF16 take two steps; F16, whose
 /// conversion needs more registers, one (more would make V8 spill the partial sums).
 #[inline(always)]
 fn dot_float<const T: usize, const STEPS: usize>(
+    w: &[u8],
+    rb: usize,
     n: usize,
     xs: &[ActRow<'_>; T],
-    weights8: impl Fn(usize) -> (v128, v128),
-    weight: impl Fn(usize) -> f32,
-) -> [f32; T] {
+    y: Out<'_>,
+    weights8: impl Fn(*const u8, usize) -> (v128, v128),
+    weight: impl Fn(&[u8], usize) -> f32,
+) {
     for x in xs {
         assert!(x.values.len() >= n);
     }
-    let mut acc = [[[f32x4_splat(0.0); 2]; STEPS]; T];
-    let mut i = 0;
-    while i + 8 * STEPS <= n {
-        for step in 0..STEPS {
-            let (w0, w1) = weights8(i / 8 + step);
-            for t in 0..T {
-                // SAFETY: i + 8·STEPS <= n <= values.len() (asserted above).
-                unsafe {
-                    let x = xs[t].values.as_ptr().add(i + 8 * step);
-                    acc[t][step][0] = f32x4_add(acc[t][step][0], f32x4_mul(w0, load(x)));
-                    acc[t][step][1] = f32x4_add(acc[t][step][1], f32x4_mul(w1, load(x.add(4))));
+    for_rows(
+        w,
+        rb,
+        y,
+        #[inline(always)]
+        |row| -> [f32; T] {
+            let mut acc = [[[f32x4_splat(0.0); 2]; STEPS]; T];
+            let mut i = 0;
+            while i + 8 * STEPS <= n {
+                for step in 0..STEPS {
+                    let (w0, w1) = weights8(row.as_ptr(), i / 8 + step);
+                    for t in 0..T {
+                        // SAFETY: i + 8·STEPS <= n <= values.len() (asserted above).
+                        unsafe {
+                            let x = xs[t].values.as_ptr().add(i + 8 * step);
+                            acc[t][step][0] = f32x4_add(acc[t][step][0], f32x4_mul(w0, load(x)));
+                            acc[t][step][1] =
+                                f32x4_add(acc[t][step][1], f32x4_mul(w1, load(x.add(4))));
+                        }
+                    }
                 }
+                i += 8 * STEPS;
             }
-        }
-        i += 8 * STEPS;
-    }
-    core::array::from_fn(|t| {
-        let mut total = f32x4_splat(0.0);
-        for step in acc[t] {
-            total = f32x4_add(total, f32x4_add(step[0], step[1]));
-        }
-        let mut sum = hsum_f32(total);
-        for j in i..n {
-            sum += weight(j) * xs[t].values[j];
-        }
-        sum
-    })
+            core::array::from_fn(|t| {
+                let mut total = f32x4_splat(0.0);
+                for step in acc[t] {
+                    total = f32x4_add(total, f32x4_add(step[0], step[1]));
+                }
+                let mut sum = hsum_f32(total);
+                for j in i..n {
+                    sum += weight(row, j) * xs[t].values[j];
+                }
+                sum
+            })
+        },
+    )
 }
 
 // One entry point per element type over `dot_float` (deliberately alike: see the module doc).
 #[inline(never)]
-pub(super) fn dot_f32<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-    let n = row.len() / 4;
-    let p = row.as_ptr();
+pub(super) fn dot_f32<const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T], y: Out<'_>) {
     dot_float::<T, 2>(
-        n,
+        w,
+        rb,
+        rb / 4,
         xs,
-        // SAFETY: only called with 8i + 8 <= n, so bytes 32i..32i + 32 lie in `row`.
-        |i| unsafe { (load(p.add(32 * i)), load(p.add(32 * i + 16))) },
-        |j| f32::from_le_bytes([row[4 * j], row[4 * j + 1], row[4 * j + 2], row[4 * j + 3]]),
+        y,
+        // SAFETY: only called with 8i + 8 <= n, so bytes 32i..32i + 32 lie in the row.
+        |p, i| unsafe { (load(p.add(32 * i)), load(p.add(32 * i + 16))) },
+        |row, j| f32::from_le_bytes([row[4 * j], row[4 * j + 1], row[4 * j + 2], row[4 * j + 3]]),
     )
 }
 
 #[inline(never)]
-pub(super) fn dot_f16<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-    let n = row.len() / 2;
-    let p = row.as_ptr();
+pub(super) fn dot_f16<const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T], y: Out<'_>) {
+    let k = F16Bits::opaque();
     dot_float::<T, 1>(
-        n,
+        w,
+        rb,
+        rb / 2,
         xs,
-        // SAFETY: only called with 8i + 8 <= n, so bytes 16i..16i + 16 lie in `row`.
-        |i| f16x8_to_f32(unsafe { load(p.add(16 * i)) }),
-        |j| f16_at(row, 2 * j),
+        y,
+        // SAFETY: only called with 8i + 8 <= n, so bytes 16i..16i + 16 lie in the row.
+        |p, i| f16x8_to_f32(unsafe { load(p.add(16 * i)) }, &k),
+        |row, j| f16_at(row, 2 * j),
     )
 }
 
 #[inline(never)]
-pub(super) fn dot_bf16<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-    let n = row.len() / 2;
-    let p = row.as_ptr();
+pub(super) fn dot_bf16<const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T], y: Out<'_>) {
     dot_float::<T, 2>(
-        n,
+        w,
+        rb,
+        rb / 2,
         xs,
-        // SAFETY: only called with 8i + 8 <= n, so bytes 16i..16i + 16 lie in `row`.
-        |i| bf16x8_to_f32(unsafe { load(p.add(16 * i)) }),
-        |j| super::half::bf16_to_f32(u16::from_le_bytes([row[2 * j], row[2 * j + 1]])),
+        y,
+        // SAFETY: only called with 8i + 8 <= n, so bytes 16i..16i + 16 lie in the row.
+        |p, i| bf16x8_to_f32(unsafe { load(p.add(16 * i)) }),
+        |row, j| super::half::bf16_to_f32(u16::from_le_bytes([row[2 * j], row[2 * j + 1]])),
     )
 }
 
@@ -330,7 +382,7 @@ fn transpose_sum(v: [v128; 4]) -> v128 {
 /// # Safety
 /// The `count` blocks must be readable.
 #[inline(always)]
-unsafe fn gather_scales<L: Legacy>(blk: *const u8, count: usize) -> [v128; 2] {
+unsafe fn gather_scales<L: Legacy>(blk: *const u8, count: usize, k: &F16Bits) -> [v128; 2] {
     const { assert!(matches!(L::MIN_AT, None | Some(2))) };
     let stride = L::BYTES;
     // SAFETY: only the `count` blocks the caller vouches for are read.
@@ -347,7 +399,7 @@ unsafe fn gather_scales<L: Legacy>(blk: *const u8, count: usize) -> [v128; 2] {
             if count > 3 {
                 h = v128_load32_lane::<3>(h, blk.add(3 * stride).cast());
             }
-            let (dm01, dm23) = f16x8_to_f32(h);
+            let (dm01, dm23) = f16x8_to_f32(h, k);
             [
                 i32x4_shuffle::<0, 2, 4, 6>(dm01, dm23),
                 i32x4_shuffle::<1, 3, 5, 7>(dm01, dm23),
@@ -364,7 +416,7 @@ unsafe fn gather_scales<L: Legacy>(blk: *const u8, count: usize) -> [v128; 2] {
             if count > 3 {
                 h = v128_load16_lane::<7>(h, blk.add(3 * stride).cast());
             }
-            [f16_high_to_f32(h), f32x4_splat(0.0)]
+            [f16_high_to_f32(h, k), f32x4_splat(0.0)]
         }
     }
 }
@@ -495,17 +547,27 @@ trait Legacy {
     unsafe fn dot(w: Self::Weights, y: *const Quant) -> v128;
 }
 
-/// The shared body of the legacy kernels.
+/// The shared body of the legacy kernels: `Kernels::dot` over the rows of `w` (`rb` bytes
+/// each). The activations are checked and the f16 constants made once for all rows.
 #[inline(always)]
-fn dot_legacy<L: Legacy, const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-    debug_assert!(row.len().is_multiple_of(L::BYTES));
-    let n_blocks = row.len() / L::BYTES;
+fn dot_legacy<L: Legacy, const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T], y: Out<'_>) {
+    debug_assert!(rb.is_multiple_of(L::BYTES));
+    let n_blocks = rb / L::BYTES;
     check_legacy_activations::<L, T>(xs, n_blocks);
-    legacy_groups(
-        n_blocks,
-        // SAFETY: `legacy_groups` passes first + count <= n_blocks, the blocks of `row`.
+    let k = F16Bits::opaque();
+    for_rows(
+        w,
+        rb,
+        y,
         #[inline(always)]
-        |acc, first, count| unsafe { legacy_group::<L, T>(row, xs, acc, first, count) },
+        |row: &[u8]| {
+            legacy_groups(
+                n_blocks,
+                // SAFETY: `legacy_groups` passes first + count <= n_blocks, the blocks of `row`.
+                #[inline(always)]
+                |acc, first, count| unsafe { legacy_group::<L, T>(row, xs, acc, first, count, &k) },
+            )
+        },
     )
 }
 
@@ -538,8 +600,11 @@ fn legacy_groups<const T: usize>(
         group(&mut acc, first, 4);
         first += 4;
     }
-    if first < n_blocks {
-        group(&mut acc, first, n_blocks - first);
+    match n_blocks - first {
+        0 => {}
+        // one vector (decode), the common tail (rows of 576, 960, ... columns): a constant pair
+        2 if T == 1 => group(&mut acc, first, 2),
+        rest => group(&mut acc, first, rest),
     }
     core::array::from_fn(|t| hsum_f32(acc[t]))
 }
@@ -567,12 +632,13 @@ unsafe fn legacy_group<L: Legacy, const T: usize>(
     acc: &mut [v128; T],
     first: usize,
     count: usize,
+    k: &F16Bits,
 ) {
     // SAFETY: by the caller: blocks first..first + count lie in `row`.
     unsafe {
         // The four blocks' scales and minimums (0 without), as f32x4.
         let blk = row.as_ptr().add(first * L::BYTES);
-        let [d, m] = gather_scales::<L>(blk, count);
+        let [d, m] = gather_scales::<L>(blk, count, k);
         #[cfg(not(target_feature = "relaxed-simd"))]
         legacy_group_transposed::<L, T>(row, [d, m], xs, acc, first, count);
         #[cfg(target_feature = "relaxed-simd")]
@@ -792,46 +858,56 @@ unsafe fn q5k_fifth_bits(blk: *const u8) -> [v128; 2] {
 /// their sub-block scales, to `acc` (four i32 partial sums).
 #[inline(always)]
 fn dot_k4<const BYTES: usize, const T: usize, W: Copy>(
-    row: &[u8],
+    w: &[u8],
+    rb: usize,
     xs: &[ActRow<'_>; T],
+    y: Out<'_>,
     chunk: impl Fn(*const u8, &[u8; 8], usize) -> W,
     dot: impl Fn(W, *const Quant, v128) -> v128,
-) -> [f32; T] {
-    debug_assert!(row.len().is_multiple_of(BYTES));
-    let n_blocks = row.len() / BYTES;
+) {
+    debug_assert!(rb.is_multiple_of(BYTES));
+    let n_blocks = rb / BYTES;
     check_activations_k(xs, n_blocks);
-    let mut acc = [f32x4_splat(0.0); T];
-    for b in 0..n_blocks {
-        // SAFETY: super-block b is bytes BYTES·b..BYTES·(b + 1) of `row` (d, dmin at 0..4,
-        // packed scales at 4..16); activation reads are in bounds (check_activations_k).
-        unsafe {
-            let blk = row.as_ptr().add(BYTES * b);
-            let (d, dmin) = (f16_ptr(blk), f16_ptr(blk.add(2)));
-            let (scales, mins) = scales_mins_k4(blk.add(4));
-            let mut sumi = [i32x4_splat(0); T];
-            let mut scratch = [i32x4_splat(0); T];
-            for j in 0..4 {
-                let w = chunk(blk, &scales, j);
-                for t in 0..T {
-                    sumi[t] = dot(w, xs[t].quants.as_ptr().add(256 * b + 64 * j), sumi[t]);
-                    barrier(&mut scratch[t], sumi[t]);
+    for_rows(
+        w,
+        rb,
+        y,
+        #[inline(always)]
+        |row| -> [f32; T] {
+            let mut acc = [f32x4_splat(0.0); T];
+            for b in 0..n_blocks {
+                // SAFETY: super-block b is bytes BYTES·b..BYTES·(b + 1) of `row` (d, dmin at 0..4,
+                // packed scales at 4..16); activation reads are in bounds (check_activations_k).
+                unsafe {
+                    let blk = row.as_ptr().add(BYTES * b);
+                    let (d, dmin) = (f16_ptr(blk), f16_ptr(blk.add(2)));
+                    let (scales, mins) = scales_mins_k4(blk.add(4));
+                    let mut sumi = [i32x4_splat(0); T];
+                    let mut scratch = [i32x4_splat(0); T];
+                    for j in 0..4 {
+                        let w = chunk(blk, &scales, j);
+                        for t in 0..T {
+                            sumi[t] = dot(w, xs[t].quants.as_ptr().add(256 * b + 64 * j), sumi[t]);
+                            barrier(&mut scratch[t], sumi[t]);
+                        }
+                    }
+                    for t in 0..T {
+                        // Σ_j m_j·(bsums[2j] + bsums[2j + 1]), still as four i32 lanes
+                        let bsums = xs[t].bsums.as_ptr().add(16 * b);
+                        let m = i32x4_add(
+                            i32x4_dot_i16x8(load(bsums), mins[0]),
+                            i32x4_dot_i16x8(load(bsums.add(8)), mins[1]),
+                        );
+                        let dy = *xs[t].scales.get_unchecked(b);
+                        let scaled = f32x4_mul(f32x4_convert_i32x4(sumi[t]), f32x4_splat(dy * d));
+                        let min = f32x4_mul(f32x4_convert_i32x4(m), f32x4_splat(dy * dmin));
+                        acc[t] = f32x4_add(acc[t], f32x4_sub(scaled, min));
+                    }
                 }
             }
-            for t in 0..T {
-                // Σ_j m_j·(bsums[2j] + bsums[2j + 1]), still as four i32 lanes
-                let bsums = xs[t].bsums.as_ptr().add(16 * b);
-                let m = i32x4_add(
-                    i32x4_dot_i16x8(load(bsums), mins[0]),
-                    i32x4_dot_i16x8(load(bsums.add(8)), mins[1]),
-                );
-                let dy = *xs[t].scales.get_unchecked(b);
-                let scaled = f32x4_mul(f32x4_convert_i32x4(sumi[t]), f32x4_splat(dy * d));
-                let min = f32x4_mul(f32x4_convert_i32x4(m), f32x4_splat(dy * dmin));
-                acc[t] = f32x4_add(acc[t], f32x4_sub(scaled, min));
-            }
-        }
-    }
-    core::array::from_fn(|t| hsum_f32(acc[t]))
+            core::array::from_fn(|t| hsum_f32(acc[t]))
+        },
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -845,48 +921,59 @@ fn dot_k4<const BYTES: usize, const T: usize, W: Copy>(
 /// `barrier`.
 #[inline(always)]
 fn dot_q6k<const T: usize>(
-    row: &[u8],
+    w: &[u8],
+    rb: usize,
     xs: &[ActRow<'_>; T],
+    y: Out<'_>,
     half: impl Fn(*const u8, usize, v128, &[*const Quant; T], &mut [v128; T]),
-) -> [f32; T] {
-    debug_assert!(row.len().is_multiple_of(210));
-    let n_blocks = row.len() / 210;
+) {
+    debug_assert!(rb.is_multiple_of(210));
+    let n_blocks = rb / 210;
     check_activations_k(xs, n_blocks);
-    let mut acc = [f32x4_splat(0.0); T];
-    for b in 0..n_blocks {
-        // SAFETY: super-block b is bytes 210b..210b + 210 of `row`: ql at 0..128, qh at
-        // 128..192, scales at 192..208, d at 208..210; activation reads are in bounds
-        // (check_activations_k).
-        unsafe {
-            let blk = row.as_ptr().add(210 * b);
-            let d = f16_ptr(blk.add(208));
-            let scales8 = load(blk.add(192));
-            // the 16 scales as i16: sub-blocks 0..8 and 8..16
-            let scales = [
-                i16x8_extend_low_i8x16(scales8),
-                i16x8_extend_high_i8x16(scales8),
-            ];
-            let y: [*const Quant; T] = core::array::from_fn(|t| xs[t].quants.as_ptr().add(256 * b));
-            let mut sumi = [i32x4_splat(0); T];
-            for h in 0..2 {
-                half(blk, h, scales[h], &y, &mut sumi);
+    for_rows(
+        w,
+        rb,
+        y,
+        #[inline(always)]
+        |row| -> [f32; T] {
+            let mut acc = [f32x4_splat(0.0); T];
+            for b in 0..n_blocks {
+                // SAFETY: super-block b is bytes 210b..210b + 210 of `row`: ql at 0..128, qh at
+                // 128..192, scales at 192..208, d at 208..210; activation reads are in bounds
+                // (check_activations_k).
+                unsafe {
+                    let blk = row.as_ptr().add(210 * b);
+                    let d = f16_ptr(blk.add(208));
+                    let scales8 = load(blk.add(192));
+                    // the 16 scales as i16: sub-blocks 0..8 and 8..16
+                    let scales = [
+                        i16x8_extend_low_i8x16(scales8),
+                        i16x8_extend_high_i8x16(scales8),
+                    ];
+                    let y: [*const Quant; T] =
+                        core::array::from_fn(|t| xs[t].quants.as_ptr().add(256 * b));
+                    let mut sumi = [i32x4_splat(0); T];
+                    for h in 0..2 {
+                        half(blk, h, scales[h], &y, &mut sumi);
+                    }
+                    for t in 0..T {
+                        let bsums = xs[t].bsums.as_ptr().add(16 * b);
+                        let offset = i32x4_add(
+                            i32x4_dot_i16x8(load(bsums), scales[0]),
+                            i32x4_dot_i16x8(load(bsums.add(8)), scales[1]),
+                        );
+                        let sum = i32x4_sub(sumi[t], i32x4_shl(offset, 5));
+                        let dy = *xs[t].scales.get_unchecked(b);
+                        acc[t] = f32x4_add(
+                            acc[t],
+                            f32x4_mul(f32x4_convert_i32x4(sum), f32x4_splat(d * dy)),
+                        );
+                    }
+                }
             }
-            for t in 0..T {
-                let bsums = xs[t].bsums.as_ptr().add(16 * b);
-                let offset = i32x4_add(
-                    i32x4_dot_i16x8(load(bsums), scales[0]),
-                    i32x4_dot_i16x8(load(bsums.add(8)), scales[1]),
-                );
-                let sum = i32x4_sub(sumi[t], i32x4_shl(offset, 5));
-                let dy = *xs[t].scales.get_unchecked(b);
-                acc[t] = f32x4_add(
-                    acc[t],
-                    f32x4_mul(f32x4_convert_i32x4(sum), f32x4_splat(d * dy)),
-                );
-            }
-        }
-    }
-    core::array::from_fn(|t| hsum_f32(acc[t]))
+            core::array::from_fn(|t| hsum_f32(acc[t]))
+        },
+    )
 }
 
 // The integer kernels: i16 lanes and `i32x4.dot_i16x8_s` in the SIMD128 build, i8 lanes and
@@ -910,22 +997,22 @@ pub(super) use build::{dot_q4_k, dot_q5_k, dot_q6_k};
 
 // One entry point per legacy type over `dot_legacy` (deliberately alike: see the module doc).
 #[inline(never)]
-pub(super) fn dot_q4_0<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-    dot_legacy::<build::Q4_0, T>(row, xs)
+pub(super) fn dot_q4_0<const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T], y: Out<'_>) {
+    dot_legacy::<build::Q4_0, T>(w, rb, xs, y)
 }
 #[inline(never)]
-pub(super) fn dot_q4_1<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-    dot_legacy::<build::Q4_1, T>(row, xs)
+pub(super) fn dot_q4_1<const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T], y: Out<'_>) {
+    dot_legacy::<build::Q4_1, T>(w, rb, xs, y)
 }
 #[inline(never)]
-pub(super) fn dot_q5_0<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-    dot_legacy::<build::Q5_0, T>(row, xs)
+pub(super) fn dot_q5_0<const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T], y: Out<'_>) {
+    dot_legacy::<build::Q5_0, T>(w, rb, xs, y)
 }
 #[inline(never)]
-pub(super) fn dot_q5_1<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-    dot_legacy::<build::Q5_1, T>(row, xs)
+pub(super) fn dot_q5_1<const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T], y: Out<'_>) {
+    dot_legacy::<build::Q5_1, T>(w, rb, xs, y)
 }
 #[inline(never)]
-pub(super) fn dot_q8_0<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-    dot_legacy::<build::Q8_0, T>(row, xs)
+pub(super) fn dot_q8_0<const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T], y: Out<'_>) {
+    dot_legacy::<build::Q8_0, T>(w, rb, xs, y)
 }

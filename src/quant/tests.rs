@@ -627,11 +627,15 @@ fn simd_q8_0_rounding_matches_reference() {
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 #[test]
 fn simd_f16_conversion_is_exact_for_every_value() {
+    use super::simd128::F16Bits;
     use core::arch::wasm32::*;
-    for base in (0..=u16::MAX).step_by(8) {
+    for (base, k) in (0..=u16::MAX)
+        .step_by(8)
+        .flat_map(|base| [(base, F16Bits::CONST), (base, F16Bits::opaque())])
+    {
         let h: [u16; 8] = core::array::from_fn(|i| base + i as u16);
         let v = u16x8(h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
-        let (low, high) = super::simd128::f16x8_to_f32(v);
+        let (low, high) = super::simd128::f16x8_to_f32(v, &k);
         let lanes = |v: v128| {
             [
                 f32x4_extract_lane::<0>(v),

@@ -218,11 +218,18 @@ fn dot64(w: [[v128; 4]; 2], y: *const i16, acc: v128) -> v128 {
 
 // Q4_K and Q5_K over `dot_k4`: alike on purpose but for the fifth bit (see the module doc).
 #[inline(never)]
-pub(in crate::quant) fn dot_q4_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+pub(in crate::quant) fn dot_q4_k<const T: usize>(
+    w: &[u8],
+    rb: usize,
+    xs: &[ActRow<'_>; T],
+    y: Out<'_>,
+) {
     let low4 = u16x8_splat(0x000f);
     dot_k4::<144, T, _>(
-        row,
+        w,
+        rb,
         xs,
+        y,
         |blk, scales, j| {
             // SAFETY: dot_k4 passes a whole 144-byte super-block (nibbles at 16..144).
             let [qa, qb] = unsafe { k4_nibbles(blk, 16, j) };
@@ -248,12 +255,19 @@ pub(in crate::quant) fn dot_q4_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T
 }
 
 #[inline(never)]
-pub(in crate::quant) fn dot_q5_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+pub(in crate::quant) fn dot_q5_k<const T: usize>(
+    w: &[u8],
+    rb: usize,
+    xs: &[ActRow<'_>; T],
+    y: Out<'_>,
+) {
     let low4 = u16x8_splat(0x000f);
     let bit4 = u16x8_splat(0x0010);
     dot_k4::<176, T, _>(
-        row,
+        w,
+        rb,
         xs,
+        y,
         |blk, scales, j| {
             // SAFETY: dot_k4 passes a whole 176-byte super-block (fifth bits at 16..48, nibbles
             // at 48..176).
@@ -378,8 +392,13 @@ unsafe fn q6_chunk<const L16: usize, const T: usize>(
 
 /// Q6_K over `dot_q6k`: each half as four chunks of 16 weights from each quarter.
 #[inline(never)]
-pub(in crate::quant) fn dot_q6_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
-    dot_q6k(row, xs, |blk, h, scales, y, sumi| {
+pub(in crate::quant) fn dot_q6_k<const T: usize>(
+    w: &[u8],
+    rb: usize,
+    xs: &[ActRow<'_>; T],
+    y: Out<'_>,
+) {
+    dot_q6k(w, rb, xs, y, |blk, h, scales, y, sumi| {
         let mut scratch = [i32x4_splat(0); T];
         // SAFETY: dot_q6k passes a whole super-block and its vectors' activations.
         unsafe {

@@ -358,10 +358,17 @@ fn scale_pair(scales: &[u8; 8], j: usize) -> [v128; 2] {
 
 // Q4_K and Q5_K over `dot_k4`: alike on purpose but for the fifth bit (see `simd128`).
 #[inline(never)]
-pub(in crate::quant) fn dot_q4_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+pub(in crate::quant) fn dot_q4_k<const T: usize>(
+    w: &[u8],
+    rb: usize,
+    xs: &[ActRow<'_>; T],
+    y: Out<'_>,
+) {
     dot_k4::<144, T, _>(
-        row,
+        w,
+        rb,
         xs,
+        y,
         |blk, scales, j| {
             // SAFETY: dot_k4 passes a whole 144-byte super-block (nibbles at 16..144).
             let [qa, qb] = unsafe { k4_nibbles(blk, 16, j) };
@@ -385,10 +392,17 @@ fn bit_to_fifth(h: v128, bit: usize) -> v128 {
 }
 
 #[inline(never)]
-pub(in crate::quant) fn dot_q5_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+pub(in crate::quant) fn dot_q5_k<const T: usize>(
+    w: &[u8],
+    rb: usize,
+    xs: &[ActRow<'_>; T],
+    y: Out<'_>,
+) {
     dot_k4::<176, T, _>(
-        row,
+        w,
+        rb,
         xs,
+        y,
         |blk, scales, j| {
             // SAFETY: dot_k4 passes a whole 176-byte super-block (fifth bits at 16..48, nibbles
             // at 48..176).
@@ -413,10 +427,15 @@ pub(in crate::quant) fn dot_q5_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T
 /// Q6_K over `dot_q6k`. Sub-blocks are 16 weights; weights `128h + 32k + l` (l in 0..32) are
 /// sub-blocks `8h + 2k` and `8h + 2k + 1`.
 #[inline(never)]
-pub(in crate::quant) fn dot_q6_k<const T: usize>(row: &[u8], xs: &[ActRow<'_>; T]) -> [f32; T] {
+pub(in crate::quant) fn dot_q6_k<const T: usize>(
+    w: &[u8],
+    rb: usize,
+    xs: &[ActRow<'_>; T],
+    y: Out<'_>,
+) {
     let low4 = u8x16_splat(0x0f);
     let bits45 = u8x16_splat(0x30);
-    dot_q6k(row, xs, |blk, h, scales, y, sumi| {
+    dot_q6k(w, rb, xs, y, |blk, h, scales, y, sumi| {
         let mut scratch = [i32x4_splat(0); T];
         // SAFETY: dot_q6k passes a whole super-block (ql at 0..128, qh at 128..192) and its
         // vectors' 256 activations.

@@ -15,7 +15,7 @@
 
 use core::arch::wasm32::*;
 
-use super::super::{ActivationBuf, GgmlType};
+use super::super::{ActivationBuf, GgmlType, Out};
 use super::*;
 
 /// Most blocks of a row that a [`Prepared`] holds (8,192 columns; longer rows take
@@ -52,6 +52,7 @@ fn prepare<L: Legacy<Weights = [v128; 4]>>(row: &[u8], p: &mut Prepared) {
     let n_blocks = row.len() / L::BYTES;
     assert!(n_blocks <= MAX_BLOCKS);
     p.n_blocks = n_blocks;
+    let k = F16Bits::opaque();
     for g in 0..n_blocks.div_ceil(4) {
         let first = 4 * g;
         let count = (n_blocks - first).min(4);
@@ -59,7 +60,7 @@ fn prepare<L: Legacy<Weights = [v128; 4]>>(row: &[u8], p: &mut Prepared) {
         // (pairs < MAX_BLOCKS / 2, groups < MAX_BLOCKS / 4).
         unsafe {
             let blk = row.as_ptr().add(first * L::BYTES);
-            let [d, m] = gather_scales::<L>(blk, count);
+            let [d, m] = gather_scales::<L>(blk, count, &k);
             p.scales[g] = d;
             p.mins[g] = m;
             for k in 0..count.div_ceil(2) {
@@ -157,32 +158,21 @@ unsafe fn matmul_with<L: Prepare>(
         for r in 0..n_rows {
             L::prepare_row(&w[r * rb..(r + 1) * rb], &mut p);
             for (i, x) in tiles[..n.div_ceil(4)].iter().enumerate() {
-                let v = v0 + 4 * i;
-                // SAFETY (stores): (v + t, r) with v + t < n_vecs and r < n_rows, by the caller.
-                unsafe {
-                    match n - 4 * i {
-                        1 => store(y, y_stride, v, r, L::dot_tile::<1>(&p, &[x[0]])),
-                        2 => store(y, y_stride, v, r, L::dot_tile::<2>(&p, &[x[0], x[1]])),
-                        3 => store(y, y_stride, v, r, L::dot_tile::<3>(&p, &[x[0], x[1], x[2]])),
-                        _ => store(y, y_stride, v, r, L::dot_tile::<4>(&p, x)),
-                    }
+                let vecs = (n - 4 * i).min(4);
+                // SAFETY: (v0 + 4i + t, r) with t < vecs <= n - 4i and r < n_rows: elements the
+                // caller vouches for.
+                let out =
+                    unsafe { Out::strided(y.add((v0 + 4 * i) * y_stride), y_stride, n_rows, vecs) };
+                match vecs {
+                    1 => out.store(r, L::dot_tile::<1>(&p, &[x[0]])),
+                    2 => out.store(r, L::dot_tile::<2>(&p, &[x[0], x[1]])),
+                    3 => out.store(r, L::dot_tile::<3>(&p, &[x[0], x[1], x[2]])),
+                    _ => out.store(r, L::dot_tile::<4>(&p, x)),
                 }
             }
         }
     }
     true
-}
-
-/// Writes the products of row `r` with vectors `v..v + T` to `y[(v + t) * stride + r]`.
-///
-/// # Safety
-/// Those elements must be writable.
-#[inline(always)]
-unsafe fn store<const T: usize>(y: *mut f32, stride: usize, v: usize, r: usize, out: [f32; T]) {
-    for (t, value) in out.into_iter().enumerate() {
-        // SAFETY: by the caller.
-        unsafe { *y.add((v + t) * stride + r) = value };
-    }
 }
 
 /// A type's unpacking and product, each compiled once (`#[inline(never)]`, as the kernels of
