@@ -775,7 +775,7 @@ impl<'a> Model<'a> {
     }
 
     /// Attention for `n` new tokens at `pos0..pos0+n` in layer `l`, split across the pool by
-    /// (token, head).
+    /// (tile of [`QUERIES`] tokens, head).
     fn attention(&mut self, l: usize, n: usize, pos0: usize) {
         let cfg = &self.cfg;
         let ring = &self.cache[l];
@@ -795,6 +795,7 @@ impl<'a> Model<'a> {
             q_dim: cfg.q_dim(),
             kv_dim: cfg.kv_dim(),
             score_stride,
+            n,
             pos0,
             scale: cfg.attn_scale,
             window: match self.layers[l].kind {
@@ -802,16 +803,26 @@ impl<'a> Model<'a> {
                 LayerKind::Global => usize::MAX,
             },
         };
-        pool::par_for(&args, n * cfg.n_heads, 1, attention_kernel);
+        pool::par_for(
+            &args,
+            n.div_ceil(QUERIES) * cfg.n_heads,
+            1,
+            attention_kernel,
+        );
     }
 }
+
+/// Tokens of a batch per attention item: their queries share each key and value row loaded
+/// (two: their 2 × 4 sums per pass fit V8's 16 vector registers beside the loads).
+const QUERIES: usize = 2;
 
 struct AttentionArgs<'a> {
     /// (n, q_dim)
     q: &'a [f32],
-    /// (n, q_dim): item (t, h) owns `out[t][h * head_dim..(h + 1) * head_dim]`.
+    /// (n, q_dim): item (tile, h) owns `out[t][h * head_dim..(h + 1) * head_dim]` of the
+    /// tile's tokens t.
     out: Disjoint<'a, f32>,
-    /// (n * n_heads, score_stride): item `i` owns row `i`.
+    /// (n * n_heads, score_stride): item (tile, h) owns rows `t * n_heads + h` of its tokens t.
     scores: Disjoint<'a, f32>,
     /// This layer's rows, (slots, kv_dim): position `p` at row `p % slots`.
     k_cache: &'a [f32],
@@ -823,6 +834,8 @@ struct AttentionArgs<'a> {
     q_dim: usize,
     kv_dim: usize,
     score_stride: usize,
+    /// Tokens in the batch, at positions `pos0..pos0 + n`.
+    n: usize,
     pos0: usize,
     scale: f32,
     /// Positions each query sees, itself included (`usize::MAX`: all).
@@ -830,49 +843,115 @@ struct AttentionArgs<'a> {
 }
 
 fn attention_kernel(a: &AttentionArgs<'_>, items: Range<usize>) {
-    let hd = a.head_dim;
     for item in items {
-        let (t, h) = (item / a.n_heads, item % a.n_heads);
-        let pos = a.pos0 + t;
-        // Positions lo..=pos: score j belongs to position lo + j (a ring keeps window + batch - 1
-        // positions, so all of them are there).
-        let lo = (pos + 1).saturating_sub(a.window);
-        let kvh = h / a.group;
-        let q = &a.q[t * a.q_dim + h * hd..][..hd];
-        // SAFETY: score row `item` and this head's slice of token t's output belong to this
-        // item alone.
-        let (scores, out) = unsafe {
-            let row = item * a.score_stride;
-            (
-                a.scores.slice(row..row + pos + 1 - lo),
-                a.out
-                    .slice(t * a.q_dim + h * hd..t * a.q_dim + (h + 1) * hd),
-            )
-        };
-        let at = |j: usize| (lo + j) % a.slots * a.kv_dim + kvh * hd;
-        let key = |j: usize| &a.k_cache[at(j)..][..hd];
-        let value = |j: usize| &a.v_cache[at(j)..][..hd];
-        // Four positions at a time; each score is the same `dot` either way.
-        let body = scores.len() / 4 * 4;
-        for s in (0..body).step_by(4) {
-            let d = ops::dot4(q, [key(s), key(s + 1), key(s + 2), key(s + 3)]);
+        let (tile, h) = (item / a.n_heads, item % a.n_heads);
+        let t0 = tile * QUERIES;
+        const { assert!(QUERIES == 2) };
+        match a.n - t0 {
+            1 => attend::<1>(a, t0, h),
+            _ => attend::<2>(a, t0, h),
+        }
+    }
+}
+
+/// Head `h` of tokens `t0..t0 + Q`: scores, softmax, and the weighted sum of values. Each score
+/// is one `dot` and each output element adds its values in position order, however the
+/// positions are grouped, so a token gets the same bits in a tile of any size (batched prefill
+/// = one token at a time). (Not inlined: one copy per tile size.)
+#[inline(never)]
+fn attend<const Q: usize>(a: &AttentionArgs<'_>, t0: usize, h: usize) {
+    let hd = a.head_dim;
+    let kvh = h / a.group;
+    // Query i sees positions lo[i]..=pos[i] (a ring keeps window + batch - 1 positions, so all
+    // of them are there); score j of query i belongs to position lo[i] + j.
+    let pos: [usize; Q] = core::array::from_fn(|i| a.pos0 + t0 + i);
+    let lo: [usize; Q] = core::array::from_fn(|i| (pos[i] + 1).saturating_sub(a.window));
+    // Positions every query sees: lo[Q - 1]..=pos[0] (lo and pos grow with i).
+    let (shared_lo, shared_end) = (lo[Q - 1], pos[0] + 1);
+    if Q > 1 && shared_lo >= shared_end {
+        // a window shorter than the tile: nothing shared
+        for i in 0..Q {
+            attend::<1>(a, t0 + i, h);
+        }
+        return;
+    }
+    let q: [&[f32]; Q] = core::array::from_fn(|i| &a.q[(t0 + i) * a.q_dim + h * hd..][..hd]);
+    // SAFETY: these score rows and these heads' slices of the tokens' outputs belong to this
+    // item alone.
+    let scores: [&mut [f32]; Q] = core::array::from_fn(|i| unsafe {
+        let row = ((t0 + i) * a.n_heads + h) * a.score_stride;
+        a.scores.slice(row..row + pos[i] + 1 - lo[i])
+    });
+    let mut out: [&mut [f32]; Q] = core::array::from_fn(|i| unsafe {
+        let at = (t0 + i) * a.q_dim + h * hd;
+        a.out.slice(at..at + hd)
+    });
+    let at = |p: usize| p % a.slots * a.kv_dim + kvh * hd;
+    let key = |p: usize| &a.k_cache[at(p)..][..hd];
+    let value = |p: usize| &a.v_cache[at(p)..][..hd];
+    // Positions each query sees alone: before the shared ones (a window) and after them.
+    let own = |i: usize| {
+        [
+            lo[i]..shared_lo.max(lo[i]),
+            shared_end.min(pos[i] + 1)..pos[i] + 1,
+        ]
+    };
+    // Scores: the shared positions four at a time for all queries, then the rest one by one.
+    let shared4 = shared_lo + (shared_end - shared_lo) / 4 * 4;
+    for p in (shared_lo..shared4).step_by(4) {
+        let d = ops::dot4_multi(q, [key(p), key(p + 1), key(p + 2), key(p + 3)]);
+        for i in 0..Q {
             for j in 0..4 {
-                scores[s + j] = d[j] * a.scale;
+                scores[i][p + j - lo[i]] = d[i][j] * a.scale;
             }
         }
-        for (s, score) in scores.iter_mut().enumerate().skip(body) {
-            *score = ops::dot(q, key(s)) * a.scale;
+    }
+    for i in 0..Q {
+        for p in own(i).into_iter().flatten().chain(shared4..shared_end) {
+            scores[i][p - lo[i]] = ops::dot(q[i], key(p)) * a.scale;
         }
-        math::softmax_in_place(scores);
-        out.fill(0.0);
-        // out += p_s v_s in position order (axpy4 adds its four in order).
-        for s in (0..body).step_by(4) {
-            let p = [scores[s], scores[s + 1], scores[s + 2], scores[s + 3]];
-            ops::axpy4(out, p, [value(s), value(s + 1), value(s + 2), value(s + 3)]);
-        }
-        for (s, &p) in scores.iter().enumerate().skip(body) {
-            ops::axpy(out, p, value(s));
-        }
+        math::softmax_in_place(scores[i]);
+        out[i].fill(0.0);
+    }
+    // out_i += p_i v_p in position order: each query's positions before the shared ones, the
+    // shared ones (four at a time, all queries), then each query's after them.
+    for i in 0..Q {
+        let [before, _] = own(i);
+        add_values(out[i], scores[i], lo[i], before, value);
+    }
+    for p in (shared_lo..shared4).step_by(4) {
+        let w: [[f32; 4]; Q] =
+            core::array::from_fn(|i| [0, 1, 2, 3].map(|j| scores[i][p + j - lo[i]]));
+        ops::axpy4_multi(
+            out.each_mut().map(|o| &mut **o),
+            w,
+            [value(p), value(p + 1), value(p + 2), value(p + 3)],
+        );
+    }
+    for i in 0..Q {
+        let [_, after] = own(i);
+        add_values(out[i], scores[i], lo[i], shared4..shared_end, value);
+        add_values(out[i], scores[i], lo[i], after, value);
+    }
+}
+
+/// `out += p v` over positions `run` in order (four at a time), `p` from `scores` (score `j`:
+/// position `lo + j`), `v` from `value(position)`. (Not inlined: called for short runs.)
+#[inline(never)]
+fn add_values<'v>(
+    out: &mut [f32],
+    scores: &[f32],
+    lo: usize,
+    run: Range<usize>,
+    value: impl Fn(usize) -> &'v [f32],
+) {
+    let run4 = run.start + run.len() / 4 * 4;
+    for p in (run.start..run4).step_by(4) {
+        let w = [0, 1, 2, 3].map(|j| scores[p + j - lo]);
+        ops::axpy4(out, w, [value(p), value(p + 1), value(p + 2), value(p + 3)]);
+    }
+    for p in run4..run.end {
+        ops::axpy(out, scores[p - lo], value(p));
     }
 }
 

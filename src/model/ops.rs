@@ -218,6 +218,25 @@ pub fn axpy4(y: &mut [f32], p: [f32; 4], v: [&[f32]; 4]) {
     simd128_or!(simd128::axpy_n(y, p, v), axpy4_ref(y, p, v));
 }
 
+/// [`dot4`] for each of `Q` queries: `[q_i · k_j]`, each exactly [`dot_ref`] (the keys are
+/// loaded once for all queries in the SIMD version).
+#[inline(always)]
+pub fn dot4_multi<const Q: usize>(q: [&[f32]; Q], k: [&[f32]; 4]) -> [[f32; 4]; Q] {
+    simd128_or!(simd128::dot_qn(q, k), q.map(|q| dot4_ref(q, k)))
+}
+
+/// [`axpy4`] for each of `Q` outputs: `y_i += Σ_j p_i[j] v_j` in position order, each exactly
+/// [`axpy4_ref`] (the values are loaded once for all outputs in the SIMD version).
+#[inline(always)]
+pub fn axpy4_multi<const Q: usize>(y: [&mut [f32]; Q], p: [[f32; 4]; Q], v: [&[f32]; 4]) {
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    simd128::axpy_qn(y, p, v);
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+    for (y, p) in y.into_iter().zip(p) {
+        axpy4_ref(y, p, v);
+    }
+}
+
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod simd128 {
     //! f32x4 versions of the `_ref` functions above, lane for lane the same operations (wasm's
@@ -244,26 +263,38 @@ mod simd128 {
     /// busy); each is exactly `dot_ref(q, k[j])`.
     #[inline(always)]
     pub fn dot_n<const K: usize>(q: &[f32], k: [&[f32]; K]) -> [f32; K] {
-        let n = k.iter().fold(q.len(), |n, k| n.min(k.len()));
+        let [d] = dot_qn([q], k);
+        d
+    }
+
+    /// [`dot_n`] for each of `Q` queries in one pass over the keys.
+    #[inline(always)]
+    pub fn dot_qn<const Q: usize, const K: usize>(q: [&[f32]; Q], k: [&[f32]; K]) -> [[f32; K]; Q] {
+        let n = k.iter().chain(&q).fold(usize::MAX, |n, v| n.min(v.len()));
         let body = n / 4 * 4;
-        let mut acc = [f32x4_splat(0.0); K];
+        let mut acc = [[f32x4_splat(0.0); K]; Q];
         let mut i = 0;
         while i < body {
-            // SAFETY: i + 4 <= body <= the length of q and of every k.
+            // SAFETY: i + 4 <= body <= the length of every q and k.
             unsafe {
-                let x = load4(q.as_ptr().add(i));
+                let x: [v128; Q] = core::array::from_fn(|a| load4(q[a].as_ptr().add(i)));
                 for j in 0..K {
-                    acc[j] = f32x4_add(acc[j], f32x4_mul(x, load4(k[j].as_ptr().add(i))));
+                    let kj = load4(k[j].as_ptr().add(i));
+                    for a in 0..Q {
+                        acc[a][j] = f32x4_add(acc[a][j], f32x4_mul(x[a], kj));
+                    }
                 }
             }
             i += 4;
         }
-        core::array::from_fn(|j| {
-            let mut tail = 0.0;
-            for t in body..n {
-                tail += q[t] * k[j][t];
-            }
-            combine(acc[j]) + tail
+        core::array::from_fn(|a| {
+            core::array::from_fn(|j| {
+                let mut tail = 0.0;
+                for t in body..n {
+                    tail += q[a][t] * k[j][t];
+                }
+                combine(acc[a][j]) + tail
+            })
         })
     }
 
@@ -271,25 +302,43 @@ mod simd128 {
     /// `axpy_ref` calls) in one pass over `y`.
     #[inline(always)]
     pub fn axpy_n<const K: usize>(y: &mut [f32], p: [f32; K], v: [&[f32]; K]) {
-        let n = v.iter().fold(y.len(), |n, v| n.min(v.len()));
+        axpy_qn([y], [p], v)
+    }
+
+    /// [`axpy_n`] for each of `Q` outputs in one pass over the values.
+    #[inline(always)]
+    pub fn axpy_qn<const Q: usize, const K: usize>(
+        mut y: [&mut [f32]; Q],
+        p: [[f32; K]; Q],
+        v: [&[f32]; K],
+    ) {
+        let n = v.iter().fold(usize::MAX, |n, v| n.min(v.len()));
+        let n = y.iter().fold(n, |n, y| n.min(y.len()));
         let body = n / 4 * 4;
-        let pv = p.map(|x| f32x4_splat(x));
+        let pv = p.map(|p| p.map(|x| f32x4_splat(x)));
         let mut i = 0;
         while i < body {
-            // SAFETY: i + 4 <= body <= the length of y and of every v.
+            // SAFETY: i + 4 <= body <= the length of every y and v.
             unsafe {
-                let yp = y.as_mut_ptr().add(i);
-                let mut acc = load4(yp);
+                let yp: [*mut f32; Q] = core::array::from_fn(|a| y[a].as_mut_ptr().add(i));
+                let mut acc: [v128; Q] = core::array::from_fn(|a| load4(yp[a]));
                 for j in 0..K {
-                    acc = f32x4_add(acc, f32x4_mul(pv[j], load4(v[j].as_ptr().add(i))));
+                    let vj = load4(v[j].as_ptr().add(i));
+                    for a in 0..Q {
+                        acc[a] = f32x4_add(acc[a], f32x4_mul(pv[a][j], vj));
+                    }
                 }
-                v128_store(yp.cast(), acc);
+                for a in 0..Q {
+                    v128_store(yp[a].cast(), acc[a]);
+                }
             }
             i += 4;
         }
-        for t in body..n {
-            for j in 0..K {
-                y[t] += p[j] * v[j][t];
+        for a in 0..Q {
+            for t in body..n {
+                for j in 0..K {
+                    y[a][t] += p[a][j] * v[j][t];
+                }
             }
         }
     }
@@ -335,6 +384,20 @@ mod tests {
                 a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
                 b.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
                 "axpy4 n={n}"
+            );
+            let q2 = values(n, 2);
+            let got = dot4_multi([&q, &q2], ks).map(|d| d.map(f32::to_bits));
+            let want = [dot4_ref(&q, ks), dot4_ref(&q2, ks)].map(|d| d.map(f32::to_bits));
+            assert_eq!(got, want, "dot4_multi n={n}");
+            let (mut c, mut d) = (q2.clone(), q2.clone());
+            let p2 = [-0.5, 2.0, 1.0e-2, -3.0];
+            axpy4_multi([&mut a, &mut c], [p, p2], ks);
+            axpy4_ref(&mut b, p, ks);
+            axpy4_ref(&mut d, p2, ks);
+            assert_eq!(
+                [&a, &c].map(|v| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>()),
+                [&b, &d].map(|v| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>()),
+                "axpy4_multi n={n}"
             );
             axpy(&mut a, -0.75, ks[2]);
             axpy_ref(&mut b, -0.75, ks[2]);
