@@ -202,8 +202,8 @@ trait Kernels {
     const BLOCK_BYTES: usize;
     /// What activations are rounded to before a product with this type.
     const ACTIVATION: ActivationKind;
-    /// Most vectors per call of [`Kernels::dot`] in [`matmul`] (the float kernels keep four
-    /// partial sums per vector, which at four vectors would not fit in registers).
+    /// Most vectors per call of [`Kernels::dot`] in [`matmul`], 4 or 2 (the float kernels keep
+    /// four partial sums per vector, which at four vectors would not fit in registers).
     const MAX_TILE: usize = 4;
 
     /// `row` (whole blocks) -> `out` (`[row.len() / BLOCK_BYTES * BLOCK_VALUES]`).
@@ -262,12 +262,13 @@ impl<'a> Out<'a> {
         }
     }
 
-    /// Stores row `r`'s products with the `T` vectors.
+    /// Stores row `r`'s products with the `T` vectors; products past the output's `vecs` (a tile
+    /// padded with repeats of its last vector) are dropped.
     #[inline(always)]
     fn store<const T: usize>(&self, r: usize, products: [f32; T]) {
-        assert!(r < self.rows && T <= self.vecs, "Out::store out of bounds");
-        for (t, value) in products.into_iter().enumerate() {
-            // SAFETY: (t, r) is inside the output (asserted), ours by `strided`'s contract.
+        assert!(r < self.rows, "Out::store out of bounds");
+        for (t, value) in products.into_iter().enumerate().take(self.vecs) {
+            // SAFETY: (t, r) is inside the output (checked), ours by `strided`'s contract.
             unsafe { *self.ptr.add(t * self.stride + r) = value };
         }
     }
@@ -529,12 +530,15 @@ pub unsafe fn matmul_strided(
                 let out = unsafe {
                     Out::strided(y.add(v * y_stride + chunk.start), y_stride, chunk.len(), tile)
                 };
-                // The tile's activation rows are looked up once, not once per weight row.
-                match tile {
-                    4 => K::dot::<4>(w, rb, &[xs.row(v), xs.row(v + 1), xs.row(v + 2), xs.row(v + 3)], out),
-                    3 => K::dot::<3>(w, rb, &[xs.row(v), xs.row(v + 1), xs.row(v + 2)], out),
-                    2 => K::dot::<2>(w, rb, &[xs.row(v), xs.row(v + 1)], out),
-                    _ => K::dot::<1>(w, rb, &[xs.row(v)], out),
+                // The tile's activation rows are looked up once, not once per weight row. Tiles
+                // of 2 and 3 run as 4 with the last vector repeated (its extra products are
+                // dropped): a vector's products do not depend on its tile, and the kernels are
+                // compiled for 1 and 4 vectors only (and 2 for the float types).
+                let x = |t: usize| xs.row(v + t.min(tile - 1));
+                match (tile, K::MAX_TILE) {
+                    (1, _) => K::dot::<1>(w, rb, &[x(0)], out),
+                    (_, 2) => K::dot::<2>(w, rb, &[x(0), x(1)], out),
+                    _ => K::dot::<4>(w, rb, &[x(0), x(1), x(2), x(3)], out),
                 }
                 v += tile;
             }

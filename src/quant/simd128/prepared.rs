@@ -152,7 +152,7 @@ unsafe fn matmul_with<L: Prepare>(
     let mut p = Prepared::new();
     for v0 in (0..n_vecs).step_by(VECS) {
         let n = (n_vecs - v0).min(VECS);
-        // tiles[i]: vectors v0 + 4i.. (past the batch: repeats of its last, never used)
+        // tiles[i]: vectors v0 + 4i.. (past the batch: repeats of its last, computed and dropped)
         let tiles: [[ActRow<'_>; 4]; VECS / 4] =
             core::array::from_fn(|i| core::array::from_fn(|t| xs.row(v0 + (4 * i + t).min(n - 1))));
         for r in 0..n_rows {
@@ -163,10 +163,9 @@ unsafe fn matmul_with<L: Prepare>(
                 // caller vouches for.
                 let out =
                     unsafe { Out::strided(y.add((v0 + 4 * i) * y_stride), y_stride, n_rows, vecs) };
+                // a tile of 2 or 3 runs as 4 with its last vector repeated (see `tiles`)
                 match vecs {
                     1 => out.store(r, L::dot_tile::<1>(&p, &[x[0]])),
-                    2 => out.store(r, L::dot_tile::<2>(&p, &[x[0], x[1]])),
-                    3 => out.store(r, L::dot_tile::<3>(&p, &[x[0], x[1], x[2]])),
                     _ => out.store(r, L::dot_tile::<4>(&p, x)),
                 }
             }
