@@ -852,6 +852,37 @@ unsafe fn q5k_fifth_bits(blk: *const u8) -> [v128; 2] {
     unsafe { [load(blk.add(16)), load(blk.add(32))] }
 }
 
+/// The row loop of the K-quant kernels: `Kernels::dot` over the rows of `w` (`rb` bytes, whole
+/// super-blocks of `BYTES`), each row's super-blocks in order, `block(blk, b, acc)` adding
+/// super-block `b` (at `blk`, `BYTES` readable bytes) times each vector to `acc`. The activations
+/// are checked once for all rows ([`check_activations_k`]).
+#[inline(always)]
+fn dot_k_rows<const BYTES: usize, const T: usize>(
+    w: &[u8],
+    rb: usize,
+    xs: &[ActRow<'_>; T],
+    y: Out<'_>,
+    block: impl Fn(*const u8, usize, &mut [v128; T]),
+) {
+    debug_assert!(rb.is_multiple_of(BYTES));
+    let n_blocks = rb / BYTES;
+    check_activations_k(xs, n_blocks);
+    for_rows(
+        w,
+        rb,
+        y,
+        #[inline(always)]
+        |row| -> [f32; T] {
+            let mut acc = [f32x4_splat(0.0); T];
+            for b in 0..n_blocks {
+                // SAFETY: b < n_blocks, so bytes BYTES·b..BYTES·(b + 1) lie in the row.
+                block(unsafe { row.as_ptr().add(BYTES * b) }, b, &mut acc);
+            }
+            core::array::from_fn(|t| hsum_f32(acc[t]))
+        },
+    )
+}
+
 /// The shared body of Q4_K and Q5_K in both builds: `chunk(blk, scales, j)` unpacks the 64
 /// weights `64j..64j + 64` of the super-block at `blk` (`BYTES` long, scales at 4..16) as the
 /// build keeps them, `dot(w, y, acc)` adds their products with the 64 activations at `y`, times
@@ -865,47 +896,40 @@ fn dot_k4<const BYTES: usize, const T: usize, W: Copy>(
     chunk: impl Fn(*const u8, &[u8; 8], usize) -> W,
     dot: impl Fn(W, *const Quant, v128) -> v128,
 ) {
-    debug_assert!(rb.is_multiple_of(BYTES));
-    let n_blocks = rb / BYTES;
-    check_activations_k(xs, n_blocks);
-    for_rows(
+    dot_k_rows::<BYTES, T>(
         w,
         rb,
+        xs,
         y,
         #[inline(always)]
-        |row| -> [f32; T] {
-            let mut acc = [f32x4_splat(0.0); T];
-            for b in 0..n_blocks {
-                // SAFETY: super-block b is bytes BYTES·b..BYTES·(b + 1) of `row` (d, dmin at 0..4,
-                // packed scales at 4..16); activation reads are in bounds (check_activations_k).
-                unsafe {
-                    let blk = row.as_ptr().add(BYTES * b);
-                    let (d, dmin) = (f16_ptr(blk), f16_ptr(blk.add(2)));
-                    let (scales, mins) = scales_mins_k4(blk.add(4));
-                    let mut sumi = [i32x4_splat(0); T];
-                    let mut scratch = [i32x4_splat(0); T];
-                    for j in 0..4 {
-                        let w = chunk(blk, &scales, j);
-                        for t in 0..T {
-                            sumi[t] = dot(w, xs[t].quants.as_ptr().add(256 * b + 64 * j), sumi[t]);
-                            barrier(&mut scratch[t], sumi[t]);
-                        }
-                    }
+        |blk, b, acc| {
+            // SAFETY: `blk` is super-block b (d, dmin at 0..4, packed scales at 4..16);
+            // activation reads are in bounds (dot_k_rows checked them).
+            unsafe {
+                let (d, dmin) = (f16_ptr(blk), f16_ptr(blk.add(2)));
+                let (scales, mins) = scales_mins_k4(blk.add(4));
+                let mut sumi = [i32x4_splat(0); T];
+                let mut scratch = [i32x4_splat(0); T];
+                for j in 0..4 {
+                    let w = chunk(blk, &scales, j);
                     for t in 0..T {
-                        // Σ_j m_j·(bsums[2j] + bsums[2j + 1]), still as four i32 lanes
-                        let bsums = xs[t].bsums.as_ptr().add(16 * b);
-                        let m = i32x4_add(
-                            i32x4_dot_i16x8(load(bsums), mins[0]),
-                            i32x4_dot_i16x8(load(bsums.add(8)), mins[1]),
-                        );
-                        let dy = *xs[t].scales.get_unchecked(b);
-                        let scaled = f32x4_mul(f32x4_convert_i32x4(sumi[t]), f32x4_splat(dy * d));
-                        let min = f32x4_mul(f32x4_convert_i32x4(m), f32x4_splat(dy * dmin));
-                        acc[t] = f32x4_add(acc[t], f32x4_sub(scaled, min));
+                        sumi[t] = dot(w, xs[t].quants.as_ptr().add(256 * b + 64 * j), sumi[t]);
+                        barrier(&mut scratch[t], sumi[t]);
                     }
                 }
+                for t in 0..T {
+                    // Σ_j m_j·(bsums[2j] + bsums[2j + 1]), still as four i32 lanes
+                    let bsums = xs[t].bsums.as_ptr().add(16 * b);
+                    let m = i32x4_add(
+                        i32x4_dot_i16x8(load(bsums), mins[0]),
+                        i32x4_dot_i16x8(load(bsums.add(8)), mins[1]),
+                    );
+                    let dy = *xs[t].scales.get_unchecked(b);
+                    let scaled = f32x4_mul(f32x4_convert_i32x4(sumi[t]), f32x4_splat(dy * d));
+                    let min = f32x4_mul(f32x4_convert_i32x4(m), f32x4_splat(dy * dmin));
+                    acc[t] = f32x4_add(acc[t], f32x4_sub(scaled, min));
+                }
             }
-            core::array::from_fn(|t| hsum_f32(acc[t]))
         },
     )
 }
@@ -927,51 +951,44 @@ fn dot_q6k<const T: usize>(
     y: Out<'_>,
     half: impl Fn(*const u8, usize, v128, &[*const Quant; T], &mut [v128; T]),
 ) {
-    debug_assert!(rb.is_multiple_of(210));
-    let n_blocks = rb / 210;
-    check_activations_k(xs, n_blocks);
-    for_rows(
+    dot_k_rows::<210, T>(
         w,
         rb,
+        xs,
         y,
         #[inline(always)]
-        |row| -> [f32; T] {
-            let mut acc = [f32x4_splat(0.0); T];
-            for b in 0..n_blocks {
-                // SAFETY: super-block b is bytes 210b..210b + 210 of `row`: ql at 0..128, qh at
-                // 128..192, scales at 192..208, d at 208..210; activation reads are in bounds
-                // (check_activations_k).
-                unsafe {
-                    let blk = row.as_ptr().add(210 * b);
-                    let d = f16_ptr(blk.add(208));
-                    let scales8 = load(blk.add(192));
-                    // the 16 scales as i16: sub-blocks 0..8 and 8..16
-                    let scales = [
-                        i16x8_extend_low_i8x16(scales8),
-                        i16x8_extend_high_i8x16(scales8),
-                    ];
-                    let y: [*const Quant; T] =
-                        core::array::from_fn(|t| xs[t].quants.as_ptr().add(256 * b));
-                    let mut sumi = [i32x4_splat(0); T];
-                    for h in 0..2 {
-                        half(blk, h, scales[h], &y, &mut sumi);
-                    }
-                    for t in 0..T {
-                        let bsums = xs[t].bsums.as_ptr().add(16 * b);
-                        let offset = i32x4_add(
-                            i32x4_dot_i16x8(load(bsums), scales[0]),
-                            i32x4_dot_i16x8(load(bsums.add(8)), scales[1]),
-                        );
-                        let sum = i32x4_sub(sumi[t], i32x4_shl(offset, 5));
-                        let dy = *xs[t].scales.get_unchecked(b);
-                        acc[t] = f32x4_add(
-                            acc[t],
-                            f32x4_mul(f32x4_convert_i32x4(sum), f32x4_splat(d * dy)),
-                        );
-                    }
+        |blk, b, acc| {
+            // SAFETY: `blk` is super-block b: ql at 0..128, qh at 128..192, scales at
+            // 192..208, d at 208..210; activation reads are in bounds (dot_k_rows checked
+            // them).
+            unsafe {
+                let d = f16_ptr(blk.add(208));
+                let scales8 = load(blk.add(192));
+                // the 16 scales as i16: sub-blocks 0..8 and 8..16
+                let scales = [
+                    i16x8_extend_low_i8x16(scales8),
+                    i16x8_extend_high_i8x16(scales8),
+                ];
+                let y: [*const Quant; T] =
+                    core::array::from_fn(|t| xs[t].quants.as_ptr().add(256 * b));
+                let mut sumi = [i32x4_splat(0); T];
+                for h in 0..2 {
+                    half(blk, h, scales[h], &y, &mut sumi);
+                }
+                for t in 0..T {
+                    let bsums = xs[t].bsums.as_ptr().add(16 * b);
+                    let offset = i32x4_add(
+                        i32x4_dot_i16x8(load(bsums), scales[0]),
+                        i32x4_dot_i16x8(load(bsums.add(8)), scales[1]),
+                    );
+                    let sum = i32x4_sub(sumi[t], i32x4_shl(offset, 5));
+                    let dy = *xs[t].scales.get_unchecked(b);
+                    acc[t] = f32x4_add(
+                        acc[t],
+                        f32x4_mul(f32x4_convert_i32x4(sum), f32x4_splat(d * dy)),
+                    );
                 }
             }
-            core::array::from_fn(|t| hsum_f32(acc[t]))
         },
     )
 }
