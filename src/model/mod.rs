@@ -231,10 +231,12 @@ pub struct Model<'a> {
     _owned: Vec<Vec<u8>>,
     /// Bytes of weights quantized at load (in `_owned`).
     pub quantized_bytes: usize,
-    /// Every layer's K and V rows, layer after layer: layer `l` has `cache[l].slots` rows of
-    /// `kv_dim` from `cache[l].offset` (rows, not floats). Position `p` lives in row `p % slots`:
-    /// a global layer has `context` slots (no wrap), a sliding-window layer only its window plus
-    /// a batch (a ring: each batch writes its keys before any of its queries reads).
+    /// Every layer's K and V, layer after layer: layer `l` has `cache[l].slots` rows of
+    /// `kv_dim` from `cache[l].offset` (rows, not floats), laid out `(n_kv_heads, slots,
+    /// head_dim)` so that one head's keys (and values) are one contiguous run, read front to
+    /// back by attention. Position `p` lives in slot `p % slots`: a global layer has `context`
+    /// slots (no wrap), a sliding-window layer only its window plus a batch (a ring: each batch
+    /// writes its keys before any of its queries reads).
     k_cache: Vec<f32>,
     v_cache: Vec<f32>,
     cache: Vec<LayerCache>,
@@ -714,11 +716,15 @@ impl<'a> Model<'a> {
                 rope.apply(q, hd, pos0 + t);
                 rope.apply(k, hd, pos0 + t);
                 let c = &self.cache[l];
-                let at = (c.offset + (pos0 + t) % c.slots) * kv_dim;
+                let slot = (pos0 + t) % c.slots;
                 self.written = self.written.max(pos0 + t + 1);
-                for i in 0..kv_dim {
-                    self.k_cache[at + i] = quant::f16_to_f32(quant::f32_to_f16(k[i]));
-                    self.v_cache[at + i] = quant::f16_to_f32(quant::f32_to_f16(v[i]));
+                for (h, (k, v)) in k.chunks_exact(hd).zip(v.chunks_exact(hd)).enumerate() {
+                    let at = c.offset * kv_dim + (h * c.slots + slot) * hd;
+                    let (kc, vc) = (&mut self.k_cache[at..][..hd], &mut self.v_cache[at..][..hd]);
+                    for i in 0..hd {
+                        kc[i] = quant::f16_to_f32(quant::f32_to_f16(k[i]));
+                        vc[i] = quant::f16_to_f32(quant::f32_to_f16(v[i]));
+                    }
                 }
             }
             self.attention(l, n, pos0);
@@ -793,7 +799,6 @@ impl<'a> Model<'a> {
             group: cfg.n_heads / cfg.n_kv_heads,
             head_dim: cfg.head_dim,
             q_dim: cfg.q_dim(),
-            kv_dim: cfg.kv_dim(),
             score_stride,
             n,
             pos0,
@@ -824,7 +829,8 @@ struct AttentionArgs<'a> {
     out: Disjoint<'a, f32>,
     /// (n * n_heads, score_stride): item (tile, h) owns rows `t * n_heads + h` of its tokens t.
     scores: Disjoint<'a, f32>,
-    /// This layer's rows, (slots, kv_dim): position `p` at row `p % slots`.
+    /// This layer's keys and values, `(n_kv_heads, slots, head_dim)`: position `p` in slot
+    /// `p % slots`.
     k_cache: &'a [f32],
     v_cache: &'a [f32],
     slots: usize,
@@ -832,7 +838,6 @@ struct AttentionArgs<'a> {
     group: usize,
     head_dim: usize,
     q_dim: usize,
-    kv_dim: usize,
     score_stride: usize,
     /// Tokens in the batch, at positions `pos0..pos0 + n`.
     n: usize,
@@ -886,9 +891,10 @@ fn attend<const Q: usize>(a: &AttentionArgs<'_>, t0: usize, h: usize) {
         let at = (t0 + i) * a.q_dim + h * hd;
         a.out.slice(at..at + hd)
     });
-    let at = |p: usize| p % a.slots * a.kv_dim + kvh * hd;
-    let key = |p: usize| &a.k_cache[at(p)..][..hd];
-    let value = |p: usize| &a.v_cache[at(p)..][..hd];
+    let head = kvh * a.slots * hd..(kvh + 1) * a.slots * hd;
+    let (keys, values) = (&a.k_cache[head.clone()], &a.v_cache[head]);
+    let key = |p: usize| &keys[p % a.slots * hd..][..hd];
+    let value = |p: usize| &values[p % a.slots * hd..][..hd];
     // Positions each query sees alone: before the shared ones (a window) and after them.
     let own = |i: usize| {
         [
