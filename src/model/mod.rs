@@ -290,15 +290,18 @@ impl<'a> Loader<'_, 'a> {
             .tensor(name)
             .ok_or_else(|| err!(Status::BadFormat, "tensor {} is missing", name))?;
         let m = Matrix::from_tensor(t, rows, cols)?;
-        match self.quantize {
+        let m = match self.quantize {
             Some(GgmlType::Q8_0)
                 if matches!(m.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
                     && cols.is_multiple_of(32) =>
             {
-                self.quantize_q8_0(&m)
+                self.quantize_q8_0(&m)?
             }
-            _ => Ok(m),
-        }
+            _ => m,
+        };
+        // (after quantizing: weights too large for f16 get infinite Q8_0 scales)
+        quant::check_scales(m.ty, m.data, name)?;
+        Ok(m)
     }
 
     /// `m` as Q8_0 blocks in a buffer of our own: row by row, dequantized to f32 and rounded

@@ -264,6 +264,35 @@ fn quantize_at_load_refuses_other_types() {
 
 /// `file` with the tensor info of `name` changed: its dims replaced by `dims` (same count of
 /// dims) or, when `dims` is empty, its name's last byte changed (the tensor goes missing).
+/// A weight block with an infinite or NaN scale is refused at load, naming the tensor and the
+/// block, instead of computing with it (the kernels assume finite legacy scales).
+#[test]
+fn a_non_finite_scale_is_refused_at_load() {
+    for (file, name, block_bytes, bits) in [
+        (
+            "tiny-llama-Q4_1.gguf",
+            "blk.1.ffn_down.weight",
+            20,
+            0x7c00u16,
+        ),
+        ("tiny-qwen3-Q8_0.gguf", "blk.0.attn_q.weight", 34, 0xfe00),
+    ] {
+        let mut bytes = read_shared(&std::format!("models/tiny/{file}"));
+        let at = {
+            let g = Gguf::parse(&bytes).unwrap();
+            let t = g.tensor(name).unwrap();
+            assert_eq!(t.data.len() % block_bytes, 0);
+            t.data.as_ptr() as usize - bytes.as_ptr() as usize + 3 * block_bytes
+        };
+        bytes[at..at + 2].copy_from_slice(&bits.to_le_bytes());
+        let g = Gguf::parse(&bytes).unwrap();
+        let e = Model::load(&g, 16).err().unwrap();
+        assert_eq!(e.status, crate::error::Status::BadFormat, "{file}");
+        let m = e.message.as_str();
+        assert!(m.contains(name) && m.contains("block 3"), "{file}: {m}");
+    }
+}
+
 fn patched(file: &str, name: &str, dims: &[u64]) -> Vec<u8> {
     let mut bytes = read_shared(&std::format!("models/tiny/{file}"));
     let mut key = (name.len() as u64).to_le_bytes().to_vec();

@@ -369,6 +369,59 @@ pub const fn is_supported(ty: GgmlType) -> bool {
     vec_dot_kind(ty).is_some()
 }
 
+/// Byte offsets of the f16 scales (and minimums) within a block of `ty`: the fields
+/// [`check_scales`] reads. Empty for the float types.
+pub(crate) const fn scale_offsets(ty: GgmlType) -> &'static [usize] {
+    use core::mem::offset_of;
+    match ty {
+        GgmlType::Q4_0 => &[offset_of!(q4::BlockQ4_0, d)],
+        GgmlType::Q4_1 => &[offset_of!(q4::BlockQ4_1, d), offset_of!(q4::BlockQ4_1, m)],
+        GgmlType::Q5_0 => &[offset_of!(q5::BlockQ5_0, d)],
+        GgmlType::Q5_1 => &[offset_of!(q5::BlockQ5_1, d), offset_of!(q5::BlockQ5_1, m)],
+        GgmlType::Q8_0 => &[offset_of!(q8::BlockQ8_0, d)],
+        GgmlType::Q4K => &[
+            offset_of!(k_quants::BlockQ4K, d),
+            offset_of!(k_quants::BlockQ4K, dmin),
+        ],
+        GgmlType::Q5K => &[
+            offset_of!(k_quants::BlockQ5K, d),
+            offset_of!(k_quants::BlockQ5K, dmin),
+        ],
+        GgmlType::Q6K => &[offset_of!(k_quants::BlockQ6K, d)],
+        _ => &[],
+    }
+}
+
+/// Checks, once at load, that every f16 scale and minimum in the blocks of a quantized tensor
+/// is finite. The legacy types' SIMD kernels convert their scales without the infinity-and-NaN
+/// path (`simd128::gather_scales`; decode is ~9 % faster for it), so a damaged tensor is
+/// refused here, with its name and block, rather than computed with wrong scales. (An infinite
+/// or NaN scale would make every product of its block infinite or NaN in llama.cpp too.)
+pub fn check_scales(ty: GgmlType, data: &[u8], what: &str) -> Result<()> {
+    let offsets = scale_offsets(ty);
+    let Some((_, block_bytes)) = ty.block_geometry() else {
+        return Ok(());
+    };
+    if offsets.is_empty() {
+        return Ok(());
+    }
+    for (i, blk) in data.chunks_exact(block_bytes).enumerate() {
+        for &at in offsets {
+            let h = u16::from_le_bytes([blk[at], blk[at + 1]]);
+            if h & 0x7c00 == 0x7c00 {
+                bail!(
+                    Status::BadFormat,
+                    "tensor {}: block {} has a non-finite scale (f16 bits {:#06x}); the file is damaged",
+                    what,
+                    i,
+                    h
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Checks, once at load, that a `[n_rows][n_cols]` matrix of type `ty` can be used by
 /// [`matvec`]/[`matmul`] and fills exactly `n_bytes`. `what` names the tensor in the error.
 pub fn check_matrix(

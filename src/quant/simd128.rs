@@ -138,6 +138,15 @@ fn f16_high_to_f32(top: v128, k: &F16Bits) -> v128 {
     v128_or(v128_or(value, exponent), sign)
 }
 
+/// [`f16_high_to_f32`] for finite values only (5 instructions instead of 8): an infinity or
+/// NaN would come out as a large finite number. For the legacy blocks' scales and minimums,
+/// which the loader has checked are finite (`quant::check_scales`); subnormals stay exact.
+#[inline(always)]
+fn f16_high_finite_to_f32(top: v128, k: &F16Bits) -> v128 {
+    let magnitude = v128_and(u32x4_shr(top, 3), k.magnitude);
+    v128_or(f32x4_mul(magnitude, k.rebias), v128_and(top, k.sign))
+}
+
 /// 8 bfloat16 values (u16 lanes) -> two f32x4: each value moves to the top half of a lane.
 /// (Written as the canonical interleave of zero and `h`, which V8 emits as one
 /// `punpcklwd`/`punpckhwd`; other lane patterns for the same result cost five instructions.)
@@ -377,7 +386,8 @@ fn transpose_sum(v: [v128; 4]) -> v128 {
 /// The f16 scales and minimums (0 without `MIN_AT`) of `count` (1..=4) legacy blocks at `blk`,
 /// as two f32x4 (missing lanes 0). A minimum sits right after its scale (`MIN_AT` 2), so each
 /// block's pair is one 32-bit load and all eight values convert at once; a lone scale is loaded
-/// into the top half of its lane, where [`f16_high_to_f32`] wants it.
+/// into the top half of its lane, where the conversion wants it. The values must be finite
+/// (the loader checks, `quant::check_scales`): the conversion skips the infinity-and-NaN path.
 ///
 /// # Safety
 /// The `count` blocks must be readable.
@@ -399,7 +409,11 @@ unsafe fn gather_scales<L: Legacy>(blk: *const u8, count: usize, k: &F16Bits) ->
             if count > 3 {
                 h = v128_load32_lane::<3>(h, blk.add(3 * stride).cast());
             }
-            let (dm01, dm23) = f16x8_to_f32(h, k);
+            let (low, high) = bf16x8_to_f32(h); // each value to the top half of its lane
+            let (dm01, dm23) = (
+                f16_high_finite_to_f32(low, k),
+                f16_high_finite_to_f32(high, k),
+            );
             [
                 i32x4_shuffle::<0, 2, 4, 6>(dm01, dm23),
                 i32x4_shuffle::<1, 3, 5, 7>(dm01, dm23),
@@ -416,7 +430,7 @@ unsafe fn gather_scales<L: Legacy>(blk: *const u8, count: usize, k: &F16Bits) ->
             if count > 3 {
                 h = v128_load16_lane::<7>(h, blk.add(3 * stride).cast());
             }
-            [f16_high_to_f32(h, k), f32x4_splat(0.0)]
+            [f16_high_finite_to_f32(h, k), f32x4_splat(0.0)]
         }
     }
 }

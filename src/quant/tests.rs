@@ -250,6 +250,44 @@ fn check_matrix_validates_shapes() {
     );
 }
 
+/// A quantized tensor with an infinite or NaN scale or minimum anywhere is refused with its
+/// name and block (the kernels convert legacy scales assuming they are finite); finite ones,
+/// subnormals included, pass.
+#[test]
+fn check_scales_refuses_non_finite_scales() {
+    let mut rng = Rng(0x5eed);
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+        GgmlType::Q4K,
+        GgmlType::Q5K,
+        GgmlType::Q6K,
+    ] {
+        let (values, block_bytes) = ty.block_geometry().unwrap();
+        let w = random_matrix(ty, 4, 2 * values, &mut rng);
+        check_scales(ty, &w, "w").unwrap();
+        for &at in scale_offsets(ty) {
+            for bits in [0x7c00u16, 0xfc00, 0x7e00, 0x7c01, 0xffff] {
+                let mut bad = w.clone();
+                let blk = 5 * block_bytes;
+                bad[blk + at..blk + at + 2].copy_from_slice(&bits.to_le_bytes());
+                let e = check_scales(ty, &bad, "blk.3.ffn_up.weight").unwrap_err();
+                assert_eq!(e.status, Status::BadFormat, "{} {bits:#06x}", ty.name());
+                let m = e.message.as_str();
+                assert!(
+                    m.contains("blk.3.ffn_up.weight") && m.contains("block 5"),
+                    "{m}"
+                );
+            }
+        }
+    }
+    // Float tensors have no scales: infinities are values there.
+    check_scales(GgmlType::F16, &[0x00, 0x7c, 0x00, 0xfc], "w").unwrap();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Activation rounding
 
@@ -405,18 +443,8 @@ fn quantize_activation_rejects_bad_shapes_and_reuses_memory() {
 // ---------------------------------------------------------------------------------------------
 // Random operands
 
-/// xorshift64*: deterministic test data without a dependency.
-/// Byte offsets of the f16 scale fields within a block (to give them sane values).
-fn scale_offsets(ty: GgmlType) -> &'static [usize] {
-    match ty {
-        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
-        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
-        GgmlType::Q6K => &[208],
-        _ => &[],
-    }
-}
-
-/// A random `[n_rows][n_cols]` matrix of type `ty`, with f16 scales of a size real weights have.
+/// A random `[n_rows][n_cols]` matrix of type `ty`, with f16 scales of a size real weights have
+/// (every 16th block's an f16 subnormal, which the kernels' scale conversion must keep exact).
 fn random_matrix(ty: GgmlType, n_rows: usize, n_cols: usize, rng: &mut Rng) -> Vec<u8> {
     let (values, block_bytes) = ty.block_geometry().unwrap();
     let n_blocks = n_rows * n_cols / values;
@@ -440,9 +468,9 @@ fn random_matrix(ty: GgmlType, n_rows: usize, n_cols: usize, rng: &mut Rng) -> V
             }
         }
         _ => {
-            for blk in w.chunks_exact_mut(block_bytes) {
+            for (i, blk) in w.chunks_exact_mut(block_bytes).enumerate() {
                 for &at in scale_offsets(ty) {
-                    let scale = rng.uniform() * 0.02;
+                    let scale = rng.uniform() * if i % 16 == 5 { 6.0e-5 } else { 0.02 };
                     blk[at..at + 2].copy_from_slice(&f32_to_f16(scale).to_le_bytes());
                 }
             }
