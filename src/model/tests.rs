@@ -262,8 +262,6 @@ fn quantize_at_load_refuses_other_types() {
     assert_eq!(e.status, crate::error::Status::Unsupported);
 }
 
-/// `file` with the tensor info of `name` changed: its dims replaced by `dims` (same count of
-/// dims) or, when `dims` is empty, its name's last byte changed (the tensor goes missing).
 /// A weight block with an infinite or NaN scale is refused at load, naming the tensor and the
 /// block, instead of computing with it (the kernels assume finite legacy scales).
 #[test]
@@ -293,6 +291,8 @@ fn a_non_finite_scale_is_refused_at_load() {
     }
 }
 
+/// `file` with the tensor info of `name` changed: its dims replaced by `dims` (same count of
+/// dims) or, when `dims` is empty, its name's last byte changed (the tensor goes missing).
 fn patched(file: &str, name: &str, dims: &[u64]) -> Vec<u8> {
     let mut bytes = read_shared(&std::format!("models/tiny/{file}"));
     let mut key = (name.len() as u64).to_le_bytes().to_vec();

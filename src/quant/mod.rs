@@ -394,7 +394,7 @@ pub(crate) const fn scale_offsets(ty: GgmlType) -> &'static [usize] {
 
 /// Checks, once at load, that every f16 scale and minimum in the blocks of a quantized tensor
 /// is finite. The legacy types' SIMD kernels convert their scales without the infinity-and-NaN
-/// path (`simd128::gather_scales`; decode is ~9 % faster for it), so a damaged tensor is
+/// path (`simd128::gather_scales`; decode is 6–7 % faster for it), so a damaged tensor is
 /// refused here, with its name and block, rather than computed with wrong scales. (An infinite
 /// or NaN scale would make every product of its block infinite or NaN in llama.cpp too.)
 pub fn check_scales(ty: GgmlType, data: &[u8], what: &str) -> Result<()> {
@@ -411,7 +411,7 @@ pub fn check_scales(ty: GgmlType, data: &[u8], what: &str) -> Result<()> {
             if h & 0x7c00 == 0x7c00 {
                 bail!(
                     Status::BadFormat,
-                    "tensor {}: block {} has a non-finite scale (f16 bits {:#06x}); the file is damaged",
+                    "tensor {}: block {} has a non-finite scale (f16 bits {:#06x}): the tensor is damaged",
                     what,
                     i,
                     h
