@@ -300,7 +300,7 @@ impl<'a> Loader<'_, 'a> {
             _ => m,
         };
         // (after quantizing: weights too large for f16 get infinite Q8_0 scales)
-        quant::check_scales(m.ty, m.data, name)?;
+        quant::check_matrix(m.ty, m.rows, m.cols, m.data, name)?;
         Ok(m)
     }
 

@@ -392,12 +392,12 @@ pub(crate) const fn scale_offsets(ty: GgmlType) -> &'static [usize] {
     }
 }
 
-/// Checks, once at load, that every f16 scale and minimum in the blocks of a quantized tensor
+/// Part of [`check_matrix`]: every f16 scale and minimum in the blocks of a quantized tensor
 /// is finite. The legacy types' SIMD kernels convert their scales without the infinity-and-NaN
 /// path (`simd128::gather_scales`; decode is 6–7 % faster for it), so a damaged tensor is
 /// refused here, with its name and block, rather than computed with wrong scales. (An infinite
 /// or NaN scale would make every product of its block infinite or NaN in llama.cpp too.)
-pub fn check_scales(ty: GgmlType, data: &[u8], what: &str) -> Result<()> {
+fn check_scales(ty: GgmlType, data: &[u8], what: &str) -> Result<()> {
     let offsets = scale_offsets(ty);
     let Some((_, block_bytes)) = ty.block_geometry() else {
         return Ok(());
@@ -423,14 +423,16 @@ pub fn check_scales(ty: GgmlType, data: &[u8], what: &str) -> Result<()> {
 }
 
 /// Checks, once at load, that a `[n_rows][n_cols]` matrix of type `ty` can be used by
-/// [`matvec`]/[`matmul`] and fills exactly `n_bytes`. `what` names the tensor in the error.
+/// [`matvec`]/[`matmul`]: a type with kernels, `data` filled exactly by whole blocks, and
+/// finite block scales ([`check_scales`]). `what` names the tensor in the error.
 pub fn check_matrix(
     ty: GgmlType,
     n_rows: usize,
     n_cols: usize,
-    n_bytes: usize,
+    data: &[u8],
     what: &str,
 ) -> Result<()> {
+    let n_bytes = data.len();
     if !is_supported(ty) {
         bail!(
             Status::Unsupported,
@@ -452,7 +454,7 @@ pub fn check_matrix(
             n_bytes
         );
     }
-    Ok(())
+    check_scales(ty, data, what)
 }
 
 /// Bytes of one row of `n_cols` weights of a supported type (panics on a partial block or an

@@ -140,7 +140,7 @@ fn f16_high_to_f32(top: v128, k: &F16Bits) -> v128 {
 
 /// [`f16_high_to_f32`] for finite values only (5 instructions instead of 8): an infinity or
 /// NaN would come out as a large finite number. For the legacy blocks' scales and minimums,
-/// which the loader has checked are finite (`quant::check_scales`); subnormals stay exact.
+/// which the loader has checked are finite (`quant::check_matrix`); subnormals stay exact.
 #[inline(always)]
 fn f16_high_finite_to_f32(top: v128, k: &F16Bits) -> v128 {
     let magnitude = v128_and(u32x4_shr(top, 3), k.magnitude);
@@ -387,7 +387,7 @@ fn transpose_sum(v: [v128; 4]) -> v128 {
 /// as two f32x4 (missing lanes 0). A minimum sits right after its scale (`MIN_AT` 2), so each
 /// block's pair is one 32-bit load and all eight values convert at once; a lone scale is loaded
 /// into the top half of its lane, where the conversion wants it. The values must be finite
-/// (the loader checks, `quant::check_scales`): the conversion skips the infinity-and-NaN path.
+/// (the loader checks, `quant::check_matrix`): the conversion skips the infinity-and-NaN path.
 ///
 /// # Safety
 /// The `count` blocks must be readable.

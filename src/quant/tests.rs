@@ -225,25 +225,26 @@ fn dequantize_row_rejects_bad_shapes() {
 
 #[test]
 fn check_matrix_validates_shapes() {
-    assert!(check_matrix(GgmlType::Q4_1, 576, 1536, 576 * 48 * 20, "w").is_ok());
+    let zeros = |n: usize| vec![0u8; n];
+    assert!(check_matrix(GgmlType::Q4_1, 576, 1536, &zeros(576 * 48 * 20), "w").is_ok());
     let e = check_matrix(
         GgmlType::Q4K,
         1536,
         576,
-        1536 * 576 / 256 * 144,
+        &zeros(1536 * 576 / 256 * 144),
         "blk.0.ffn_up.weight",
     )
     .unwrap_err();
     assert_eq!(e.status, Status::BadFormat);
     assert!(e.message.as_str().contains("blk.0.ffn_up.weight"));
     assert_eq!(
-        check_matrix(GgmlType::Q4_1, 2, 32, 41, "w")
+        check_matrix(GgmlType::Q4_1, 2, 32, &zeros(41), "w")
             .unwrap_err()
             .status,
         Status::BadFormat
     );
     assert_eq!(
-        check_matrix(GgmlType::Other(20), 2, 32, 36, "w")
+        check_matrix(GgmlType::Other(20), 2, 32, &zeros(36), "w")
             .unwrap_err()
             .status,
         Status::Unsupported
