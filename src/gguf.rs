@@ -43,7 +43,7 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use crate::error::{Result, Status};
-use crate::quant::GgmlType;
+use crate::quant::{self, GgmlType};
 use crate::sort::heapsort_by;
 use crate::{bail, err};
 
@@ -377,6 +377,8 @@ pub struct Gguf<'a> {
     tensors: Vec<TensorInfo<'a>>,
     /// Indices into `tensors`, sorted by name.
     tensor_by_name: Vec<u32>,
+    /// Whether the legacy quantized tensors were grouped ([`Gguf::parse_for_model`]).
+    weights_grouped: bool,
 }
 
 impl fmt::Debug for Gguf<'_> {
@@ -420,7 +422,37 @@ impl<'a> Gguf<'a> {
             kv_by_key,
             tensors,
             tensor_by_name,
+            weights_grouped: false,
         })
+    }
+
+    /// [`Gguf::parse`] for computing with the file's tensors: after parsing, rewrites every
+    /// tensor of a legacy quantized type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) in place into the
+    /// grouped layout that the kernels read ([`quant::group_rows`]), then parses the bytes again
+    /// (only tensor data changed). The model ([`crate::model::Model::load_with`]) takes only a
+    /// `Gguf` made this way; tokenizers and metadata readers take either.
+    pub fn parse_for_model(bytes: &'a mut [u8]) -> Result<Gguf<'a>> {
+        let mut tensors: Vec<(GgmlType, usize, usize, usize)> = Vec::new();
+        {
+            let g = Gguf::parse(bytes)?;
+            try_reserve(&mut tensors, g.tensors.len(), "tensor table")?;
+            for t in &g.tensors {
+                let cols = usize::try_from(t.dims[0]).unwrap_or(0);
+                tensors.push((t.ty, cols, t.file_offset, t.data.len()));
+            }
+        }
+        for (ty, cols, start, len) in tensors {
+            quant::group_rows(ty, cols, &mut bytes[start..start + len]);
+        }
+        let bytes: &'a [u8] = bytes;
+        let mut g = Gguf::parse(bytes)?;
+        g.weights_grouped = true;
+        Ok(g)
+    }
+
+    /// Whether this `Gguf` came from [`Gguf::parse_for_model`].
+    pub fn weights_grouped(&self) -> bool {
+        self.weights_grouped
     }
 
     pub fn version(&self) -> u32 {

@@ -30,7 +30,7 @@ pub fn block_layout(size: usize) -> Option<Layout> {
 }
 
 /// A block of `len` bytes from `alloc(len)`, owned: dropped, it goes back to the allocator.
-/// It hands out only shared views of its bytes, and the bytes never move.
+/// Only its owner writes it (through `bytes_mut_unbound`), and the bytes never move.
 pub struct Block {
     ptr: NonNull<u8>,
     len: usize,
@@ -41,7 +41,8 @@ impl Block {
     ///
     /// # Safety
     /// `ptr` came from `alloc(len)` (the export, or [`block_layout`]`(len)` with the global
-    /// allocator), is not freed by anyone else, and nothing writes it from now on.
+    /// allocator), is not freed by anyone else, and nothing but the new `Block` writes it from
+    /// now on.
     pub unsafe fn from_raw(ptr: *mut u8, len: usize) -> Result<Block> {
         let Some(ptr) = NonNull::new(ptr) else {
             return Err(err!(Status::InvalidArgument, "the block is a null pointer"));
@@ -60,6 +61,17 @@ impl Block {
     pub fn bytes(&self) -> &[u8] {
         // SAFETY: `len` bytes from `alloc`, alive until drop, written by no one.
         unsafe { core::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The bytes, writable, with a lifetime not tied to `self`: for a loader that rewrites
+    /// parts of them in place and then keeps shared views beside the block.
+    ///
+    /// # Safety
+    /// As [`Block::bytes_unbound`]; and no other view of the bytes is used while this one is.
+    pub unsafe fn bytes_mut_unbound<'a>(&mut self) -> &'a mut [u8] {
+        // SAFETY: `len` bytes from `alloc`, alive until drop, ours alone (`from_raw`); the
+        // caller keeps the uses inside the block's life and exclusive.
+        unsafe { core::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 
     /// The bytes with a lifetime not tied to `self`, for structures that live beside the block.

@@ -61,10 +61,11 @@ impl LoadedModel {
         if file.bytes().is_empty() {
             bail!(Status::BadFormat, "the model file is empty");
         }
+        let mut file = file;
         // SAFETY: `gguf` and `model` live in the same `LoadedModel` as the block, declared before
-        // it, so they are dropped first and never outlive the bytes.
-        let bytes = unsafe { file.bytes_unbound() };
-        let gguf = Gguf::parse(bytes)?;
+        // it, so they are dropped first and never outlive the bytes; nothing else holds a view.
+        let bytes = unsafe { file.bytes_mut_unbound() };
+        let gguf = Gguf::parse_for_model(bytes)?;
         let has_vocab = gguf
             .get("tokenizer.ggml.model")
             .is_some_and(|m| m.as_str() != Some("none"));

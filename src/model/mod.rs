@@ -329,6 +329,8 @@ impl<'a> Loader<'_, 'a> {
             quant::dequantize_row(m.ty, m.row(r), &mut row)?;
             quant::quantize_row_q8_0(&row, q);
         }
+        // as the file's Q8_0 tensors are, once loaded
+        quant::group_rows(GgmlType::Q8_0, m.cols, &mut out);
         // SAFETY: the heap block of `out` is never freed, resized or written again while the
         // model lives: it moves into `Model::_owned` with this loader, and the model's matrices
         // (which never leave the model) are the only readers.
@@ -346,7 +348,8 @@ impl<'a> Loader<'_, 'a> {
 }
 
 impl<'a> Model<'a> {
-    /// Builds a model over a parsed file. `context` is the KV cache length (0: the model's own,
+    /// Builds a model over a file parsed with [`Gguf::parse_for_model`]. `context` is the KV
+    /// cache length (0: the model's own,
     /// capped at 4096).
     pub fn load(g: &Gguf<'a>, context: usize) -> Result<Model<'a>> {
         Model::load_with(
@@ -361,6 +364,12 @@ impl<'a> Model<'a> {
     /// Builds a model over a parsed file, checking every tensor's shape against the
     /// architecture's (the error names the tensor).
     pub fn load_with(g: &Gguf<'a>, opts: LoadOptions) -> Result<Model<'a>> {
+        if !g.weights_grouped() {
+            bail!(
+                Status::InvalidArgument,
+                "a model needs its file parsed with Gguf::parse_for_model (legacy blocks grouped)"
+            );
+        }
         let cfg = Config::from_gguf(g)?;
         let context = match opts.context {
             0 => cfg.train_context.min(4096),

@@ -30,8 +30,8 @@ fn reference() -> serde_json::Value {
 }
 
 fn run(file: &str, ids: &[u32], context: usize) -> Vec<Vec<f32>> {
-    let bytes = read_shared(&std::format!("models/tiny/{file}"));
-    let g = Gguf::parse(&bytes).unwrap();
+    let mut bytes = read_shared(&std::format!("models/tiny/{file}"));
+    let g = Gguf::parse_for_model(&mut bytes).unwrap();
     let mut model = Model::load(&g, context).unwrap();
     let mut all = Vec::new();
     model
@@ -95,8 +95,8 @@ fn bits(xs: &[f32]) -> Vec<u32> {
 fn one_token_at_a_time_equals_the_batch() {
     let r = reference();
     let ids: Vec<u32> = u32s(&r["tokens"]);
-    let bytes = read_shared("models/tiny/tiny-llama-Q8_0.gguf");
-    let g = Gguf::parse(&bytes).unwrap();
+    let mut bytes = read_shared("models/tiny/tiny-llama-Q8_0.gguf");
+    let g = Gguf::parse_for_model(&mut bytes).unwrap();
     let batched = run("tiny-llama-Q8_0.gguf", &ids, 64);
     let mut model = Model::load(&g, 64).unwrap();
     for (p, &id) in ids.iter().enumerate() {
@@ -112,8 +112,8 @@ fn one_token_at_a_time_equals_the_batch() {
 
 #[test]
 fn a_full_context_is_an_error_not_a_write_past_the_end() {
-    let bytes = read_shared("models/tiny/tiny-llama-Q4_0.gguf");
-    let g = Gguf::parse(&bytes).unwrap();
+    let mut bytes = read_shared("models/tiny/tiny-llama-Q4_0.gguf");
+    let g = Gguf::parse_for_model(&mut bytes).unwrap();
     let mut model = Model::load(&g, 8).unwrap();
     model.forward(&[1, 2, 3, 4, 5, 6, 7], None).unwrap();
     let e = model.forward(&[1, 2], None).unwrap_err();
@@ -208,9 +208,10 @@ fn matrices<'m>(m: &'m Model<'_>) -> Vec<(String, GgmlType, &'m [u8])> {
 fn quantize_at_load_equals_llama_quantize() {
     let (r, ids) = arch_reference();
     for arch in ["llama", "qwen2", "qwen3", "gemma3", "phi3"] {
-        let dense = read_shared(&std::format!("models/tiny/tiny-{arch}-F32.gguf"));
-        let q8 = read_shared(&std::format!("models/tiny/tiny-{arch}-Q8_0.gguf"));
-        let (gd, gq) = (Gguf::parse(&dense).unwrap(), Gguf::parse(&q8).unwrap());
+        let mut dense = read_shared(&std::format!("models/tiny/tiny-{arch}-F32.gguf"));
+        let mut q8 = read_shared(&std::format!("models/tiny/tiny-{arch}-Q8_0.gguf"));
+        let gd = Gguf::parse_for_model(&mut dense).unwrap();
+        let gq = Gguf::parse_for_model(&mut q8).unwrap();
         let opts = LoadOptions {
             context: 64,
             quantize: Some(GgmlType::Q8_0),
@@ -252,14 +253,27 @@ fn quantize_at_load_equals_llama_quantize() {
 
 #[test]
 fn quantize_at_load_refuses_other_types() {
-    let bytes = read_shared("models/tiny/tiny-qwen3-F32.gguf");
-    let g = Gguf::parse(&bytes).unwrap();
+    let mut bytes = read_shared("models/tiny/tiny-qwen3-F32.gguf");
+    let g = Gguf::parse_for_model(&mut bytes).unwrap();
     let opts = LoadOptions {
         context: 16,
         quantize: Some(GgmlType::Q4_0),
     };
     let e = Model::load_with(&g, opts).err().unwrap();
     assert_eq!(e.status, crate::error::Status::Unsupported);
+}
+
+/// A model is built only over a file whose legacy blocks were grouped (`Gguf::parse_for_model`):
+/// the kernels read that layout, so a plainly parsed file is refused, not misread.
+#[test]
+fn a_model_needs_grouped_weights() {
+    let bytes = read_shared("models/tiny/tiny-llama-Q4_0.gguf");
+    let g = Gguf::parse(&bytes).unwrap();
+    assert!(!g.weights_grouped());
+    let e = Model::load(&g, 16).err().unwrap();
+    assert_eq!(e.status, crate::error::Status::InvalidArgument);
+    let m = e.message.as_str();
+    assert!(m.contains("parse_for_model"), "{m}");
 }
 
 /// A weight block with an infinite or NaN scale is refused at load, naming the tensor and the
@@ -283,7 +297,7 @@ fn a_non_finite_scale_is_refused_at_load() {
             t.data.as_ptr() as usize - bytes.as_ptr() as usize + 3 * block_bytes
         };
         bytes[at..at + 2].copy_from_slice(&bits.to_le_bytes());
-        let g = Gguf::parse(&bytes).unwrap();
+        let g = Gguf::parse_for_model(&mut bytes).unwrap();
         let e = Model::load(&g, 16).err().unwrap();
         assert_eq!(e.status, crate::error::Status::BadFormat, "{file}");
         let m = e.message.as_str();
@@ -351,8 +365,8 @@ fn wrong_tensor_shapes_are_named() {
         ),
     ];
     for (file, name, dims, want) in cases {
-        let bytes = patched(file, name, dims);
-        let g = Gguf::parse(&bytes).unwrap();
+        let mut bytes = patched(file, name, dims);
+        let g = Gguf::parse_for_model(&mut bytes).unwrap();
         let e = Model::load(&g, 16).err().unwrap();
         assert_eq!(e.status, crate::error::Status::BadFormat, "{file} {name}");
         assert!(
@@ -371,8 +385,8 @@ fn sliding_window_ring_steps_and_truncation() {
     let (_, ids) = arch_reference();
     let file = "tiny-gemma3-Q8_0.gguf";
     let batched = run(file, &ids, 64);
-    let bytes = read_shared(&std::format!("models/tiny/{file}"));
-    let g = Gguf::parse(&bytes).unwrap();
+    let mut bytes = read_shared(&std::format!("models/tiny/{file}"));
+    let g = Gguf::parse_for_model(&mut bytes).unwrap();
     let mut model = Model::load(&g, 64).unwrap();
     let full = Model::load(&g, 4096).unwrap(); // the global layers' share grows with context
     assert!(model.kv_cache_bytes() < 6 * 64 * 128 * 2 * 4);

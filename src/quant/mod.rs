@@ -18,6 +18,10 @@
 //!    the model file, with it. Per vector both do the same operations in the same order, so a
 //!    batched prefill gives bit-identical results to one vector at a time.
 //!
+//! The legacy types' rows are read as the loader leaves them: [`group_rows`] rewrites each
+//! row of the file in place so that every four blocks keep their scales side by side
+//! (`grouped.rs`). Everything here that takes their bytes takes them grouped.
+//!
 //! [`dequantize_row`] turns one weight row into f32 (embedding lookups, tests).
 //!
 //! Each block family has its own file (`float.rs`, `q4.rs`, `q5.rs`, `q8.rs`, `k_quants.rs`)
@@ -159,6 +163,7 @@ impl GgmlType {
 
 mod activation;
 mod float;
+mod grouped;
 mod half;
 mod k_quants;
 mod q4;
@@ -172,6 +177,7 @@ use core::ops::Range;
 pub use activation::{
     ActivationBuf, ActivationKind, quantize_activation, quantize_activations, stored_index,
 };
+pub use grouped::group_rows;
 pub use half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16, round_to_f16};
 pub use q8::quantize_row_q8_0;
 
@@ -393,38 +399,43 @@ pub(crate) const fn scale_offsets(ty: GgmlType) -> &'static [usize] {
 }
 
 /// Part of [`check_matrix`]: every f16 scale and minimum in the blocks of a quantized tensor
-/// is finite. The legacy types' SIMD kernels convert their scales without the infinity-and-NaN
-/// path (`simd128::gather_scales`; decode is 6–7 % faster for it), so a damaged tensor is
-/// refused here, with its name and block, rather than computed with wrong scales. (An infinite
-/// or NaN scale would make every product of its block infinite or NaN in llama.cpp too.)
-fn check_scales(ty: GgmlType, data: &[u8], what: &str) -> Result<()> {
+/// (rows of `n_cols` weights, grouped as loaded: `grouped.rs`) is finite. The legacy types' SIMD
+/// kernels convert their scales without the infinity-and-NaN path (`simd128::gather_scales`;
+/// decode is 6–7 % faster for it), so a damaged tensor is refused here, with its name and
+/// block, rather than computed with wrong scales. (An infinite or NaN scale would make every
+/// product of its block infinite or NaN in llama.cpp too.)
+fn check_scales(ty: GgmlType, n_cols: usize, data: &[u8], what: &str) -> Result<()> {
     let offsets = scale_offsets(ty);
-    let Some((_, block_bytes)) = ty.block_geometry() else {
+    let Some((values, block_bytes)) = ty.block_geometry() else {
         return Ok(());
     };
-    if offsets.is_empty() {
+    let n_blocks = n_cols / values;
+    if offsets.is_empty() || n_blocks == 0 {
         return Ok(());
     }
-    for (i, blk) in data.chunks_exact(block_bytes).enumerate() {
-        for &at in offsets {
-            let h = u16::from_le_bytes([blk[at], blk[at + 1]]);
-            if h & 0x7c00 == 0x7c00 {
-                bail!(
-                    Status::BadFormat,
-                    "tensor {}: block {} has a non-finite scale (f16 bits {:#06x}): the tensor is damaged",
-                    what,
-                    i,
-                    h
-                );
+    for (r, row) in data.chunks_exact(n_blocks * block_bytes).enumerate() {
+        for b in 0..n_blocks {
+            for &at in offsets {
+                let p = grouped::byte_at(ty, n_blocks, b, at);
+                let h = u16::from_le_bytes([row[p], row[p + 1]]);
+                if h & 0x7c00 == 0x7c00 {
+                    bail!(
+                        Status::BadFormat,
+                        "tensor {}: block {} has a non-finite scale (f16 bits {:#06x}): the tensor is damaged",
+                        what,
+                        r * n_blocks + b,
+                        h
+                    );
+                }
             }
         }
     }
     Ok(())
 }
 
-/// Checks, once at load, that a `[n_rows][n_cols]` matrix of type `ty` can be used by
-/// [`matvec`]/[`matmul`]: a type with kernels, `data` filled exactly by whole blocks, and
-/// finite block scales ([`check_scales`]). `what` names the tensor in the error.
+/// Checks, once at load, that a `[n_rows][n_cols]` matrix of type `ty` (grouped as loaded,
+/// [`group_rows`]) can be used by [`matvec`]/[`matmul`]: a type with kernels, `data` filled
+/// exactly by whole blocks, and finite block scales ([`check_scales`]). `what` names the tensor in the error.
 pub fn check_matrix(
     ty: GgmlType,
     n_rows: usize,
@@ -454,7 +465,7 @@ pub fn check_matrix(
             n_bytes
         );
     }
-    check_scales(ty, data, what)
+    check_scales(ty, n_cols, data, what)
 }
 
 /// Bytes of one row of `n_cols` weights of a supported type (panics on a partial block or an

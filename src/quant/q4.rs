@@ -14,7 +14,10 @@
 
 use super::activation::{ActRow, ActivationKind, stored_index};
 use super::half::F16;
-use super::{Block, Kernels, Out, as_blocks};
+use core::mem::offset_of;
+
+use super::grouped::{Grouped, blocks, valid_fields};
+use super::{Block, Kernels, Out};
 
 /// 32 weights `w = d · (q - 8)`, `q` in 0..16. 4.5 bits per weight.
 #[repr(C)]
@@ -42,6 +45,19 @@ const _: () = assert!(size_of::<BlockQ4_1>() == 20);
 unsafe impl Block for BlockQ4_0 {}
 // SAFETY: as above.
 unsafe impl Block for BlockQ4_1 {}
+// SAFETY: every field's offset, in order (checked below).
+unsafe impl Grouped for BlockQ4_0 {
+    const FIELDS: &'static [usize] = &[offset_of!(BlockQ4_0, d), offset_of!(BlockQ4_0, qs)];
+}
+// SAFETY: as above.
+unsafe impl Grouped for BlockQ4_1 {
+    const FIELDS: &'static [usize] = &[
+        offset_of!(BlockQ4_1, d),
+        offset_of!(BlockQ4_1, m),
+        offset_of!(BlockQ4_1, qs),
+    ];
+}
+const _: () = assert!(valid_fields(BlockQ4_0::FIELDS, 18) && valid_fields(BlockQ4_1::FIELDS, 20));
 
 /// Q4_0 weights.
 pub(crate) struct Q4_0;
@@ -54,10 +70,7 @@ impl Kernels for Q4_0 {
     const ACTIVATION: ActivationKind = ActivationKind::Q8_0;
 
     fn dequantize(row: &[u8], out: &mut [f32]) {
-        for (blk, out) in as_blocks::<BlockQ4_0>(row)
-            .iter()
-            .zip(out.as_chunks_mut::<32>().0)
-        {
+        for (blk, out) in blocks::<BlockQ4_0>(row).zip(out.as_chunks_mut::<32>().0) {
             let d = blk.d.to_f32();
             for (j, &byte) in blk.qs.iter().enumerate() {
                 out[j] = ((byte & 0x0f) as i32 - 8) as f32 * d;
@@ -68,7 +81,7 @@ impl Kernels for Q4_0 {
 
     fn dot_ref(row: &[u8], x: &ActRow<'_>) -> f32 {
         let mut sum = 0.0f32;
-        for (b, blk) in as_blocks::<BlockQ4_0>(row).iter().enumerate() {
+        for (b, blk) in blocks::<BlockQ4_0>(row).enumerate() {
             // quant i of this block
             let q = |i: usize| x.quants[stored_index(Self::ACTIVATION, 32 * b + i)] as i32;
             let mut sumi = 0i32;
@@ -95,10 +108,7 @@ impl Kernels for Q4_1 {
     const ACTIVATION: ActivationKind = ActivationKind::Q8_1;
 
     fn dequantize(row: &[u8], out: &mut [f32]) {
-        for (blk, out) in as_blocks::<BlockQ4_1>(row)
-            .iter()
-            .zip(out.as_chunks_mut::<32>().0)
-        {
+        for (blk, out) in blocks::<BlockQ4_1>(row).zip(out.as_chunks_mut::<32>().0) {
             let (d, m) = (blk.d.to_f32(), blk.m.to_f32());
             for (j, &byte) in blk.qs.iter().enumerate() {
                 out[j] = (byte & 0x0f) as f32 * d + m;
@@ -109,7 +119,7 @@ impl Kernels for Q4_1 {
 
     fn dot_ref(row: &[u8], x: &ActRow<'_>) -> f32 {
         let mut sum = 0.0f32;
-        for (b, blk) in as_blocks::<BlockQ4_1>(row).iter().enumerate() {
+        for (b, blk) in blocks::<BlockQ4_1>(row).enumerate() {
             // quant i of this block
             let q = |i: usize| x.quants[stored_index(Self::ACTIVATION, 32 * b + i)] as i32;
             let mut sumi = 0i32;

@@ -11,7 +11,10 @@
 
 use super::activation::{ActRow, ActivationKind, stored_index};
 use super::half::F16;
-use super::{Block, Kernels, Out, as_blocks};
+use core::mem::offset_of;
+
+use super::grouped::{Grouped, blocks, valid_fields};
+use super::{Block, Kernels, Out};
 
 /// 32 weights `w = d · (q - 16)`, `q` in 0..32. 5.5 bits per weight.
 #[repr(C)]
@@ -43,6 +46,24 @@ const _: () = assert!(size_of::<BlockQ5_1>() == 24);
 unsafe impl Block for BlockQ5_0 {}
 // SAFETY: as above.
 unsafe impl Block for BlockQ5_1 {}
+// SAFETY: every field's offset, in order (checked below).
+unsafe impl Grouped for BlockQ5_0 {
+    const FIELDS: &'static [usize] = &[
+        offset_of!(BlockQ5_0, d),
+        offset_of!(BlockQ5_0, qh),
+        offset_of!(BlockQ5_0, qs),
+    ];
+}
+// SAFETY: as above.
+unsafe impl Grouped for BlockQ5_1 {
+    const FIELDS: &'static [usize] = &[
+        offset_of!(BlockQ5_1, d),
+        offset_of!(BlockQ5_1, m),
+        offset_of!(BlockQ5_1, qh),
+        offset_of!(BlockQ5_1, qs),
+    ];
+}
+const _: () = assert!(valid_fields(BlockQ5_0::FIELDS, 22) && valid_fields(BlockQ5_1::FIELDS, 24));
 
 /// The 32 unsigned 5-bit values of a block, in natural order.
 #[inline(always)]
@@ -67,10 +88,7 @@ impl Kernels for Q5_0 {
     const ACTIVATION: ActivationKind = ActivationKind::Q8_0;
 
     fn dequantize(row: &[u8], out: &mut [f32]) {
-        for (blk, out) in as_blocks::<BlockQ5_0>(row)
-            .iter()
-            .zip(out.as_chunks_mut::<32>().0)
-        {
+        for (blk, out) in blocks::<BlockQ5_0>(row).zip(out.as_chunks_mut::<32>().0) {
             let d = blk.d.to_f32();
             for (o, q) in out.iter_mut().zip(unpack(blk.qh, &blk.qs)) {
                 *o = (q - 16) as f32 * d;
@@ -80,7 +98,7 @@ impl Kernels for Q5_0 {
 
     fn dot_ref(row: &[u8], x: &ActRow<'_>) -> f32 {
         let mut sum = 0.0f32;
-        for (b, blk) in as_blocks::<BlockQ5_0>(row).iter().enumerate() {
+        for (b, blk) in blocks::<BlockQ5_0>(row).enumerate() {
             // quant i of this block
             let xq = |i: usize| x.quants[stored_index(Self::ACTIVATION, 32 * b + i)] as i32;
             let mut sumi = 0i32;
@@ -106,10 +124,7 @@ impl Kernels for Q5_1 {
     const ACTIVATION: ActivationKind = ActivationKind::Q8_1;
 
     fn dequantize(row: &[u8], out: &mut [f32]) {
-        for (blk, out) in as_blocks::<BlockQ5_1>(row)
-            .iter()
-            .zip(out.as_chunks_mut::<32>().0)
-        {
+        for (blk, out) in blocks::<BlockQ5_1>(row).zip(out.as_chunks_mut::<32>().0) {
             let (d, m) = (blk.d.to_f32(), blk.m.to_f32());
             for (o, q) in out.iter_mut().zip(unpack(blk.qh, &blk.qs)) {
                 *o = q as f32 * d + m;
@@ -119,7 +134,7 @@ impl Kernels for Q5_1 {
 
     fn dot_ref(row: &[u8], x: &ActRow<'_>) -> f32 {
         let mut sum = 0.0f32;
-        for (b, blk) in as_blocks::<BlockQ5_1>(row).iter().enumerate() {
+        for (b, blk) in blocks::<BlockQ5_1>(row).enumerate() {
             // quant i of this block
             let xq = |i: usize| x.quants[stored_index(Self::ACTIVATION, 32 * b + i)] as i32;
             let mut sumi = 0i32;

@@ -10,7 +10,10 @@
 
 use super::activation::{ActRow, ActivationKind, stored_index};
 use super::half::F16;
-use super::{Block, Kernels, Out, as_blocks};
+use core::mem::offset_of;
+
+use super::grouped::{Grouped, blocks, valid_fields};
+use super::{Block, Kernels, Out};
 
 /// 32 weights `w = d · q`. 8.5 bits per weight.
 #[repr(C)]
@@ -38,6 +41,11 @@ const _: () = assert!(size_of::<BlockQ8_1>() == 36);
 
 // SAFETY: repr(C), only byte arrays and `F16` (a byte pair): alignment 1, no invalid bit patterns.
 unsafe impl Block for BlockQ8_0 {}
+// SAFETY: every field's offset, in order (checked below).
+unsafe impl Grouped for BlockQ8_0 {
+    const FIELDS: &'static [usize] = &[offset_of!(BlockQ8_0, d), offset_of!(BlockQ8_0, qs)];
+}
+const _: () = assert!(valid_fields(BlockQ8_0::FIELDS, 34));
 
 /// Quantizes `x` (whole blocks of 32) to Q8_0 weight blocks in `out` (34 bytes per block), as
 /// ggml's `quantize_row_q8_0_ref` (what `llama-quantize` writes): `d = amax / 127` stored as
@@ -69,10 +77,7 @@ impl Kernels for Q8_0 {
     const ACTIVATION: ActivationKind = ActivationKind::Q8_0;
 
     fn dequantize(row: &[u8], out: &mut [f32]) {
-        for (blk, out) in as_blocks::<BlockQ8_0>(row)
-            .iter()
-            .zip(out.as_chunks_mut::<32>().0)
-        {
+        for (blk, out) in blocks::<BlockQ8_0>(row).zip(out.as_chunks_mut::<32>().0) {
             let d = blk.d.to_f32();
             for (o, &q) in out.iter_mut().zip(&blk.qs) {
                 *o = q as f32 * d;
@@ -82,7 +87,7 @@ impl Kernels for Q8_0 {
 
     fn dot_ref(row: &[u8], x: &ActRow<'_>) -> f32 {
         let mut sum = 0.0f32;
-        for (b, blk) in as_blocks::<BlockQ8_0>(row).iter().enumerate() {
+        for (b, blk) in blocks::<BlockQ8_0>(row).enumerate() {
             // quant i of this block
             let xq = |i: usize| x.quants[stored_index(Self::ACTIVATION, 32 * b + i)] as i32;
             let mut sumi = 0i32;

@@ -51,6 +51,7 @@
 use core::arch::wasm32::*;
 
 use super::activation::{ActRow, Quant};
+use super::grouped::{self, Grouped};
 use super::half::f16_to_f32;
 use super::{Out, for_rows};
 
@@ -383,54 +384,54 @@ fn transpose_sum(v: [v128; 4]) -> v128 {
     )
 }
 
-/// The f16 scales and minimums (0 without `MIN_AT`) of `count` (1..=4) legacy blocks at `blk`,
-/// as two f32x4 (missing lanes 0). A minimum sits right after its scale (`MIN_AT` 2), so each
-/// block's pair is one 32-bit load and all eight values convert at once; a lone scale is loaded
-/// into the top half of its lane, where the conversion wants it. The values must be finite
-/// (the loader checks, `quant::check_matrix`): the conversion skips the infinity-and-NaN path.
+/// The f16 scales and minimums (0 without `MIN_AT`) of the group of `count` (1..=4) legacy
+/// blocks at `group` (grouped layout, `quant::grouped`: the scales side by side at the start,
+/// then the minimums), as two f32x4 (missing lanes 0). A whole group's scales and minimums are
+/// one load and convert at once. The values must be finite (the loader checks,
+/// `quant::check_matrix`): the conversion skips the infinity-and-NaN path.
 ///
 /// # Safety
-/// The `count` blocks must be readable.
+/// The group's `count` blocks must be readable.
 #[inline(always)]
-unsafe fn gather_scales<L: Legacy>(blk: *const u8, count: usize, k: &F16Bits) -> [v128; 2] {
+unsafe fn gather_scales<L: Legacy>(group: *const u8, count: usize, k: &F16Bits) -> [v128; 2] {
+    // the scale first, the minimum (if any) right after it: scales at 2i, minimums at 2·count + 2i
     const { assert!(matches!(L::MIN_AT, None | Some(2))) };
-    let stride = L::BYTES;
-    // SAFETY: only the `count` blocks the caller vouches for are read.
+    // SAFETY: only the `count` blocks' fields the caller vouches for are read.
     unsafe {
-        if L::MIN_AT.is_some() {
-            // u16 lanes [d0, m0, d1, m1, d2, m2, d3, m3]
-            let mut h = v128_load32_zero(blk.cast());
-            if count > 1 {
-                h = v128_load32_lane::<1>(h, blk.add(stride).cast());
+        // u16 lanes [d0, d1, d2, d3, m0, m1, m2, m3]
+        let h = if count == 4 {
+            if L::MIN_AT.is_some() {
+                load(group)
+            } else {
+                v128_load64_zero(group.cast())
             }
-            if count > 2 {
-                h = v128_load32_lane::<2>(h, blk.add(2 * stride).cast());
-            }
-            if count > 3 {
-                h = v128_load32_lane::<3>(h, blk.add(3 * stride).cast());
-            }
-            let (low, high) = bf16x8_to_f32(h); // each value to the top half of its lane
-            let (dm01, dm23) = (
-                f16_high_finite_to_f32(low, k),
-                f16_high_finite_to_f32(high, k),
-            );
-            [
-                i32x4_shuffle::<0, 2, 4, 6>(dm01, dm23),
-                i32x4_shuffle::<1, 3, 5, 7>(dm01, dm23),
-            ]
         } else {
-            let mut h = u32x4_splat(0);
-            h = v128_load16_lane::<1>(h, blk.cast());
+            let p = group.cast::<u16>();
+            let mut h = u16x8_splat(0);
+            h = v128_load16_lane::<0>(h, p);
             if count > 1 {
-                h = v128_load16_lane::<3>(h, blk.add(stride).cast());
+                h = v128_load16_lane::<1>(h, p.add(1));
             }
             if count > 2 {
-                h = v128_load16_lane::<5>(h, blk.add(2 * stride).cast());
+                h = v128_load16_lane::<2>(h, p.add(2));
             }
-            if count > 3 {
-                h = v128_load16_lane::<7>(h, blk.add(3 * stride).cast());
+            if L::MIN_AT.is_some() {
+                let m = p.add(count);
+                h = v128_load16_lane::<4>(h, m);
+                if count > 1 {
+                    h = v128_load16_lane::<5>(h, m.add(1));
+                }
+                if count > 2 {
+                    h = v128_load16_lane::<6>(h, m.add(2));
+                }
             }
-            [f16_high_finite_to_f32(h, k), f32x4_splat(0.0)]
+            h
+        };
+        let (d, m) = bf16x8_to_f32(h); // each value to the top half of its lane
+        if L::MIN_AT.is_some() {
+            [f16_high_finite_to_f32(d, k), f16_high_finite_to_f32(m, k)]
+        } else {
+            [f16_high_finite_to_f32(d, k), f32x4_splat(0.0)]
         }
     }
 }
@@ -538,20 +539,22 @@ trait Legacy {
     /// The block's weights (relaxed build: a pair of blocks' weights) as the kernel keeps them
     /// between vectors.
     type Weights: Copy;
-    /// Unpacks the block at `blk`.
+    /// Unpacks block `i` of the group of `count` blocks at `group` (grouped layout,
+    /// [`field`]).
     ///
     /// # Safety
-    /// `blk..blk + BYTES` must be readable.
+    /// The group's `count` blocks must be readable, and `i < count`.
     #[cfg(not(target_feature = "relaxed-simd"))]
-    unsafe fn weights(blk: *const u8) -> Self::Weights;
-    /// Unpacks the blocks at `first` and `second` in the order of a pair of blocks'
-    /// activations (`activation::stored_index`: runs of 8 taken in turn from each). A lone
-    /// last block is passed twice; its partner's activations are zeros.
+    unsafe fn weights(group: *const u8, count: usize, i: usize) -> Self::Weights;
+    /// Unpacks blocks `first` and `second` of the group of `count` blocks at `group` in the
+    /// order of a pair of blocks' activations (`activation::stored_index`: runs of 8 taken in
+    /// turn from each). A lone last block is passed twice; its partner's activations are zeros.
     ///
     /// # Safety
-    /// `first..first + BYTES` and `second..second + BYTES` must be readable.
+    /// The group's `count` blocks must be readable, and `first`, `second < count`.
     #[cfg(target_feature = "relaxed-simd")]
-    unsafe fn weights(first: *const u8, second: *const u8) -> Self::Weights;
+    unsafe fn weights(group: *const u8, count: usize, first: usize, second: usize)
+    -> Self::Weights;
     /// `Σ y·w` over the block's 32 weights (before the offset), as four i32 partial sums
     /// (relaxed build: over the pair's 64 weights, lanes 0 and 1 the first block's, lanes 2 and 3
     /// the second's).
@@ -651,8 +654,8 @@ unsafe fn legacy_group<L: Legacy, const T: usize>(
     // SAFETY: by the caller: blocks first..first + count lie in `row`.
     unsafe {
         // The four blocks' scales and minimums (0 without), as f32x4.
-        let blk = row.as_ptr().add(first * L::BYTES);
-        let [d, m] = gather_scales::<L>(blk, count, k);
+        let group = row.as_ptr().add(first * L::BYTES);
+        let [d, m] = gather_scales::<L>(group, count, k);
         #[cfg(not(target_feature = "relaxed-simd"))]
         legacy_group_transposed::<L, T>(row, [d, m], xs, acc, first, count);
         #[cfg(target_feature = "relaxed-simd")]
@@ -663,7 +666,7 @@ unsafe fn legacy_group<L: Legacy, const T: usize>(
             first,
             count,
             #[inline(always)]
-            |p| pair_weights::<L>(blk, p, count),
+            |p| pair_weights::<L>(group, p, count),
         );
     }
 }
@@ -687,14 +690,14 @@ unsafe fn legacy_group_transposed<L: Legacy, const T: usize>(
 ) {
     // SAFETY: blocks first..first + count lie in `row` and their activations in `xs`.
     unsafe {
-        let blk = row.as_ptr().add(first * L::BYTES);
+        let group = row.as_ptr().add(first * L::BYTES);
         // sums[t][k]: block first + k times vector t. Each block's sums are stored to this
         // scratch before the next block is loaded: V8 orders memory accesses only among
         // themselves, and without a store in between it would hoist all four blocks' loads to
         // the top of the group and spill most of them. (A volatile store is one instruction.)
         let mut scratch = [[u32x4_splat(0); 4]; T];
         for k in 0..count {
-            let w = L::weights(blk.add(k * L::BYTES));
+            let w = L::weights(group, count, k);
             for t in 0..T {
                 let sum = L::dot(w, xs[t].quants.as_ptr().add(32 * (first + k)));
                 core::ptr::write_volatile(&mut scratch[t][k], sum);
@@ -793,24 +796,34 @@ unsafe fn legacy_group_pairs<L: Legacy, const T: usize>(
     }
 }
 
-/// Pair `p` of the group of `count` blocks at `blk`, unpacked (`Legacy::weights`); a lone last
-/// block is paired with itself (its partner's activations are zeros).
+/// Pair `p` of the group of `count` blocks at `group`, unpacked (`Legacy::weights`); a lone
+/// last block is paired with itself (its partner's activations are zeros).
 ///
 /// # Safety
-/// The group's `count` blocks must be readable.
+/// The group's `count` blocks must be readable, and `2p < count`.
 #[cfg(target_feature = "relaxed-simd")]
 #[inline(always)]
-unsafe fn pair_weights<L: Legacy>(blk: *const u8, p: usize, count: usize) -> L::Weights {
-    // SAFETY: blocks 2p and (when there is one) 2p + 1 are among the group's.
-    unsafe {
-        let a = blk.add(2 * p * L::BYTES);
-        let b = if 2 * p + 1 < count {
-            a.add(L::BYTES)
-        } else {
-            a
-        };
-        L::weights(a, b)
-    }
+unsafe fn pair_weights<L: Legacy>(group: *const u8, p: usize, count: usize) -> L::Weights {
+    let second = if 2 * p + 1 < count { 2 * p + 1 } else { 2 * p };
+    // SAFETY: blocks 2p and `second` are among the group's.
+    unsafe { L::weights(group, count, 2 * p, second) }
+}
+
+/// Where the field at byte `OFFSET` of block struct `B` (`quant::grouped::Grouped`) of block `i`
+/// of the group of `count` blocks at `group` starts (`grouped::field_at`; constant-folded where
+/// `count` is a constant, as in every group but a row's last).
+///
+/// # Safety
+/// The group's `count` blocks must be readable, and `i < count`.
+#[inline(always)]
+unsafe fn field<B: Grouped, const OFFSET: usize>(
+    group: *const u8,
+    count: usize,
+    i: usize,
+) -> *const u8 {
+    let f = const { grouped::field_index(B::FIELDS, OFFSET) };
+    // SAFETY: inside the group's blocks, by the caller.
+    unsafe { group.add(grouped::field_at(B::FIELDS, size_of::<B>(), f, i, count)) }
 }
 
 /// `count` (1..=4) blocks' activation sums from their `bsums` at `p` (two i16 per block), as

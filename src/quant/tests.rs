@@ -183,10 +183,12 @@ fn bf16_round_trip_and_rounding() {
 #[test]
 fn dequantize_matches_gguf_package() {
     for ty in SUPPORTED {
-        let blocks = bytes(&alloc::format!("deq/{}/blocks", ty.name()));
+        // one row of blocks as the file stores them, grouped as the loader does
+        let mut blocks = bytes(&alloc::format!("deq/{}/blocks", ty.name())).to_vec();
         let expected = f32s(&alloc::format!("deq/{}/values", ty.name()));
+        group_rows(ty, expected.len(), &mut blocks);
         let mut got = vec![f32::NAN; expected.len()];
-        dequantize_row(ty, blocks, &mut got).unwrap();
+        dequantize_row(ty, &blocks, &mut got).unwrap();
         // Bit for bit: both compute the same f32 expressions in the same order.
         for (i, (&g, &e)) in got.iter().zip(&expected).enumerate() {
             assert_eq!(
@@ -196,6 +198,65 @@ fn dequantize_matches_gguf_package() {
                 ty.name()
             );
         }
+    }
+}
+
+/// Grouping rewrites rows of every length (groups of 4, tails of 1 to 3) so that each field
+/// of block `b` lands where `grouped::field_at` (and `byte_at`) says, and `grouped::block`
+/// reads every block back as the file stored it. Other types are left alone.
+#[test]
+fn grouping_keeps_every_block() {
+    fn check<B: grouped::Grouped>(ty: GgmlType, rng: &mut Rng) {
+        let bytes = size_of::<B>();
+        for n_blocks in 1..=9 {
+            let n_rows = 3;
+            let file: Vec<u8> = (0..n_rows * n_blocks * bytes)
+                .map(|_| rng.next() as u8)
+                .collect();
+            let mut w = file.clone();
+            group_rows(ty, 32 * n_blocks, &mut w);
+            assert_eq!(w.len(), file.len());
+            for (row, file_row) in w
+                .chunks_exact(n_blocks * bytes)
+                .zip(file.chunks_exact(n_blocks * bytes))
+            {
+                for b in 0..n_blocks {
+                    let want = &file_row[b * bytes..(b + 1) * bytes];
+                    for (at, &byte) in want.iter().enumerate() {
+                        assert_eq!(
+                            row[grouped::byte_at(ty, n_blocks, b, at)],
+                            byte,
+                            "{} {n_blocks} {b} {at}",
+                            ty.name()
+                        );
+                    }
+                    let got = grouped::block::<B>(row, b);
+                    // SAFETY: a `Block` is plain bytes (alignment 1, no padding).
+                    let got = unsafe {
+                        core::slice::from_raw_parts((&got as *const B).cast::<u8>(), bytes)
+                    };
+                    assert_eq!(got, want, "{} {n_blocks} {b}", ty.name());
+                }
+            }
+            if n_blocks >= 2 {
+                assert_ne!(w, file, "{} {n_blocks}: nothing moved", ty.name());
+            }
+        }
+    }
+    let mut rng = Rng(0x960);
+    check::<q4::BlockQ4_0>(GgmlType::Q4_0, &mut rng);
+    check::<q4::BlockQ4_1>(GgmlType::Q4_1, &mut rng);
+    check::<q5::BlockQ5_0>(GgmlType::Q5_0, &mut rng);
+    check::<q5::BlockQ5_1>(GgmlType::Q5_1, &mut rng);
+    check::<q8::BlockQ8_0>(GgmlType::Q8_0, &mut rng);
+    // Q5_1, a group of four: d×4 (bytes 0..8), m×4 (8..16), qh×4 (16..32), qs×4 (32..96); byte
+    // 5 of block 2 is byte 1 of its qh
+    assert_eq!(grouped::byte_at(GgmlType::Q5_1, 4, 2, 5), 16 + 2 * 4 + 1);
+    for ty in [GgmlType::F16, GgmlType::Q4K, GgmlType::Q6K] {
+        let mut w: Vec<u8> = (0..2 * 210 * 2).map(|_| rng.next() as u8).collect();
+        let file = w.clone();
+        group_rows(ty, 256, &mut w);
+        assert_eq!(w, file, "{}", ty.name());
     }
 }
 
@@ -268,25 +329,31 @@ fn check_scales_refuses_non_finite_scales() {
         GgmlType::Q6K,
     ] {
         let (values, block_bytes) = ty.block_geometry().unwrap();
-        let w = random_matrix(ty, 4, 2 * values, &mut rng);
-        check_scales(ty, &w, "w").unwrap();
+        // rows of 6 blocks: a group of four and one of two in each (legacy types)
+        let n_cols = 6 * values;
+        let w = random_matrix(ty, 4, n_cols, &mut rng);
+        check_scales(ty, n_cols, &w, "w").unwrap();
         for &at in scale_offsets(ty) {
-            for bits in [0x7c00u16, 0xfc00, 0x7e00, 0x7c01, 0xffff] {
+            for (bits, block) in [0x7c00u16, 0xfc00, 0x7e00, 0x7c01, 0xffff]
+                .into_iter()
+                .zip([5, 9, 14, 23, 0])
+            {
                 let mut bad = w.clone();
-                let blk = 5 * block_bytes;
-                bad[blk + at..blk + at + 2].copy_from_slice(&bits.to_le_bytes());
-                let e = check_scales(ty, &bad, "blk.3.ffn_up.weight").unwrap_err();
+                let p = block / 6 * 6 * block_bytes + grouped::byte_at(ty, 6, block % 6, at);
+                bad[p..p + 2].copy_from_slice(&bits.to_le_bytes());
+                let e = check_scales(ty, n_cols, &bad, "blk.3.ffn_up.weight").unwrap_err();
                 assert_eq!(e.status, Status::BadFormat, "{} {bits:#06x}", ty.name());
                 let m = e.message.as_str();
                 assert!(
-                    m.contains("blk.3.ffn_up.weight") && m.contains("block 5"),
+                    m.contains("blk.3.ffn_up.weight")
+                        && m.contains(&std::format!("block {block} ")),
                     "{m}"
                 );
             }
         }
     }
     // Float tensors have no scales: infinities are values there.
-    check_scales(GgmlType::F16, &[0x00, 0x7c, 0x00, 0xfc], "w").unwrap();
+    check_scales(GgmlType::F16, 2, &[0x00, 0x7c, 0x00, 0xfc], "w").unwrap();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -444,8 +511,9 @@ fn quantize_activation_rejects_bad_shapes_and_reuses_memory() {
 // ---------------------------------------------------------------------------------------------
 // Random operands
 
-/// A random `[n_rows][n_cols]` matrix of type `ty`, with f16 scales of a size real weights have
-/// (every 16th block's an f16 subnormal, which the kernels' scale conversion must keep exact).
+/// A random `[n_rows][n_cols]` matrix of type `ty` as loaded (legacy blocks grouped), with f16
+/// scales of a size real weights have (every 16th block's an f16 subnormal, which the kernels'
+/// scale conversion must keep exact).
 fn random_matrix(ty: GgmlType, n_rows: usize, n_cols: usize, rng: &mut Rng) -> Vec<u8> {
     let (values, block_bytes) = ty.block_geometry().unwrap();
     let n_blocks = n_rows * n_cols / values;
@@ -477,6 +545,7 @@ fn random_matrix(ty: GgmlType, n_rows: usize, n_cols: usize, rng: &mut Rng) -> V
             }
         }
     }
+    group_rows(ty, n_cols, &mut w);
     w
 }
 
@@ -517,10 +586,11 @@ fn f64_dot(
     let magnitude: f64 = w.iter().zip(&x).map(|(&w, &x)| (w as f64 * x).abs()).sum();
     let mut sum_allowance = 0.0;
     if kind == ActivationKind::Q8_1 {
-        // minimum m of block b: bytes 2..4 of both Q4_1 and Q5_1 blocks
-        let block_bytes = ty.block_geometry().unwrap().1;
-        for (b, blk) in w_row.chunks_exact(block_bytes).enumerate() {
-            let m = f16_to_f32(u16::from_le_bytes([blk[2], blk[3]])) as f64;
+        // minimum m of block b: bytes 2..4 of both Q4_1 and Q5_1 blocks (as the file has them)
+        let n_blocks = n / 32;
+        for b in 0..n_blocks {
+            let at = grouped::byte_at(ty, n_blocks, b, 2);
+            let m = f16_to_f32(u16::from_le_bytes([w_row[at], w_row[at + 1]])) as f64;
             let share: f64 = x[32 * b..32 * b + 32].iter().sum();
             sum_allowance += (m * share).abs() * Q8_1_SUM_REL_TOL;
         }

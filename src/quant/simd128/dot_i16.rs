@@ -7,8 +7,12 @@
 #![allow(clippy::needless_range_loop)]
 
 use core::arch::wasm32::*;
+use core::mem::offset_of;
 
 use super::*;
+use crate::quant::q4::{BlockQ4_0, BlockQ4_1};
+use crate::quant::q5::{BlockQ5_0, BlockQ5_1};
+use crate::quant::q8::BlockQ8_0;
 
 // ---------------------------------------------------------------------------------------------
 // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 with Q8_0/Q8_1 activations, through the shared `dot_legacy`: each
@@ -98,9 +102,13 @@ impl Legacy for Q4_0 {
     const OFFSET_SHIFT: Option<u32> = None;
     type Weights = [v128; 4];
     #[inline(always)]
-    unsafe fn weights(blk: *const u8) -> [v128; 4] {
-        // SAFETY: nibbles at 2..18 of the block, readable by the caller's contract.
-        let v = unsafe { load(blk.add(2)) };
+    unsafe fn weights(group: *const u8, count: usize, i: usize) -> [v128; 4] {
+        // SAFETY: the block's nibbles, readable by the caller's contract.
+        let v = unsafe {
+            load(field::<BlockQ4_0, { offset_of!(BlockQ4_0, qs) }>(
+                group, count, i,
+            ))
+        };
         // q - 8 as a signed 4-bit value is q ^ 8; sign-extend each nibble with shifts.
         let v = v128_xor(v, u8x16_splat(0x88));
         [
@@ -124,9 +132,13 @@ impl Legacy for Q4_1 {
     const OFFSET_SHIFT: Option<u32> = None;
     type Weights = [v128; 4];
     #[inline(always)]
-    unsafe fn weights(blk: *const u8) -> [v128; 4] {
-        // SAFETY: nibbles at 4..20 of the block, readable by the caller's contract.
-        nibbles_unsigned(unsafe { load(blk.add(4)) })
+    unsafe fn weights(group: *const u8, count: usize, i: usize) -> [v128; 4] {
+        // SAFETY: the block's nibbles, readable by the caller's contract.
+        nibbles_unsigned(unsafe {
+            load(field::<BlockQ4_1, { offset_of!(BlockQ4_1, qs) }>(
+                group, count, i,
+            ))
+        })
     }
     #[inline(always)]
     unsafe fn dot(w: [v128; 4], y: *const i16) -> v128 {
@@ -142,9 +154,18 @@ impl Legacy for Q5_0 {
     const OFFSET_SHIFT: Option<u32> = None;
     type Weights = [v128; 4];
     #[inline(always)]
-    unsafe fn weights(blk: *const u8) -> [v128; 4] {
-        // SAFETY: qh at 2..6, nibbles at 6..22 of the block, readable by the caller's contract.
-        let (qh, v) = unsafe { (blk.add(2).cast::<u32>().read_unaligned(), load(blk.add(6))) };
+    unsafe fn weights(group: *const u8, count: usize, i: usize) -> [v128; 4] {
+        // SAFETY: the block's fifth bits and nibbles, readable by the caller's contract.
+        let (qh, v) = unsafe {
+            (
+                field::<BlockQ5_0, { offset_of!(BlockQ5_0, qh) }>(group, count, i)
+                    .cast::<u32>()
+                    .read_unaligned(),
+                load(field::<BlockQ5_0, { offset_of!(BlockQ5_0, qs) }>(
+                    group, count, i,
+                )),
+            )
+        };
         let (low, clear) = (nibbles_unsigned(v), fifth_bits_clear(qh));
         // q - 16 = low - (16 where the fifth bit is clear)
         let sixteen = u16x8_splat(16);
@@ -164,9 +185,18 @@ impl Legacy for Q5_1 {
     const OFFSET_SHIFT: Option<u32> = None;
     type Weights = [v128; 4];
     #[inline(always)]
-    unsafe fn weights(blk: *const u8) -> [v128; 4] {
-        // SAFETY: qh at 4..8, nibbles at 8..24 of the block, readable by the caller's contract.
-        let (qh, v) = unsafe { (blk.add(4).cast::<u32>().read_unaligned(), load(blk.add(8))) };
+    unsafe fn weights(group: *const u8, count: usize, i: usize) -> [v128; 4] {
+        // SAFETY: the block's fifth bits and nibbles, readable by the caller's contract.
+        let (qh, v) = unsafe {
+            (
+                field::<BlockQ5_1, { offset_of!(BlockQ5_1, qh) }>(group, count, i)
+                    .cast::<u32>()
+                    .read_unaligned(),
+                load(field::<BlockQ5_1, { offset_of!(BlockQ5_1, qs) }>(
+                    group, count, i,
+                )),
+            )
+        };
         let (low, clear) = (nibbles_unsigned(v), fifth_bits_clear(qh));
         let sixteen = u16x8_splat(16);
         core::array::from_fn(|k| v128_or(low[k], v128_andnot(sixteen, clear[k])))
@@ -185,9 +215,12 @@ impl Legacy for Q8_0 {
     const OFFSET_SHIFT: Option<u32> = None;
     type Weights = [v128; 4];
     #[inline(always)]
-    unsafe fn weights(blk: *const u8) -> [v128; 4] {
-        // SAFETY: quants at 2..34 of the block, readable by the caller's contract.
-        let (a, b) = unsafe { (load(blk.add(2)), load(blk.add(18))) };
+    unsafe fn weights(group: *const u8, count: usize, i: usize) -> [v128; 4] {
+        // SAFETY: the block's 32 quants, readable by the caller's contract.
+        let (a, b) = unsafe {
+            let qs = field::<BlockQ8_0, { offset_of!(BlockQ8_0, qs) }>(group, count, i);
+            (load(qs), load(qs.add(16)))
+        };
         // even bytes: sign-extend the low byte of each lane; odd bytes: the high byte
         [
             i16x8_shr(i16x8_shl(a, 8), 8),

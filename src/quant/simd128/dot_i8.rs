@@ -18,8 +18,12 @@
 #![allow(clippy::needless_range_loop)]
 
 use core::arch::wasm32::*;
+use core::mem::offset_of;
 
 use super::*;
+use crate::quant::q4::{BlockQ4_0, BlockQ4_1};
+use crate::quant::q5::{BlockQ5_0, BlockQ5_1};
+use crate::quant::q8::BlockQ8_0;
 
 /// Low and high nibbles of 16 bytes, each as 16 bytes in 0..16.
 #[inline(always)]
@@ -166,16 +170,16 @@ fn q5_pair(qh: v128, a: v128, b: v128) -> [v128; 4] {
     ]
 }
 
-/// The two blocks' `qh` (4 bytes at `at` in each) in lanes 0 and 1.
+/// The two blocks' `qh` (the 4 bytes at `first` and at `second`) in lanes 0 and 1.
 ///
 /// # Safety
-/// `first + at..first + at + 4` and the same of `second` must be readable.
+/// `first..first + 4` and `second..second + 4` must be readable.
 #[inline(always)]
-unsafe fn qh_pair(first: *const u8, second: *const u8, at: usize) -> v128 {
+unsafe fn qh_pair(first: *const u8, second: *const u8) -> v128 {
     // SAFETY: by the caller.
     unsafe {
-        let v = v128_load32_zero(first.add(at).cast());
-        v128_load32_lane::<1>(v, second.add(at).cast())
+        let v = v128_load32_zero(first.cast());
+        v128_load32_lane::<1>(v, second.cast())
     }
 }
 
@@ -188,9 +192,16 @@ impl Legacy for Q4_0 {
     const OFFSET_SHIFT: Option<u32> = Some(3);
     type Weights = [v128; 4];
     #[inline(always)]
-    unsafe fn weights(first: *const u8, second: *const u8) -> [v128; 4] {
-        // SAFETY: nibbles at 2..18 of each block, readable by the caller's contract.
-        unsafe { q4_pair(load(first.add(2)), load(second.add(2))) }
+    unsafe fn weights(group: *const u8, count: usize, first: usize, second: usize) -> [v128; 4] {
+        // SAFETY: the blocks' nibbles, readable by the caller's contract.
+        unsafe {
+            let qs = |i| {
+                load(field::<BlockQ4_0, { offset_of!(BlockQ4_0, qs) }>(
+                    group, count, i,
+                ))
+            };
+            q4_pair(qs(first), qs(second))
+        }
     }
     #[inline(always)]
     unsafe fn dot(w: [v128; 4], y: *const i8) -> v128 {
@@ -206,9 +217,16 @@ impl Legacy for Q4_1 {
     const OFFSET_SHIFT: Option<u32> = None;
     type Weights = [v128; 4];
     #[inline(always)]
-    unsafe fn weights(first: *const u8, second: *const u8) -> [v128; 4] {
-        // SAFETY: nibbles at 4..20 of each block, readable by the caller's contract.
-        unsafe { q4_pair(load(first.add(4)), load(second.add(4))) }
+    unsafe fn weights(group: *const u8, count: usize, first: usize, second: usize) -> [v128; 4] {
+        // SAFETY: the blocks' nibbles, readable by the caller's contract.
+        unsafe {
+            let qs = |i| {
+                load(field::<BlockQ4_1, { offset_of!(BlockQ4_1, qs) }>(
+                    group, count, i,
+                ))
+            };
+            q4_pair(qs(first), qs(second))
+        }
     }
     #[inline(always)]
     unsafe fn dot(w: [v128; 4], y: *const i8) -> v128 {
@@ -224,11 +242,16 @@ impl Legacy for Q5_0 {
     const OFFSET_SHIFT: Option<u32> = Some(4);
     type Weights = [v128; 4];
     #[inline(always)]
-    unsafe fn weights(first: *const u8, second: *const u8) -> [v128; 4] {
-        // SAFETY: qh at 2..6, nibbles at 6..22 of each block, readable by the caller's contract.
+    unsafe fn weights(group: *const u8, count: usize, first: usize, second: usize) -> [v128; 4] {
+        // SAFETY: the blocks' fifth bits and nibbles, readable by the caller's contract.
         unsafe {
-            let qh = qh_pair(first, second, 2);
-            q5_pair(qh, load(first.add(6)), load(second.add(6)))
+            let qh = |i| field::<BlockQ5_0, { offset_of!(BlockQ5_0, qh) }>(group, count, i);
+            let qs = |i| {
+                load(field::<BlockQ5_0, { offset_of!(BlockQ5_0, qs) }>(
+                    group, count, i,
+                ))
+            };
+            q5_pair(qh_pair(qh(first), qh(second)), qs(first), qs(second))
         }
     }
     #[inline(always)]
@@ -245,11 +268,16 @@ impl Legacy for Q5_1 {
     const OFFSET_SHIFT: Option<u32> = None;
     type Weights = [v128; 4];
     #[inline(always)]
-    unsafe fn weights(first: *const u8, second: *const u8) -> [v128; 4] {
-        // SAFETY: qh at 4..8, nibbles at 8..24 of each block, readable by the caller's contract.
+    unsafe fn weights(group: *const u8, count: usize, first: usize, second: usize) -> [v128; 4] {
+        // SAFETY: the blocks' fifth bits and nibbles, readable by the caller's contract.
         unsafe {
-            let qh = qh_pair(first, second, 4);
-            q5_pair(qh, load(first.add(8)), load(second.add(8)))
+            let qh = |i| field::<BlockQ5_1, { offset_of!(BlockQ5_1, qh) }>(group, count, i);
+            let qs = |i| {
+                load(field::<BlockQ5_1, { offset_of!(BlockQ5_1, qs) }>(
+                    group, count, i,
+                ))
+            };
+            q5_pair(qh_pair(qh(first), qh(second)), qs(first), qs(second))
         }
     }
     #[inline(always)]
@@ -271,12 +299,19 @@ impl Legacy for Q8_0 {
     /// four runs.
     type Weights = [[v128; 4]; 2];
     #[inline(always)]
-    unsafe fn weights(first: *const u8, second: *const u8) -> [[v128; 4]; 2] {
-        // SAFETY: quants at 2..34 of each block, readable by the caller's contract.
+    unsafe fn weights(
+        group: *const u8,
+        count: usize,
+        first: usize,
+        second: usize,
+    ) -> [[v128; 4]; 2] {
+        // SAFETY: the blocks' 32 quants each, readable by the caller's contract.
         let (runs01, runs23) = unsafe {
+            let qs = |i| field::<BlockQ8_0, { offset_of!(BlockQ8_0, qs) }>(group, count, i);
+            let (a, b) = (qs(first), qs(second));
             (
-                pair_halves(load(first.add(2)), load(second.add(2))),
-                pair_halves(load(first.add(18)), load(second.add(18))),
+                pair_halves(load(a), load(b)),
+                pair_halves(load(a.add(16)), load(b.add(16))),
             )
         };
         let w = [runs01.0, runs01.1, runs23.0, runs23.1];
