@@ -122,25 +122,53 @@ pub(crate) const fn valid_fields(fields: &[usize], bytes: usize) -> bool {
 /// tensor of type `ty` with rows of `n_cols` weights. Other types, and bytes that are not whole
 /// rows of whole blocks (which the loader refuses later), are left as they are.
 pub fn group_rows(ty: GgmlType, n_cols: usize, data: &mut [u8]) {
-    let (Some((fields, bytes)), Some(row_bytes)) = (layout(ty), ty.row_bytes(n_cols as u64)) else {
+    let Some(row_bytes) = ty.row_bytes(n_cols as u64) else {
         return;
     };
     let row_bytes = row_bytes as usize;
     if row_bytes == 0 || !data.len().is_multiple_of(row_bytes) {
         return;
     }
-    let mut scratch = [0u8; MAX_GROUP_BYTES];
+    match ty {
+        GgmlType::Q4_0 => group_rows_of::<q4::BlockQ4_0>(row_bytes, data),
+        GgmlType::Q4_1 => group_rows_of::<q4::BlockQ4_1>(row_bytes, data),
+        GgmlType::Q5_0 => group_rows_of::<q5::BlockQ5_0>(row_bytes, data),
+        GgmlType::Q5_1 => group_rows_of::<q5::BlockQ5_1>(row_bytes, data),
+        GgmlType::Q8_0 => group_rows_of::<q8::BlockQ8_0>(row_bytes, data),
+        _ => {}
+    }
+}
+
+/// [`group_rows`] for one block type, so that a whole group's moves are constants (SmolLM2's
+/// 96 MB in Node: 27 ms; 80 ms with the fields read at run time).
+#[inline(never)]
+fn group_rows_of<B: Grouped>(row_bytes: usize, data: &mut [u8]) {
+    let bytes = size_of::<B>();
     for row in data.chunks_exact_mut(row_bytes) {
-        for group in row.chunks_mut(GROUP * bytes) {
-            let count = group.len() / bytes;
-            scratch[..group.len()].copy_from_slice(group);
-            for i in 0..count {
-                for f in 0..fields.len() {
-                    let (from, to) = (i * bytes + fields[f], field_at(fields, bytes, f, i, count));
-                    let size = field_size(fields, bytes, f);
-                    group[to..to + size].copy_from_slice(&scratch[from..from + size]);
-                }
-            }
+        let mut rest = &mut row[..];
+        while rest.len() >= GROUP * bytes {
+            let (group, after) = rest.split_at_mut(GROUP * bytes);
+            group_of::<B>(group, GROUP);
+            rest = after;
+        }
+        if !rest.is_empty() {
+            let count = rest.len() / bytes;
+            group_of::<B>(rest, count);
+        }
+    }
+}
+
+/// One group of `count` blocks (`group.len() == count · size_of::<B>()`), in place.
+#[inline(always)]
+fn group_of<B: Grouped>(group: &mut [u8], count: usize) {
+    let (fields, bytes) = (B::FIELDS, size_of::<B>());
+    let mut scratch = [0u8; MAX_GROUP_BYTES];
+    scratch[..group.len()].copy_from_slice(group);
+    for i in 0..count {
+        for f in 0..fields.len() {
+            let (from, to) = (i * bytes + fields[f], field_at(fields, bytes, f, i, count));
+            let size = field_size(fields, bytes, f);
+            group[to..to + size].copy_from_slice(&scratch[from..from + size]);
         }
     }
 }
