@@ -12,6 +12,12 @@
 //! faster, see `simd128::gather_scales`); the scalar code reads whole blocks back with
 //! [`blocks`].
 //!
+//! The relaxed-SIMD build goes one step further ([`PAIRED`]): its kernels multiply two blocks
+//! at once, from activations that take runs of 8 from each block in turn, so the quants (the
+//! last field) of blocks `2p` and `2p + 1` of a group are interleaved the same way (`a0..a7
+//! b0..b7 a8..a15 b8..b15 ...`; a row's lone last block keeps its own order). That saves the
+//! shuffles that built this order from two blocks in every product.
+//!
 //! The K-quants (super-blocks of 256) keep the file's layout.
 
 use super::{Block, GgmlType, q4, q5, q8};
@@ -49,6 +55,42 @@ pub(crate) const fn field_at(
     count: usize,
 ) -> usize {
     count * fields[f] + i * field_size(fields, bytes, f)
+}
+
+/// Whether the quants of each pair of blocks in a group are interleaved in runs of [`RUN`]
+/// bytes (the relaxed-SIMD build's order of activations, `activation::stored_index`).
+pub(crate) const PAIRED: bool = cfg!(all(target_arch = "wasm32", target_feature = "relaxed-simd"));
+/// Bytes per run of a pair's interleaved quants.
+const RUN: usize = 8;
+
+/// Where byte `j` of field `f` (of a block struct of `bytes` bytes whose fields start at
+/// `fields`) of block `i` of a group of `count` blocks sits, from the group's start: past
+/// [`field_at`], or in its pair's interleaved quants ([`PAIRED`]).
+#[inline(always)]
+const fn byte_in_group(
+    fields: &[usize],
+    bytes: usize,
+    f: usize,
+    i: usize,
+    count: usize,
+    j: usize,
+) -> usize {
+    if PAIRED && f == fields.len() - 1 && (i | 1) < count {
+        field_at(fields, bytes, f, i & !1, count) + j / RUN * 2 * RUN + (i & 1) * RUN + j % RUN
+    } else {
+        field_at(fields, bytes, f, i, count) + j
+    }
+}
+
+/// Bytes moved at once when field `f` of block `i` of a group of `count` is grouped: the whole
+/// field, or a run of a pair's quants.
+#[inline(always)]
+const fn piece(fields: &[usize], bytes: usize, f: usize, i: usize, count: usize) -> usize {
+    if PAIRED && f == fields.len() - 1 && (i | 1) < count {
+        RUN
+    } else {
+        field_size(fields, bytes, f)
+    }
 }
 
 /// Which of `fields` starts at byte `offset` of the block (for `const` use: fails to compile if
@@ -94,7 +136,7 @@ pub(crate) fn byte_at(ty: GgmlType, n_blocks: usize, b: usize, at: usize) -> usi
     let count = (n_blocks - start).min(GROUP);
     // the field holding byte `at` (fields[0] is 0)
     let f = fields.iter().rposition(|&o| o <= at).unwrap_or(0);
-    start * bytes + field_at(fields, bytes, f, b - start, count) + (at - fields[f])
+    start * bytes + byte_in_group(fields, bytes, f, b - start, count, at - fields[f])
 }
 
 /// Most bytes of a grouped block (Q8_0) and of a group.
@@ -102,7 +144,8 @@ pub(crate) const MAX_BLOCK_BYTES: usize = 34;
 const MAX_GROUP_BYTES: usize = GROUP * MAX_BLOCK_BYTES;
 
 /// Whether `fields` describe a block struct of `bytes` bytes that [`group_rows`] can hold: the
-/// first at 0, increasing, inside the block, the block at most [`MAX_BLOCK_BYTES`]. Every
+/// first at 0, increasing, inside the block, the last (the quants) whole runs of [`RUN`], the
+/// block at most [`MAX_BLOCK_BYTES`]. Every
 /// `Grouped` impl asserts it at compile time.
 pub(crate) const fn valid_fields(fields: &[usize], bytes: usize) -> bool {
     let mut f = 1;
@@ -115,6 +158,7 @@ pub(crate) const fn valid_fields(fields: &[usize], bytes: usize) -> bool {
     !fields.is_empty()
         && fields[0] == 0
         && fields[fields.len() - 1] < bytes
+        && (bytes - fields[fields.len() - 1]).is_multiple_of(RUN)
         && bytes <= MAX_BLOCK_BYTES
 }
 
@@ -166,9 +210,14 @@ fn group_of<B: Grouped>(group: &mut [u8], count: usize) {
     scratch[..group.len()].copy_from_slice(group);
     for i in 0..count {
         for f in 0..fields.len() {
-            let (from, to) = (i * bytes + fields[f], field_at(fields, bytes, f, i, count));
-            let size = field_size(fields, bytes, f);
-            group[to..to + size].copy_from_slice(&scratch[from..from + size]);
+            let n = piece(fields, bytes, f, i, count);
+            for j in (0..field_size(fields, bytes, f)).step_by(n) {
+                let (from, to) = (
+                    i * bytes + fields[f] + j,
+                    byte_in_group(fields, bytes, f, i, count, j),
+                );
+                group[to..to + n].copy_from_slice(&scratch[from..from + n]);
+            }
         }
     }
 }
@@ -183,9 +232,14 @@ pub(crate) fn block<B: Grouped>(row: &[u8], b: usize) -> B {
     let mut out = [0u8; MAX_BLOCK_BYTES];
     let i = b - start;
     for f in 0..B::FIELDS.len() {
-        let (at, to) = (field_at(B::FIELDS, bytes, f, i, count), B::FIELDS[f]);
-        let size = field_size(B::FIELDS, bytes, f);
-        out[to..to + size].copy_from_slice(&group[at..at + size]);
+        let n = piece(B::FIELDS, bytes, f, i, count);
+        for j in (0..field_size(B::FIELDS, bytes, f)).step_by(n) {
+            let (at, to) = (
+                byte_in_group(B::FIELDS, bytes, f, i, count, j),
+                B::FIELDS[f] + j,
+            );
+            out[to..to + n].copy_from_slice(&group[at..at + n]);
+        }
     }
     // SAFETY: by the `Block` contract `B` has alignment 1 and accepts any bytes; `out` holds
     // `size_of::<B>() <= MAX_BLOCK_BYTES` of them (checked with each `Grouped` impl).

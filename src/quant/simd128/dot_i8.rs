@@ -60,6 +60,27 @@ fn pair_halves(a: v128, b: v128) -> (v128, v128) {
     (i64x2_shuffle::<0, 2>(a, b), i64x2_shuffle::<1, 3>(a, b))
 }
 
+/// The 64 four-bit weights of a pair of Q4_0/Q4_1/Q5_0/Q5_1 blocks from their grouped nibbles
+/// at `qs` (the first block's field, `super::field`), in pair order: with a partner
+/// (`paired`) the two blocks' 32 bytes are already interleaved in runs of 8 (`grouped::PAIRED`);
+/// a lone last block is paired with itself from its own 16.
+///
+/// # Safety
+/// The 32 (paired) or 16 bytes at `qs` must be readable.
+#[inline(always)]
+unsafe fn q4_pair_at(qs: *const u8, paired: bool) -> [v128; 4] {
+    // SAFETY: by the caller.
+    unsafe {
+        if paired {
+            let ((w0, w2), (w1, w3)) = (nibbles(load(qs)), nibbles(load(qs.add(16))));
+            [w0, w1, w2, w3]
+        } else {
+            let a = load(qs);
+            q4_pair(a, a)
+        }
+    }
+}
+
 /// The 64 four-bit weights of a pair of Q4_0/Q4_1 blocks from their 16 nibble bytes each, in
 /// pair order: byte `j` of a block holds weight `j` (low nibble) and `j + 16` (high), so the
 /// low nibbles of bytes `0..8` are run 0, of bytes `8..16` run 1, their high nibbles runs 2, 3.
@@ -74,12 +95,11 @@ fn q4_pair(a: v128, b: v128) -> [v128; 4] {
 const LANE_BITS: v128 = u8x16(1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128);
 
 /// The 64 five-bit weights of a pair of Q5_0/Q5_1 blocks (`qh` the fifth bits: the first
-/// block's in lane 0, the second's in lane 1; `a`, `b` their 16 nibble bytes), unsigned
+/// block's in lane 0, the second's in lane 1; `w` their low four bits, [`q4_pair_at`]), unsigned
 /// (0..32), in pair order: byte `k` of a block's `qh` holds the fifth bits of its weights
 /// `8k..8k + 8`, which are run `k`.
 #[inline(always)]
-fn q5_pair(qh: v128, a: v128, b: v128) -> [v128; 4] {
-    let [w0, w1, w2, w3] = q4_pair(a, b);
+fn q5_pair(qh: v128, [w0, w1, w2, w3]: [v128; 4]) -> [v128; 4] {
     let sixteen = u8x16_splat(16);
     let fifth = |bytes: v128| v128_and(i8x16_eq(v128_and(bytes, LANE_BITS), LANE_BITS), sixteen);
     [
@@ -170,16 +190,21 @@ fn q5_pair(qh: v128, a: v128, b: v128) -> [v128; 4] {
     ]
 }
 
-/// The two blocks' `qh` (the 4 bytes at `first` and at `second`) in lanes 0 and 1.
+/// A pair's `qh` (grouped: the first block's at `qh`, its partner's right after it when
+/// `paired`, else the lone block's own twice) in lanes 0 and 1.
 ///
 /// # Safety
-/// `first..first + 4` and `second..second + 4` must be readable.
+/// The 8 (paired) or 4 bytes at `qh` must be readable.
 #[inline(always)]
-unsafe fn qh_pair(first: *const u8, second: *const u8) -> v128 {
+unsafe fn qh_pair_at(qh: *const u8, paired: bool) -> v128 {
     // SAFETY: by the caller.
     unsafe {
-        let v = v128_load32_zero(first.cast());
-        v128_load32_lane::<1>(v, second.cast())
+        if paired {
+            v128_load64_zero(qh.cast())
+        } else {
+            let v = v128_load32_zero(qh.cast());
+            v128_load32_lane::<1>(v, qh.cast())
+        }
     }
 }
 
@@ -195,12 +220,8 @@ impl Legacy for Q4_0 {
     unsafe fn weights(group: *const u8, count: usize, first: usize, second: usize) -> [v128; 4] {
         // SAFETY: the blocks' nibbles, readable by the caller's contract.
         unsafe {
-            let qs = |i| {
-                load(field::<BlockQ4_0, { offset_of!(BlockQ4_0, qs) }>(
-                    group, count, i,
-                ))
-            };
-            q4_pair(qs(first), qs(second))
+            let qs = field::<BlockQ4_0, { offset_of!(BlockQ4_0, qs) }>(group, count, first);
+            q4_pair_at(qs, first != second)
         }
     }
     #[inline(always)]
@@ -220,12 +241,8 @@ impl Legacy for Q4_1 {
     unsafe fn weights(group: *const u8, count: usize, first: usize, second: usize) -> [v128; 4] {
         // SAFETY: the blocks' nibbles, readable by the caller's contract.
         unsafe {
-            let qs = |i| {
-                load(field::<BlockQ4_1, { offset_of!(BlockQ4_1, qs) }>(
-                    group, count, i,
-                ))
-            };
-            q4_pair(qs(first), qs(second))
+            let qs = field::<BlockQ4_1, { offset_of!(BlockQ4_1, qs) }>(group, count, first);
+            q4_pair_at(qs, first != second)
         }
     }
     #[inline(always)]
@@ -245,13 +262,10 @@ impl Legacy for Q5_0 {
     unsafe fn weights(group: *const u8, count: usize, first: usize, second: usize) -> [v128; 4] {
         // SAFETY: the blocks' fifth bits and nibbles, readable by the caller's contract.
         unsafe {
-            let qh = |i| field::<BlockQ5_0, { offset_of!(BlockQ5_0, qh) }>(group, count, i);
-            let qs = |i| {
-                load(field::<BlockQ5_0, { offset_of!(BlockQ5_0, qs) }>(
-                    group, count, i,
-                ))
-            };
-            q5_pair(qh_pair(qh(first), qh(second)), qs(first), qs(second))
+            let qh = field::<BlockQ5_0, { offset_of!(BlockQ5_0, qh) }>(group, count, first);
+            let qs = field::<BlockQ5_0, { offset_of!(BlockQ5_0, qs) }>(group, count, first);
+            let paired = first != second;
+            q5_pair(qh_pair_at(qh, paired), q4_pair_at(qs, paired))
         }
     }
     #[inline(always)]
@@ -271,13 +285,10 @@ impl Legacy for Q5_1 {
     unsafe fn weights(group: *const u8, count: usize, first: usize, second: usize) -> [v128; 4] {
         // SAFETY: the blocks' fifth bits and nibbles, readable by the caller's contract.
         unsafe {
-            let qh = |i| field::<BlockQ5_1, { offset_of!(BlockQ5_1, qh) }>(group, count, i);
-            let qs = |i| {
-                load(field::<BlockQ5_1, { offset_of!(BlockQ5_1, qs) }>(
-                    group, count, i,
-                ))
-            };
-            q5_pair(qh_pair(qh(first), qh(second)), qs(first), qs(second))
+            let qh = field::<BlockQ5_1, { offset_of!(BlockQ5_1, qh) }>(group, count, first);
+            let qs = field::<BlockQ5_1, { offset_of!(BlockQ5_1, qs) }>(group, count, first);
+            let paired = first != second;
+            q5_pair(qh_pair_at(qh, paired), q4_pair_at(qs, paired))
         }
     }
     #[inline(always)]
@@ -306,15 +317,24 @@ impl Legacy for Q8_0 {
         second: usize,
     ) -> [[v128; 4]; 2] {
         // SAFETY: the blocks' 32 quants each, readable by the caller's contract.
-        let (runs01, runs23) = unsafe {
-            let qs = |i| field::<BlockQ8_0, { offset_of!(BlockQ8_0, qs) }>(group, count, i);
-            let (a, b) = (qs(first), qs(second));
-            (
-                pair_halves(load(a), load(b)),
-                pair_halves(load(a.add(16)), load(b.add(16))),
-            )
+        let w = unsafe {
+            let qs = field::<BlockQ8_0, { offset_of!(BlockQ8_0, qs) }>(group, count, first);
+            if first != second {
+                // interleaved in runs of 8 (`grouped::PAIRED`)
+                [
+                    load(qs),
+                    load(qs.add(16)),
+                    load(qs.add(32)),
+                    load(qs.add(48)),
+                ]
+            } else {
+                let (runs01, runs23) = (
+                    pair_halves(load(qs), load(qs)),
+                    pair_halves(load(qs.add(16)), load(qs.add(16))),
+                );
+                [runs01.0, runs01.1, runs23.0, runs23.1]
+            }
         };
-        let w = [runs01.0, runs01.1, runs23.0, runs23.1];
         let low7 = u8x16_splat(0x7f);
         [w.map(|w| v128_and(w, low7)), w.map(|w| u8x16_shr(w, 7))]
     }
