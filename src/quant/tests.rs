@@ -651,6 +651,51 @@ fn scalar_dot_matches_f64_dot_of_dequantized_operands() {
 // ---------------------------------------------------------------------------------------------
 // SIMD kernels (wasm32 + simd128 only)
 
+/// The SIMD f16 conversions give `f16_to_f32`'s bits for every f16: the exact one for all
+/// 65,536, the finite-only one of the legacy scales for every finite value (subnormals, zeros
+/// and negative values included).
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+#[test]
+fn simd_f16_conversions_are_exact() {
+    use core::arch::wasm32::*;
+    let k = simd128::F16Bits::opaque();
+    let lanes = |v: v128| -> [u32; 4] {
+        [
+            u32x4_extract_lane::<0>(v),
+            u32x4_extract_lane::<1>(v),
+            u32x4_extract_lane::<2>(v),
+            u32x4_extract_lane::<3>(v),
+        ]
+    };
+    for first in (0..=u16::MAX).step_by(8) {
+        let h: [u16; 8] = core::array::from_fn(|i| first + i as u16);
+        let v = u16x8(h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
+        let want: [u32; 8] = core::array::from_fn(|i| f16_to_f32(h[i]).to_bits());
+        let (low, high) = simd128::f16x8_to_f32(v, &k);
+        let got = [lanes(low), lanes(high)].concat();
+        // NaN payloads are not compared, only NaN-ness
+        for i in 0..8 {
+            let (g, w) = (f32::from_bits(got[i]), f32::from_bits(want[i]));
+            assert!(
+                got[i] == want[i] || (g.is_nan() && w.is_nan()),
+                "{:#06x}: {g:e} vs {w:e}",
+                h[i]
+            );
+        }
+        let (low, high) = simd128::bf16x8_to_f32(v);
+        let finite = [
+            lanes(simd128::f16_high_finite_to_f32(low, &k)),
+            lanes(simd128::f16_high_finite_to_f32(high, &k)),
+        ]
+        .concat();
+        for i in 0..8 {
+            if h[i] & 0x7c00 != 0x7c00 {
+                assert_eq!(finite[i], want[i], "{:#06x}", h[i]);
+            }
+        }
+    }
+}
+
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 #[test]
 fn simd_matches_scalar_reference() {
