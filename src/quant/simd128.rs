@@ -102,8 +102,8 @@ pub(super) fn f16x8_to_f32(h: v128, k: &F16Bits) -> (v128, v128) {
 pub(super) struct F16Bits {
     /// Exponent and mantissa of a value in a lane's top half, shifted right by 3.
     magnitude: v128,
-    /// The same and the sign bit (after an arithmetic shift, which copies the sign into the
-    /// three bits this clears).
+    /// The same and the sign bit (of a sign-extended value shifted left by 13, whose three
+    /// copies of the sign below the top bit this clears).
     signed_magnitude: v128,
     /// 2^112: rebiases the exponent.
     rebias: v128,
@@ -143,21 +143,24 @@ fn f16_high_to_f32(top: v128, k: &F16Bits) -> v128 {
     v128_or(v128_or(value, exponent), sign)
 }
 
-/// [`f16_high_to_f32`] for finite values only (3 instructions instead of 8): an infinity or
-/// NaN would come out as a large finite number. For the legacy blocks' scales and minimums,
-/// which the loader has checked are finite (`quant::check_matrix`); subnormals stay exact.
-/// The arithmetic shift keeps the sign in place (and copies it into three bits the mask
-/// clears), and multiplying by 2^112 keeps it, so no separate sign path is needed.
+/// 4 binary16 values, sign-extended to i32 lanes, -> f32x4, for finite values only (3
+/// instructions; an infinity or NaN would come out as a large finite number): for the legacy
+/// blocks' scales and minimums, which the loader has checked are finite
+/// (`quant::check_matrix`). Subnormals stay exact. Shifted left by 13, a lane holds the f16's
+/// sign in its top bit, three copies of it below (which the mask clears), then exponent and
+/// mantissa where an f32 has them, rebiased by the multiply by 2^112 (which keeps the sign).
+/// A sign-extending load (`v128.load16x4_s`, one instruction) gives the lanes, so no zero
+/// register is needed to move values to the top half.
 #[inline(always)]
-pub(super) fn f16_high_finite_to_f32(top: v128, k: &F16Bits) -> v128 {
-    f32x4_mul(v128_and(i32x4_shr(top, 3), k.signed_magnitude), k.rebias)
+pub(super) fn f16_sext_finite_to_f32(lanes: v128, k: &F16Bits) -> v128 {
+    f32x4_mul(v128_and(i32x4_shl(lanes, 13), k.signed_magnitude), k.rebias)
 }
 
 /// 8 bfloat16 values (u16 lanes) -> two f32x4: each value moves to the top half of a lane.
 /// (Written as the canonical interleave of zero and `h`, which V8 emits as one
 /// `punpcklwd`/`punpckhwd`; other lane patterns for the same result cost five instructions.)
 #[inline(always)]
-pub(super) fn bf16x8_to_f32(h: v128) -> (v128, v128) {
+fn bf16x8_to_f32(h: v128) -> (v128, v128) {
     let zero = u16x8_splat(0);
     (
         i16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(zero, h),
@@ -391,8 +394,8 @@ fn transpose_sum(v: [v128; 4]) -> v128 {
 
 /// The f16 scales and minimums (0 without `MIN_AT`) of the group of `count` (1..=4) legacy
 /// blocks at `group` (grouped layout, `quant::grouped`: the scales side by side at the start,
-/// then the minimums), as two f32x4 (missing lanes 0). A whole group's scales and minimums are
-/// one load and convert at once. The values must be finite (the loader checks,
+/// then the minimums), as two f32x4 (missing lanes 0): a whole group's four scales are one
+/// sign-extending load, its minimums another. The values must be finite (the loader checks,
 /// `quant::check_matrix`): the conversion skips the infinity-and-NaN path.
 ///
 /// # Safety
@@ -403,14 +406,16 @@ unsafe fn gather_scales<L: Legacy>(group: *const u8, count: usize, k: &F16Bits) 
     const { assert!(matches!(L::MIN_AT, None | Some(2))) };
     // SAFETY: only the `count` blocks' fields the caller vouches for are read.
     unsafe {
-        // u16 lanes [d0, d1, d2, d3, m0, m1, m2, m3]
-        let h = if count == 4 {
-            if L::MIN_AT.is_some() {
-                load(group)
-            } else {
-                v128_load64_zero(group.cast())
+        if count == 4 {
+            let d = f16_sext_finite_to_f32(i32x4_load_extend_i16x4(group.cast()), k);
+            if L::MIN_AT.is_none() {
+                return [d, f32x4_splat(0.0)];
             }
-        } else {
+            let m = f16_sext_finite_to_f32(i32x4_load_extend_i16x4(group.add(8).cast()), k);
+            return [d, m];
+        }
+        // u16 lanes [d0, d1, d2, d3, m0, m1, m2, m3]
+        let h = {
             let p = group.cast::<u16>();
             let mut h = u16x8_splat(0);
             h = v128_load16_lane::<0>(h, p);
@@ -432,12 +437,10 @@ unsafe fn gather_scales<L: Legacy>(group: *const u8, count: usize, k: &F16Bits) 
             }
             h
         };
-        let (d, m) = bf16x8_to_f32(h); // each value to the top half of its lane
-        if L::MIN_AT.is_some() {
-            [f16_high_finite_to_f32(d, k), f16_high_finite_to_f32(m, k)]
-        } else {
-            [f16_high_finite_to_f32(d, k), f32x4_splat(0.0)]
-        }
+        [
+            f16_sext_finite_to_f32(i32x4_extend_low_i16x8(h), k),
+            f16_sext_finite_to_f32(i32x4_extend_high_i16x8(h), k),
+        ]
     }
 }
 

@@ -682,10 +682,15 @@ fn simd_f16_conversions_are_exact() {
                 h[i]
             );
         }
-        let (low, high) = simd128::bf16x8_to_f32(v);
         let finite = [
-            lanes(simd128::f16_high_finite_to_f32(low, &k)),
-            lanes(simd128::f16_high_finite_to_f32(high, &k)),
+            lanes(simd128::f16_sext_finite_to_f32(
+                i32x4_extend_low_i16x8(v),
+                &k,
+            )),
+            lanes(simd128::f16_sext_finite_to_f32(
+                i32x4_extend_high_i16x8(v),
+                &k,
+            )),
         ]
         .concat();
         for i in 0..8 {
