@@ -145,8 +145,7 @@ const MAX_GROUP_BYTES: usize = GROUP * MAX_BLOCK_BYTES;
 
 /// Whether `fields` describe a block struct of `bytes` bytes that [`group_rows`] can hold: the
 /// first at 0, increasing, inside the block, the last (the quants) whole runs of [`RUN`], the
-/// block at most [`MAX_BLOCK_BYTES`]. Every
-/// `Grouped` impl asserts it at compile time.
+/// block at most [`MAX_BLOCK_BYTES`]. Every `Grouped` impl asserts it at compile time.
 pub(crate) const fn valid_fields(fields: &[usize], bytes: usize) -> bool {
     let mut f = 1;
     while f < fields.len() {
@@ -162,9 +161,9 @@ pub(crate) const fn valid_fields(fields: &[usize], bytes: usize) -> bool {
         && bytes <= MAX_BLOCK_BYTES
 }
 
-/// Rewrites whole rows of `row_bytes` bytes (file layout) into the grouped layout, in place: a
-/// tensor of type `ty` with rows of `n_cols` weights. Other types, and bytes that are not whole
-/// rows of whole blocks (which the loader refuses later), are left as they are.
+/// Rewrites `data`, rows of `n_cols` weights of type `ty` as the file stores them, into the
+/// grouped layout, in place. Other types, and bytes that are not whole rows of whole blocks
+/// (which the loader refuses later), are left as they are.
 pub fn group_rows(ty: GgmlType, n_cols: usize, data: &mut [u8]) {
     let Some(row_bytes) = ty.row_bytes(n_cols as u64) else {
         return;

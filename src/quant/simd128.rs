@@ -819,7 +819,9 @@ unsafe fn pair_weights<L: Legacy>(group: *const u8, p: usize, count: usize) -> L
 
 /// Where the field at byte `OFFSET` of block struct `B` (`quant::grouped::Grouped`) of block `i`
 /// of the group of `count` blocks at `group` starts (`grouped::field_at`; constant-folded where
-/// `count` is a constant, as in every group but a row's last).
+/// `count` is a constant, as in every group but a row's last). In the relaxed build the quants
+/// of a pair are interleaved (`grouped::PAIRED`): for them, `i` is the pair's first block and
+/// this is where the pair's starts.
 ///
 /// # Safety
 /// The group's `count` blocks must be readable, and `i < count`.
