@@ -57,11 +57,10 @@ struct LoadedModel {
 impl LoadedModel {
     /// Parses `file` and builds the tokenizer (when the file has a vocabulary) and the model
     /// (when it has tensors).
-    fn new(file: Block, options: LoadOptions) -> Result<LoadedModel> {
+    fn new(mut file: Block, options: LoadOptions) -> Result<LoadedModel> {
         if file.bytes().is_empty() {
             bail!(Status::BadFormat, "the model file is empty");
         }
-        let mut file = file;
         // SAFETY: `gguf` and `model` live in the same `LoadedModel` as the block, declared before
         // it, so they are dropped first and never outlive the bytes; nothing else holds a view.
         let bytes = unsafe { file.bytes_mut_unbound() };

@@ -349,8 +349,7 @@ impl<'a> Loader<'_, 'a> {
 
 impl<'a> Model<'a> {
     /// Builds a model over a file parsed with [`Gguf::parse_for_model`]. `context` is the KV
-    /// cache length (0: the model's own,
-    /// capped at 4096).
+    /// cache length (0: the model's own, capped at 4096).
     pub fn load(g: &Gguf<'a>, context: usize) -> Result<Model<'a>> {
         Model::load_with(
             g,
@@ -361,8 +360,8 @@ impl<'a> Model<'a> {
         )
     }
 
-    /// Builds a model over a parsed file, checking every tensor's shape against the
-    /// architecture's (the error names the tensor).
+    /// Builds a model over a file parsed with [`Gguf::parse_for_model`], checking every
+    /// tensor's shape against the architecture's (the error names the tensor).
     pub fn load_with(g: &Gguf<'a>, opts: LoadOptions) -> Result<Model<'a>> {
         if !g.weights_grouped() {
             bail!(
