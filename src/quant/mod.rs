@@ -181,8 +181,8 @@ pub use grouped::group_rows;
 pub use half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16, round_to_f16};
 pub use q8::quantize_row_q8_0;
 
-use crate::bail;
 use crate::error::{Result, Status};
+use crate::{bail, err};
 use activation::ActRow;
 
 /// A weight block that may be viewed in place inside a model file.
@@ -413,20 +413,28 @@ fn check_scales(ty: GgmlType, n_cols: usize, data: &[u8], what: &str) -> Result<
     if offsets.is_empty() || n_blocks == 0 {
         return Ok(());
     }
+    // Where each block's scales sit is the same in every row: found once, then every row read.
+    let mut at: alloc::vec::Vec<usize> = alloc::vec::Vec::new();
+    at.try_reserve_exact(n_blocks * offsets.len())
+        .map_err(|_| err!(Status::OutOfMemory, "tensor {}: scale positions", what))?;
+    for b in 0..n_blocks {
+        at.extend(
+            offsets
+                .iter()
+                .map(|&o| grouped::byte_at(ty, n_blocks, b, o)),
+        );
+    }
     for (r, row) in data.chunks_exact(n_blocks * block_bytes).enumerate() {
-        for b in 0..n_blocks {
-            for &at in offsets {
-                let p = grouped::byte_at(ty, n_blocks, b, at);
-                let h = u16::from_le_bytes([row[p], row[p + 1]]);
-                if h & 0x7c00 == 0x7c00 {
-                    bail!(
-                        Status::BadFormat,
-                        "tensor {}: block {} has a non-finite scale (f16 bits {:#06x}): the tensor is damaged",
-                        what,
-                        r * n_blocks + b,
-                        h
-                    );
-                }
+        for (k, &p) in at.iter().enumerate() {
+            let h = u16::from_le_bytes([row[p], row[p + 1]]);
+            if h & 0x7c00 == 0x7c00 {
+                bail!(
+                    Status::BadFormat,
+                    "tensor {}: block {} has a non-finite scale (f16 bits {:#06x}): the tensor is damaged",
+                    what,
+                    r * n_blocks + k / offsets.len(),
+                    h
+                );
             }
         }
     }
@@ -435,7 +443,8 @@ fn check_scales(ty: GgmlType, n_cols: usize, data: &[u8], what: &str) -> Result<
 
 /// Checks, once at load, that a `[n_rows][n_cols]` matrix of type `ty` (grouped as loaded,
 /// [`group_rows`]) can be used by [`matvec`]/[`matmul`]: a type with kernels, `data` filled
-/// exactly by whole blocks, and finite block scales ([`check_scales`]). `what` names the tensor in the error.
+/// exactly by whole blocks, and finite block scales ([`check_scales`]). `what` names the
+/// tensor in the error.
 pub fn check_matrix(
     ty: GgmlType,
     n_rows: usize,

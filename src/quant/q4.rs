@@ -12,11 +12,11 @@
 //! nibbles sit), written out so each reference reads as its format does and each inner loop
 //! stays a plain loop over one layout.
 
-use super::activation::{ActRow, ActivationKind, stored_index};
-use super::half::F16;
 use core::mem::offset_of;
 
+use super::activation::{ActRow, ActivationKind, stored_index};
 use super::grouped::{Grouped, blocks, valid_fields};
+use super::half::F16;
 use super::{Block, Kernels, Out};
 
 /// 32 weights `w = d · (q - 8)`, `q` in 0..16. 4.5 bits per weight.

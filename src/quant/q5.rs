@@ -9,11 +9,11 @@
 //! one specialisation per weight type (its layout, and the fifth bit's offset or minimum),
 //! kept apart so each reads as its format does (see `q4.rs`).
 
-use super::activation::{ActRow, ActivationKind, stored_index};
-use super::half::F16;
 use core::mem::offset_of;
 
+use super::activation::{ActRow, ActivationKind, stored_index};
 use super::grouped::{Grouped, blocks, valid_fields};
+use super::half::F16;
 use super::{Block, Kernels, Out};
 
 /// 32 weights `w = d · (q - 16)`, `q` in 0..32. 5.5 bits per weight.

@@ -8,11 +8,11 @@
 //! their twins in `q4.rs`, `q5.rs` and `k_quants.rs`: one specialisation per weight type (its
 //! layout and how a weight is read), kept apart so each reads as its format does (see `q4.rs`).
 
-use super::activation::{ActRow, ActivationKind, stored_index};
-use super::half::F16;
 use core::mem::offset_of;
 
+use super::activation::{ActRow, ActivationKind, stored_index};
 use super::grouped::{Grouped, blocks, valid_fields};
+use super::half::F16;
 use super::{Block, Kernels, Out};
 
 /// 32 weights `w = d · q`. 8.5 bits per weight.
@@ -50,6 +50,8 @@ const _: () = assert!(valid_fields(BlockQ8_0::FIELDS, 34));
 /// Quantizes `x` (whole blocks of 32) to Q8_0 weight blocks in `out` (34 bytes per block), as
 /// ggml's `quantize_row_q8_0_ref` (what `llama-quantize` writes): `d = amax / 127` stored as
 /// f16, `q = round(x / d)` (halves away from zero) with `1 / d` computed from the unrounded `d`.
+/// The blocks come out as the file stores them; [`super::group_rows`] makes them the loaded
+/// layout.
 pub fn quantize_row_q8_0(x: &[f32], out: &mut [u8]) {
     debug_assert!(x.len().is_multiple_of(32) && out.len() == x.len() / 32 * 34);
     for (x, blk) in x

@@ -554,15 +554,17 @@ trait Legacy {
     /// The group's `count` blocks must be readable, and `i < count`.
     #[cfg(not(target_feature = "relaxed-simd"))]
     unsafe fn weights(group: *const u8, count: usize, i: usize) -> Self::Weights;
-    /// Unpacks blocks `first` and `second` of the group of `count` blocks at `group` in the
-    /// order of a pair of blocks' activations (`activation::stored_index`: runs of 8 taken in
-    /// turn from each). A lone last block is passed twice; its partner's activations are zeros.
+    /// Unpacks the pair of blocks `first` (even) and `first + 1` of the group of `count` blocks
+    /// at `group` in the order of a pair of blocks' activations (`activation::stored_index`:
+    /// runs of 8 taken in turn from each); without a partner (`paired` false: a row's lone
+    /// last block) block `first` is paired with itself, and its partner's activations are
+    /// zeros.
     ///
     /// # Safety
-    /// The group's `count` blocks must be readable, and `first`, `second < count`.
+    /// The group's `count` blocks must be readable, `first < count`, and `first + 1 < count`
+    /// when `paired`.
     #[cfg(target_feature = "relaxed-simd")]
-    unsafe fn weights(group: *const u8, count: usize, first: usize, second: usize)
-    -> Self::Weights;
+    unsafe fn weights(group: *const u8, count: usize, first: usize, paired: bool) -> Self::Weights;
     /// `Σ y·w` over the block's 32 weights (before the offset), as four i32 partial sums
     /// (relaxed build: over the pair's 64 weights, lanes 0 and 1 the first block's, lanes 2 and 3
     /// the second's).
@@ -812,9 +814,8 @@ unsafe fn legacy_group_pairs<L: Legacy, const T: usize>(
 #[cfg(target_feature = "relaxed-simd")]
 #[inline(always)]
 unsafe fn pair_weights<L: Legacy>(group: *const u8, p: usize, count: usize) -> L::Weights {
-    let second = if 2 * p + 1 < count { 2 * p + 1 } else { 2 * p };
-    // SAFETY: blocks 2p and `second` are among the group's.
-    unsafe { L::weights(group, count, 2 * p, second) }
+    // SAFETY: block 2p, and 2p + 1 when paired, are among the group's.
+    unsafe { L::weights(group, count, 2 * p, 2 * p + 1 < count) }
 }
 
 /// Where the field at byte `OFFSET` of block struct `B` (`quant::grouped::Grouped`) of block `i`

@@ -217,11 +217,11 @@ impl Legacy for Q4_0 {
     const OFFSET_SHIFT: Option<u32> = Some(3);
     type Weights = [v128; 4];
     #[inline(always)]
-    unsafe fn weights(group: *const u8, count: usize, first: usize, second: usize) -> [v128; 4] {
+    unsafe fn weights(group: *const u8, count: usize, first: usize, paired: bool) -> [v128; 4] {
         // SAFETY: the blocks' nibbles, readable by the caller's contract.
         unsafe {
             let qs = field::<BlockQ4_0, { offset_of!(BlockQ4_0, qs) }>(group, count, first);
-            q4_pair_at(qs, first != second)
+            q4_pair_at(qs, paired)
         }
     }
     #[inline(always)]
@@ -238,11 +238,11 @@ impl Legacy for Q4_1 {
     const OFFSET_SHIFT: Option<u32> = None;
     type Weights = [v128; 4];
     #[inline(always)]
-    unsafe fn weights(group: *const u8, count: usize, first: usize, second: usize) -> [v128; 4] {
+    unsafe fn weights(group: *const u8, count: usize, first: usize, paired: bool) -> [v128; 4] {
         // SAFETY: the blocks' nibbles, readable by the caller's contract.
         unsafe {
             let qs = field::<BlockQ4_1, { offset_of!(BlockQ4_1, qs) }>(group, count, first);
-            q4_pair_at(qs, first != second)
+            q4_pair_at(qs, paired)
         }
     }
     #[inline(always)]
@@ -259,12 +259,11 @@ impl Legacy for Q5_0 {
     const OFFSET_SHIFT: Option<u32> = Some(4);
     type Weights = [v128; 4];
     #[inline(always)]
-    unsafe fn weights(group: *const u8, count: usize, first: usize, second: usize) -> [v128; 4] {
+    unsafe fn weights(group: *const u8, count: usize, first: usize, paired: bool) -> [v128; 4] {
         // SAFETY: the blocks' fifth bits and nibbles, readable by the caller's contract.
         unsafe {
             let qh = field::<BlockQ5_0, { offset_of!(BlockQ5_0, qh) }>(group, count, first);
             let qs = field::<BlockQ5_0, { offset_of!(BlockQ5_0, qs) }>(group, count, first);
-            let paired = first != second;
             q5_pair(qh_pair_at(qh, paired), q4_pair_at(qs, paired))
         }
     }
@@ -282,12 +281,11 @@ impl Legacy for Q5_1 {
     const OFFSET_SHIFT: Option<u32> = None;
     type Weights = [v128; 4];
     #[inline(always)]
-    unsafe fn weights(group: *const u8, count: usize, first: usize, second: usize) -> [v128; 4] {
+    unsafe fn weights(group: *const u8, count: usize, first: usize, paired: bool) -> [v128; 4] {
         // SAFETY: the blocks' fifth bits and nibbles, readable by the caller's contract.
         unsafe {
             let qh = field::<BlockQ5_1, { offset_of!(BlockQ5_1, qh) }>(group, count, first);
             let qs = field::<BlockQ5_1, { offset_of!(BlockQ5_1, qs) }>(group, count, first);
-            let paired = first != second;
             q5_pair(qh_pair_at(qh, paired), q4_pair_at(qs, paired))
         }
     }
@@ -314,12 +312,12 @@ impl Legacy for Q8_0 {
         group: *const u8,
         count: usize,
         first: usize,
-        second: usize,
+        paired: bool,
     ) -> [[v128; 4]; 2] {
         // SAFETY: the blocks' 32 quants each, readable by the caller's contract.
         let w = unsafe {
             let qs = field::<BlockQ8_0, { offset_of!(BlockQ8_0, qs) }>(group, count, first);
-            if first != second {
+            if paired {
                 // interleaved in runs of 8 (`grouped::PAIRED`)
                 [
                     load(qs),
