@@ -12,6 +12,7 @@
 //! ([`MAX_STRING`]), number length ([`MAX_NUMBER`]). Every error names what was expected and
 //! the byte offset where it went wrong.
 
+use crate::decimal::{Shortest, parse_f64};
 use crate::error::{Result, Status};
 use crate::unicode::utf8_len;
 use crate::{bail, err};
@@ -361,8 +362,8 @@ impl<'a> Reader<'a> {
     pub fn read_f64(&mut self) -> Result<f64> {
         let at = self.pos;
         let text = self.read_number_text()?;
-        text.parse::<f64>()
-            .map_err(|_| err!(Status::BadFormat, "JSON: bad number '{text}' at byte {at}"))
+        parse_f64(text)
+            .ok_or_else(|| err!(Status::BadFormat, "JSON: bad number '{text}' at byte {at}"))
     }
 
     /// An integer that fits `i64` (no fraction or exponent).
@@ -682,13 +683,19 @@ impl<'a> ObjectWriter<'a> {
     }
 
     pub fn float(&mut self, k: &str, v: f64) -> &mut Self {
-        write_display(self.key(k), if v.is_finite() { v } else { 0.0 });
+        write_display(
+            self.key(k),
+            Shortest::from(if v.is_finite() { v } else { 0.0 }),
+        );
         self
     }
 
     /// An f32 in its own shortest form (`1e-5` stays `0.00001`, not its f64 widening).
     pub fn float32(&mut self, k: &str, v: f32) -> &mut Self {
-        write_display(self.key(k), if v.is_finite() { v } else { 0.0 });
+        write_display(
+            self.key(k),
+            Shortest::from(if v.is_finite() { v } else { 0.0 }),
+        );
         self
     }
 

@@ -6,7 +6,7 @@
 //! 1. [`wasm_alloc`]: the host copies a model file into a block from `alloc`; the module owns
 //!    it from then on ([`wasm_alloc::Block`]).
 //! 2. [`gguf`] reads it (hostile input, checked); [`json`] reads Model2Vec's JSON files and
-//!    writes what the module reports.
+//!    writes what the module reports, its numbers through [`decimal`] (exact float text).
 //! 3. [`tokenizer`] turns text into the ids the model was trained on, and back.
 //! 4. [`quant`] holds the weight block layouts and the matrix-vector kernels over them.
 //! 5. [`model`] runs the forward pass over a KV cache and returns logits.
@@ -65,6 +65,7 @@ pub mod probe;
 
 pub mod wasm_alloc;
 pub mod gguf;
+pub mod decimal;
 pub mod json;
 pub mod unicode;
 pub mod tokenizer;

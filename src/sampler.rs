@@ -21,6 +21,7 @@
 
 use alloc::vec::Vec;
 
+use crate::decimal::Shortest;
 use crate::error::{Result, Status};
 use crate::math::expf;
 use crate::{bail, err};
@@ -93,28 +94,28 @@ impl Settings {
             bail!(
                 Status::InvalidArgument,
                 "sampler: temperature {} is not a finite number <= 100",
-                self.temperature
+                Shortest::from(self.temperature)
             );
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             bail!(
                 Status::InvalidArgument,
                 "sampler: top_p {} is outside (0, 1]",
-                self.top_p
+                Shortest::from(self.top_p)
             );
         }
         if !(self.min_p >= 0.0 && self.min_p <= 1.0) {
             bail!(
                 Status::InvalidArgument,
                 "sampler: min_p {} is outside [0, 1]",
-                self.min_p
+                Shortest::from(self.min_p)
             );
         }
         if !(self.repeat_penalty > 0.0 && self.repeat_penalty <= 100.0) {
             bail!(
                 Status::InvalidArgument,
                 "sampler: repeat_penalty {} is outside (0, 100]",
-                self.repeat_penalty
+                Shortest::from(self.repeat_penalty)
             );
         }
         if self.repeat_window > MAX_REPEAT_WINDOW {

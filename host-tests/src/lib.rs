@@ -28,6 +28,26 @@ pub const WASM_RELAXED_ST: &[u8] =
 pub const WASM_RELAXED_MT: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/wasmind-relaxed-mt.wasm"));
 
+/// The function names of each module (`dist/*.symbols.txt`: index, code offset, name), by file.
+pub const SYMBOLS: [(&str, &str); 4] = [
+    (
+        "wasmind.wasm",
+        include_str!(concat!(env!("OUT_DIR"), "/wasmind.symbols.txt")),
+    ),
+    (
+        "wasmind-mt.wasm",
+        include_str!(concat!(env!("OUT_DIR"), "/wasmind-mt.symbols.txt")),
+    ),
+    (
+        "wasmind-relaxed.wasm",
+        include_str!(concat!(env!("OUT_DIR"), "/wasmind-relaxed.symbols.txt")),
+    ),
+    (
+        "wasmind-relaxed-mt.wasm",
+        include_str!(concat!(env!("OUT_DIR"), "/wasmind-relaxed-mt.symbols.txt")),
+    ),
+];
+
 /// Which instruction set a module was built for: SIMD128 only, or with relaxed SIMD (the i8 dot
 /// product; faster, same results up to the f32 rounding of the kernels that differ).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! The module contract: imports, exports (against abi/wasmind.h), shared memory, instruction
 //! sets, size; and two instances of the threaded module on one shared memory.
 
-use host_tests::{WASM_MT, WASM_RELAXED_MT, WASM_RELAXED_ST, WASM_ST, Wasmind};
+use host_tests::{SYMBOLS, WASM_MT, WASM_RELAXED_MT, WASM_RELAXED_ST, WASM_ST, Wasmind};
 use wasmparser::{Operator, Parser, Payload, TypeRef, ValType};
 
 /// Size budget per module. Issue 13 asks for 384 KiB with no loss of speed; the modules hold
@@ -224,6 +224,22 @@ fn check_relaxed(which: &str, p: &Parsed, relaxed: bool) {
         "{which}: {} relaxed-SIMD instructions",
         p.relaxed_ops
     );
+}
+
+/// Floats are written and read as text by `wasmind::decimal` (a few KB); one `{}` of an f32
+/// or a `str::parse::<f64>` anywhere in the module brings back `core`'s Grisu, Dragon4 and
+/// Eisel-Lemire (~36 KB of code and tables). Wrap the float in `decimal::Shortest` instead.
+#[test]
+fn modules_hold_no_float_text_code_from_core() {
+    for (which, symbols) in SYMBOLS {
+        assert!(symbols.lines().count() > 100, "{which}: no symbols");
+        for line in symbols.lines() {
+            assert!(
+                !line.contains("flt2dec") && !line.contains("dec2flt"),
+                "{which} has {line}: a float formatted or parsed with core's code"
+            );
+        }
+    }
 }
 
 #[test]

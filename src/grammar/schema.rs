@@ -151,7 +151,7 @@ impl Value {
     fn as_i64(&self) -> Option<i64> {
         match self {
             Value::Number(n) => n.parse::<i64>().ok().or_else(|| {
-                let f: f64 = n.parse().ok()?;
+                let f = crate::decimal::parse_f64(n)?;
                 let i = f as i64;
                 (i as f64 == f && i.unsigned_abs() < 1 << 53).then_some(i)
             }),

@@ -1,6 +1,7 @@
 //! Hyper-parameters of a llama-family model, read from GGUF metadata. Nothing about a model is
 //! compiled in: every size comes from here, and every tensor is checked against these sizes.
 
+use crate::decimal::Shortest;
 use crate::error::{Result, Status};
 use crate::gguf::Gguf;
 use crate::{bail, err};
@@ -241,8 +242,8 @@ impl Config {
             bail!(
                 Status::BadFormat,
                 "bad rms epsilon {} or rope base {}",
-                rms_eps,
-                rope_base
+                Shortest::from(rms_eps),
+                Shortest::from(rope_base)
             );
         }
         let rope_dims = match g.get_u32_opt(&key("rope.dimension_count"))? {
@@ -266,7 +267,7 @@ impl Config {
                         bail!(
                             Status::BadFormat,
                             "rope.scaling.factor {} is out of range",
-                            f
+                            Shortest::from(f)
                         );
                     }
                     rope_linear_factor = f;
