@@ -24,6 +24,7 @@ use alloc::vec::Vec;
 use crate::decimal::Shortest;
 use crate::error::{Result, Status};
 use crate::math::expf;
+use crate::sort::{quicksort_by, select_nth_by};
 use crate::{bail, err};
 
 /// Largest repetition window (tokens of history looked at).
@@ -169,6 +170,11 @@ fn by_logit_desc(a: &Candidate, b: &Candidate) -> core::cmp::Ordering {
     b.logit.total_cmp(&a.logit).then(a.id.cmp(&b.id))
 }
 
+/// `a` comes before `b` in [`by_logit_desc`]'s order.
+fn before(a: &Candidate, b: &Candidate) -> bool {
+    by_logit_desc(a, b).is_lt()
+}
+
 pub struct Sampler {
     pub settings: Settings,
     rng: Rng,
@@ -251,7 +257,7 @@ impl Sampler {
         // top-k: the k largest, in no particular order.
         let k = s.top_k as usize;
         if k > 0 && k < c.len() {
-            c.select_nth_unstable_by(k - 1, by_logit_desc);
+            select_nth_by(c, k - 1, before);
             c.truncate(k);
         }
 
@@ -283,9 +289,9 @@ impl Sampler {
                 let (len, end) = (c.len(), (sorted + chunk).min(c.len()));
                 let rest = &mut c[sorted..];
                 if end < len {
-                    rest.select_nth_unstable_by(end - sorted - 1, by_logit_desc);
+                    select_nth_by(rest, end - sorted - 1, before);
                 }
-                rest[..end - sorted].sort_unstable_by(by_logit_desc);
+                quicksort_by(&mut rest[..end - sorted], before);
                 for (i, x) in c.iter().enumerate().take(end).skip(sorted) {
                     mass += x.weight as f64;
                     if mass >= target {
@@ -338,7 +344,7 @@ impl Sampler {
             .try_reserve(window.len())
             .map_err(|_| err!(Status::OutOfMemory, "sampler: repetition window"))?;
         self.recent.extend_from_slice(window);
-        self.recent.sort_unstable();
+        quicksort_by(&mut self.recent, |a, b| a < b);
         self.recent.dedup();
         Ok(())
     }

@@ -28,6 +28,7 @@ pub mod wordpiece;
 
 use crate::error::{Result, Status};
 use crate::json::{Kind, Reader};
+use crate::sort::quicksort_by;
 use crate::{bail, err};
 use alloc::vec::Vec;
 use safetensors::{Dtype, SafeTensors, Tensor};
@@ -433,7 +434,7 @@ impl<'a> Embedder<'a> {
         if ids.is_empty() {
             return Ok(());
         }
-        ids.sort_unstable();
+        quicksort_by(ids, |a, b| a < b);
         rows.clear();
         rows.try_reserve(ids.len())
             .map_err(|_| err!(Status::OutOfMemory, "row list"))?;

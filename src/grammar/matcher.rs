@@ -21,6 +21,7 @@ use alloc::vec::Vec;
 
 use super::{Elem, Grammar};
 use crate::error::{Result, Status};
+use crate::sort::quicksort_by;
 use crate::tokenizer::Tokenizer;
 use crate::{bail, err};
 
@@ -558,7 +559,7 @@ impl Matcher {
 }
 
 fn dedup(mut stacks: Vec<Stack>) -> Result<Vec<Stack>> {
-    stacks.sort_unstable();
+    quicksort_by(&mut stacks, |a, b| a < b);
     stacks.dedup();
     if stacks.len() > MAX_STACKS {
         bail!(

@@ -31,6 +31,7 @@ use alloc::vec::Vec;
 
 use crate::error::{Result, Status};
 use crate::gguf::{Array, Gguf, ValueType};
+use crate::sort::quicksort_by;
 use crate::{bail, err};
 
 pub use pretokenize::PreTokenizer;
@@ -922,7 +923,7 @@ fn mark_recognised_tokens(
     }
     let mut eog: Vec<u32> = EOG_TEXTS.iter().filter_map(|t| find(t)).collect();
     eog.extend([ids.eos, eot, ids.eom].into_iter().flatten());
-    eog.sort_unstable();
+    quicksort_by(&mut eog, |a, b| a < b);
     eog.dedup();
     (eot, eog)
 }
