@@ -158,7 +158,7 @@ fn lint() -> Result<(), String> {
 }
 
 /// The fuzz targets (host-tests/fuzz, cargo fuzz on nightly) and the real files that seed them.
-const FUZZ_TARGETS: [(&str, &[&str]); 6] = [
+const FUZZ_TARGETS: [(&str, &[&str]); 7] = [
     (
         "gguf_model",
         &[
@@ -180,6 +180,7 @@ const FUZZ_TARGETS: [(&str, &[&str]); 6] = [
         ],
     ),
     ("chat", &["reference/prompts.json"]),
+    ("decimal", &[]),
 ];
 
 /// `cargo xtask fuzz [--seconds N] [TARGET]`: runs each target (or one) for N seconds (default
