@@ -136,15 +136,32 @@ fn generate_unicode_tables() {
             direct.join(",")
         )
         .unwrap();
-        // Only the runs that start at or after LATIN (plus the one that covers LATIN), each
-        // `start << 8 | value` (one array, searched by start).
+        // Only the runs that cover LATIN and above, split at every plane's start (so each plane
+        // has a run from its first code point), as the low 16 bits of each start, the values,
+        // and where each plane's runs begin (`unicode::Runs`).
         let first = r.iter().rposition(|&(s, _)| s <= LATIN).unwrap();
-        let packed: Vec<u32> = r[first..].iter().map(|&(s, v)| s << 8 | v as u32).collect();
+        let mut split: Vec<(u32, u8)> = Vec::new();
+        for (i, &(start, v)) in r.iter().enumerate().skip(first) {
+            let end = r.get(i + 1).map_or(END, |n| n.0);
+            split.push((start.max(LATIN), v));
+            let mut plane = (start >> 16) + 1;
+            while plane << 16 < end {
+                split.push((plane << 16, v));
+                plane += 1;
+            }
+        }
+        let starts: Vec<u16> = split.iter().map(|&(s, _)| s as u16).collect();
+        let values: Vec<u8> = split.iter().map(|&(_, v)| v).collect();
+        let planes: Vec<u16> = (0..=END >> 16)
+            .map(|p| split.partition_point(|&(s, _)| s >> 16 < p) as u16)
+            .collect();
         writeln!(
             w,
-            "pub static {name}_RUNS: [u32; {}] = [{}];",
-            packed.len(),
-            list(&packed)
+            "pub static {name}_RUNS: super::Runs<{}> = super::Runs {{ starts: [{}], values: [{}], planes: [{}] }};",
+            split.len(),
+            list(&starts),
+            list(&values),
+            list(&planes)
         )
         .unwrap();
     }
