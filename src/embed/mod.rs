@@ -28,7 +28,6 @@ pub mod wordpiece;
 
 use crate::error::{Result, Status};
 use crate::json::{Kind, Reader};
-use crate::sort::quicksort_by;
 use crate::{bail, err};
 use alloc::vec::Vec;
 use safetensors::{Dtype, SafeTensors, Tensor};
@@ -434,7 +433,8 @@ impl<'a> Embedder<'a> {
         if ids.is_empty() {
             return Ok(());
         }
-        quicksort_by(ids, |a, b| a < b);
+        // core's sort: its sorting networks are worth 5 % of the corpus embed (`crate::sort`).
+        ids.sort_unstable();
         rows.clear();
         rows.try_reserve(ids.len())
             .map_err(|_| err!(Status::OutOfMemory, "row list"))?;

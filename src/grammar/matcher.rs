@@ -21,7 +21,7 @@ use alloc::vec::Vec;
 
 use super::{Elem, Grammar};
 use crate::error::{Result, Status};
-use crate::sort::quicksort_by;
+use crate::sort::heapsort_by;
 use crate::tokenizer::Tokenizer;
 use crate::{bail, err};
 
@@ -559,7 +559,7 @@ impl Matcher {
 }
 
 fn dedup(mut stacks: Vec<Stack>) -> Result<Vec<Stack>> {
-    quicksort_by(&mut stacks, |a, b| a < b);
+    heapsort_by(&mut stacks, &mut |a, b| a < b);
     stacks.dedup();
     if stacks.len() > MAX_STACKS {
         bail!(
