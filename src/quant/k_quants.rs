@@ -136,20 +136,20 @@ impl Kernels for Q4K {
     const ACTIVATION: ActivationKind = ActivationKind::Q8K;
 
     fn dequantize(row: &[u8], out: &mut [f32]) {
-        for (blk, out) in as_blocks::<BlockQ4K>(row)
-            .iter()
-            .zip(out.as_chunks_mut::<256>().0)
-        {
-            let (d, dmin) = (blk.d.to_f32(), blk.dmin.to_f32());
+        // One sub-block of 32 at a time over the whole row (a loop of unknown length, which
+        // LLVM keeps as one small loop rather than unrolling a block's eight).
+        let blocks = as_blocks::<BlockQ4K>(row);
+        for (s, out) in out.as_chunks_mut::<32>().0.iter_mut().enumerate() {
+            let (blk, j) = (&blocks[s / 8], s % 8);
             let (sc, m) = scales_mins(&blk.scales);
-            for j in 0..4 {
-                let (d_lo, m_lo) = (d * sc[2 * j] as f32, dmin * m[2 * j] as f32);
-                let (d_hi, m_hi) = (d * sc[2 * j + 1] as f32, dmin * m[2 * j + 1] as f32);
-                for l in 0..32 {
-                    let byte = blk.qs[32 * j + l];
-                    out[64 * j + l] = d_lo * (byte & 0x0f) as f32 - m_lo;
-                    out[64 * j + 32 + l] = d_hi * (byte >> 4) as f32 - m_hi;
-                }
+            let (d, min) = (
+                blk.d.to_f32() * sc[j] as f32,
+                blk.dmin.to_f32() * m[j] as f32,
+            );
+            // sub-blocks 2i and 2i + 1: the low and high nibbles of bytes 32i..32i + 32
+            let (qs, shift) = (&blk.qs[32 * (j / 2)..][..32], 4 * (j % 2));
+            for (o, &byte) in out.iter_mut().zip(qs) {
+                *o = d * (byte >> shift & 0x0f) as f32 - min;
             }
         }
     }
@@ -191,22 +191,19 @@ impl Kernels for Q5K {
     const ACTIVATION: ActivationKind = ActivationKind::Q8K;
 
     fn dequantize(row: &[u8], out: &mut [f32]) {
-        for (blk, out) in as_blocks::<BlockQ5K>(row)
-            .iter()
-            .zip(out.as_chunks_mut::<256>().0)
-        {
-            let (d, dmin) = (blk.d.to_f32(), blk.dmin.to_f32());
+        // As Q4_K's, one sub-block of 32 at a time; sub-block j's fifth bits are bit j of qh.
+        let blocks = as_blocks::<BlockQ5K>(row);
+        for (s, out) in out.as_chunks_mut::<32>().0.iter_mut().enumerate() {
+            let (blk, j) = (&blocks[s / 8], s % 8);
             let (sc, m) = scales_mins(&blk.scales);
-            for j in 0..4 {
-                let (d_lo, m_lo) = (d * sc[2 * j] as f32, dmin * m[2 * j] as f32);
-                let (d_hi, m_hi) = (d * sc[2 * j + 1] as f32, dmin * m[2 * j + 1] as f32);
-                for l in 0..32 {
-                    let (byte, high) = (blk.qs[32 * j + l], blk.qh[l]);
-                    let lo = (byte & 0x0f) | ((high >> (2 * j)) & 1) << 4;
-                    let hi = (byte >> 4) | ((high >> (2 * j + 1)) & 1) << 4;
-                    out[64 * j + l] = d_lo * lo as f32 - m_lo;
-                    out[64 * j + 32 + l] = d_hi * hi as f32 - m_hi;
-                }
+            let (d, min) = (
+                blk.d.to_f32() * sc[j] as f32,
+                blk.dmin.to_f32() * m[j] as f32,
+            );
+            let (qs, shift) = (&blk.qs[32 * (j / 2)..][..32], 4 * (j % 2));
+            for ((o, &byte), &high) in out.iter_mut().zip(qs).zip(&blk.qh) {
+                let q = (byte >> shift & 0x0f) | (high >> j & 1) << 4;
+                *o = d * q as f32 - min;
             }
         }
     }
@@ -249,13 +246,20 @@ impl Kernels for Q6K {
     const ACTIVATION: ActivationKind = ActivationKind::Q8K;
 
     fn dequantize(row: &[u8], out: &mut [f32]) {
-        for (blk, out) in as_blocks::<BlockQ6K>(row)
-            .iter()
-            .zip(out.as_chunks_mut::<256>().0)
-        {
+        // As Q4_K's, 32 values at a time: quarter c of half h takes the low (c = 0, 1) or high
+        // (c = 2, 3) nibbles of ql[64h + 32(c % 2)..][..32] and bits 2c, 2c + 1 of qh[32h..]
+        // (the order of `q6_values`), two scales of 16.
+        let blocks = as_blocks::<BlockQ6K>(row);
+        for (s, out) in out.as_chunks_mut::<32>().0.iter_mut().enumerate() {
+            let (blk, c) = (&blocks[s / 8], s % 8);
+            let (h, c) = (c / 4, c % 4);
+            let ql = &blk.ql[64 * h + 32 * (c % 2)..][..32];
+            let qh = &blk.qh[32 * h..][..32];
             let d = blk.d.to_f32();
-            for (i, q) in q6_values(blk).into_iter().enumerate() {
-                out[i] = d * blk.scales[i / 16] as f32 * (q - 32) as f32;
+            for (l, ((o, &low), &high)) in out.iter_mut().zip(ql).zip(qh).enumerate() {
+                let q = (low >> (4 * (c / 2)) & 0x0f | (high >> (2 * c) & 3) << 4) as i32;
+                let scale = blk.scales[2 * (4 * h + c) + l / 16];
+                *o = d * scale as f32 * (q - 32) as f32;
             }
         }
     }
