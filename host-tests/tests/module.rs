@@ -213,6 +213,15 @@ fn check_module(which: &str, wasm: &[u8], p: &Parsed) {
     );
     assert!(p.simd_ops > 0, "no SIMD instructions in {which}");
     assert!(wasm.len() <= SIZE_BUDGET, "{which} is {} bytes", wasm.len());
+    // The source paths kept for panic locations are remapped (xtask's `remap_source_paths`),
+    // so the module's bytes do not depend on where this machine keeps rustup and cargo.
+    if let Some(home) = std::env::var_os("HOME").filter(|h| h.len() > 1) {
+        let home = format!("{}/", home.to_string_lossy());
+        assert!(
+            !wasm.windows(home.len()).any(|w| w == home.as_bytes()),
+            "{which} holds a path under {home}"
+        );
+    }
 }
 
 /// The relaxed build uses relaxed-SIMD instructions and the other none (so a host without

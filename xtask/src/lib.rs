@@ -100,20 +100,25 @@ pub fn workspace_root() -> PathBuf {
 /// Fails with what to run when the active toolchain lacks the rustup target `target` (without
 /// it cargo stops on "can't find crate for `core`", which says nothing about the fix).
 pub fn require_target(target: &str) -> Result<(), String> {
-    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-    let out = Command::new(&rustc)
-        .args(["--print", "sysroot"])
-        .current_dir(workspace_root())
-        .output()
-        .map_err(|e| format!("cannot run {rustc}: {e}"))?;
-    let sysroot = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    if sysroot.join("lib/rustlib").join(target).is_dir() {
+    if sysroot()?.join("lib/rustlib").join(target).is_dir() {
         return Ok(());
     }
     Err(format!(
         "the Rust target {target} is not installed for this toolchain; run \
          `rustup target add {target}` (rust-toolchain.toml lists every target the build uses)"
     ))
+}
+
+/// The active toolchain's sysroot (`rustc --print sysroot`, in the workspace so that
+/// rust-toolchain.toml applies).
+fn sysroot() -> Result<PathBuf, String> {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let out = Command::new(&rustc)
+        .args(["--print", "sysroot"])
+        .current_dir(workspace_root())
+        .output()
+        .map_err(|e| format!("cannot run {rustc}: {e}"))?;
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
 }
 
 /// Builds `m` in release mode and returns the path of the `.wasm` cargo produced.
@@ -155,8 +160,12 @@ pub fn build_module(m: &Module) -> Result<PathBuf, String> {
             cmd.env_remove(&key);
         }
     }
-    let flags = format!("{} {CODEGEN_FLAGS}", m.rustflags);
-    cmd.env("CARGO_ENCODED_RUSTFLAGS", flags.replace(' ', "\x1f"));
+    let mut flags: Vec<String> = format!("{} {CODEGEN_FLAGS}", m.rustflags)
+        .split(' ')
+        .map(String::from)
+        .collect();
+    flags.extend(remap_source_paths()?);
+    cmd.env("CARGO_ENCODED_RUSTFLAGS", flags.join("\x1f"));
     cmd.env("CARGO_PROFILE_RELEASE_LTO", "fat");
     cmd.env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "1");
     cmd.env("CARGO_PROFILE_RELEASE_PANIC", "abort");
@@ -168,6 +177,25 @@ pub fn build_module(m: &Module) -> Result<PathBuf, String> {
         return Err(format!("building {} failed ({status})", m.file));
     }
     Ok(target_dir.join("wasm32-unknown-unknown/release/wasmind.wasm"))
+}
+
+/// `--remap-path-prefix` flags that write the source paths a module keeps (its panic
+/// locations name their files) the same on every machine: the standard library's sources
+/// (`<sysroot>/lib/rustlib/src/rust`, under the rustup home) as `/rust`, the crates from the
+/// registry (`$CARGO_HOME/registry/src`) as `/crates`. Without them the bytes of a module
+/// depended on where rustup and cargo keep their files (and the paths were ~1.5 KB longer).
+fn remap_source_paths() -> Result<Vec<String>, String> {
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
+    let mut remaps = vec![(sysroot()?.join("lib/rustlib/src/rust"), "/rust")];
+    if let Some(home) = cargo_home {
+        remaps.push((home.join("registry/src"), "/crates"));
+    }
+    Ok(remaps
+        .into_iter()
+        .map(|(from, to)| format!("--remap-path-prefix={}={to}", from.display()))
+        .collect())
 }
 
 /// Builds every module and writes them to `dir/` without their custom sections, each with its
