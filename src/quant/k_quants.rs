@@ -106,21 +106,29 @@ pub(crate) fn scales_mins(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
     (sc, m)
 }
 
-/// The 256 6-bit values of a Q6_K block (0..64, before the -32), in natural order.
+/// Quant `l` (0..32, 0..16) of sub-block `j` (0..8) of a Q4_K block: sub-blocks 2i and
+/// 2i + 1 are the low and high nibbles of bytes 32i..32i + 32.
 #[inline(always)]
-fn q6_values(blk: &BlockQ6K) -> [i32; 256] {
-    let mut q = [0i32; 256];
-    for h in 0..2 {
-        let (ql, qh) = (&blk.ql[64 * h..64 * h + 64], &blk.qh[32 * h..32 * h + 32]);
-        let out = &mut q[128 * h..128 * h + 128];
-        for l in 0..32 {
-            out[l] = (ql[l] & 0x0f | (qh[l] & 3) << 4) as i32;
-            out[l + 32] = (ql[l + 32] & 0x0f | (qh[l] >> 2 & 3) << 4) as i32;
-            out[l + 64] = (ql[l] >> 4 | (qh[l] >> 4 & 3) << 4) as i32;
-            out[l + 96] = (ql[l + 32] >> 4 | (qh[l] >> 6) << 4) as i32;
-        }
-    }
-    q
+fn q4k_quant(blk: &BlockQ4K, j: usize, l: usize) -> u8 {
+    blk.qs[32 * (j / 2) + l] >> (4 * (j % 2)) & 0x0f
+}
+
+/// Quant `l` (0..32, 0..32) of sub-block `j` (0..8) of a Q5_K block: the nibble as in Q4_K,
+/// the fifth bit bit `j` of `qh[l]`.
+#[inline(always)]
+fn q5k_quant(blk: &BlockQ5K, j: usize, l: usize) -> u8 {
+    blk.qs[32 * (j / 2) + l] >> (4 * (j % 2)) & 0x0f | (blk.qh[l] >> j & 1) << 4
+}
+
+/// Quant `i` (0..256, 0..64 before the -32) of a Q6_K block: in half `h` (128 values), quarter
+/// `c` takes the low (c = 0, 1) or high (c = 2, 3) nibbles of `ql[64h + 32(c % 2)..][..32]` and
+/// bits 2c, 2c + 1 of `qh[32h..][..32]`.
+#[inline(always)]
+fn q6k_quant(blk: &BlockQ6K, i: usize) -> i32 {
+    let (h, c, l) = (i / 128, i % 128 / 32, i % 32);
+    let low = blk.ql[64 * h + 32 * (c % 2) + l] >> (4 * (c / 2)) & 0x0f;
+    let high = blk.qh[32 * h + l] >> (2 * c) & 3;
+    (low | high << 4) as i32
 }
 
 /// Q4_K weights.
@@ -146,10 +154,8 @@ impl Kernels for Q4K {
                 blk.d.to_f32() * sc[j] as f32,
                 blk.dmin.to_f32() * m[j] as f32,
             );
-            // sub-blocks 2i and 2i + 1: the low and high nibbles of bytes 32i..32i + 32
-            let (qs, shift) = (&blk.qs[32 * (j / 2)..][..32], 4 * (j % 2));
-            for (o, &byte) in out.iter_mut().zip(qs) {
-                *o = d * (byte >> shift & 0x0f) as f32 - min;
+            for (l, o) in out.iter_mut().enumerate() {
+                *o = d * q4k_quant(blk, j, l) as f32 - min;
             }
         }
     }
@@ -164,8 +170,7 @@ impl Kernels for Q4K {
             for j in 0..8 {
                 let mut s = 0i32;
                 for l in 0..32 {
-                    let byte = blk.qs[32 * (j / 2) + l];
-                    let q = if j % 2 == 0 { byte & 0x0f } else { byte >> 4 };
+                    let q = q4k_quant(blk, j, l);
                     s += q as i32 * xq[stored_index(ActivationKind::Q8K, 32 * j + l)] as i32;
                 }
                 sumi += sc[j] as i32 * s;
@@ -191,7 +196,7 @@ impl Kernels for Q5K {
     const ACTIVATION: ActivationKind = ActivationKind::Q8K;
 
     fn dequantize(row: &[u8], out: &mut [f32]) {
-        // As Q4_K's, one sub-block of 32 at a time; sub-block j's fifth bits are bit j of qh.
+        // As Q4_K's, one sub-block of 32 at a time.
         let blocks = as_blocks::<BlockQ5K>(row);
         for (s, out) in out.as_chunks_mut::<32>().0.iter_mut().enumerate() {
             let (blk, j) = (&blocks[s / 8], s % 8);
@@ -200,10 +205,8 @@ impl Kernels for Q5K {
                 blk.d.to_f32() * sc[j] as f32,
                 blk.dmin.to_f32() * m[j] as f32,
             );
-            let (qs, shift) = (&blk.qs[32 * (j / 2)..][..32], 4 * (j % 2));
-            for ((o, &byte), &high) in out.iter_mut().zip(qs).zip(&blk.qh) {
-                let q = (byte >> shift & 0x0f) | (high >> j & 1) << 4;
-                *o = d * q as f32 - min;
+            for (l, o) in out.iter_mut().enumerate() {
+                *o = d * q5k_quant(blk, j, l) as f32 - min;
             }
         }
     }
@@ -218,9 +221,7 @@ impl Kernels for Q5K {
             for j in 0..8 {
                 let mut s = 0i32;
                 for l in 0..32 {
-                    let byte = blk.qs[32 * (j / 2) + l];
-                    let low = if j % 2 == 0 { byte & 0x0f } else { byte >> 4 };
-                    let q = low | ((blk.qh[l] >> j) & 1) << 4;
+                    let q = q5k_quant(blk, j, l);
                     s += q as i32 * xq[stored_index(ActivationKind::Q8K, 32 * j + l)] as i32;
                 }
                 sumi += sc[j] as i32 * s;
@@ -246,20 +247,13 @@ impl Kernels for Q6K {
     const ACTIVATION: ActivationKind = ActivationKind::Q8K;
 
     fn dequantize(row: &[u8], out: &mut [f32]) {
-        // As Q4_K's, 32 values at a time: quarter c of half h takes the low (c = 0, 1) or high
-        // (c = 2, 3) nibbles of ql[64h + 32(c % 2)..][..32] and bits 2c, 2c + 1 of qh[32h..]
-        // (the order of `q6_values`), two scales of 16.
+        // As Q4_K's, 32 values at a time (two scales of 16).
         let blocks = as_blocks::<BlockQ6K>(row);
         for (s, out) in out.as_chunks_mut::<32>().0.iter_mut().enumerate() {
-            let (blk, c) = (&blocks[s / 8], s % 8);
-            let (h, c) = (c / 4, c % 4);
-            let ql = &blk.ql[64 * h + 32 * (c % 2)..][..32];
-            let qh = &blk.qh[32 * h..][..32];
+            let (blk, first) = (&blocks[s / 8], 32 * (s % 8));
             let d = blk.d.to_f32();
-            for (l, ((o, &low), &high)) in out.iter_mut().zip(ql).zip(qh).enumerate() {
-                let q = (low >> (4 * (c / 2)) & 0x0f | (high >> (2 * c) & 3) << 4) as i32;
-                let scale = blk.scales[2 * (4 * h + c) + l / 16];
-                *o = d * scale as f32 * (q - 32) as f32;
+            for (i, o) in (first..).zip(out.iter_mut()) {
+                *o = d * blk.scales[i / 16] as f32 * (q6k_quant(blk, i) - 32) as f32;
             }
         }
     }
@@ -268,7 +262,7 @@ impl Kernels for Q6K {
         let mut sum = 0.0f32;
         for (b, blk) in as_blocks::<BlockQ6K>(row).iter().enumerate() {
             let xq = &x.quants[b * 256..b * 256 + 256];
-            let q = q6_values(blk);
+            let q: [i32; 256] = core::array::from_fn(|i| q6k_quant(blk, i));
             let mut sumi = 0i32;
             for j in 0..16 {
                 let mut s = 0i32;
