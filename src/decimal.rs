@@ -228,26 +228,34 @@ impl Shortest {
         self.bits >> (self.frac_bits + self.exp_bits) & 1 == 1
     }
 
-    /// `None` for zero, infinities and NaN.
-    fn parts(&self) -> Option<Parts> {
+    /// What the float is, with its mantissa and exponent when it is finite and not zero.
+    fn class(&self) -> Class {
         let frac = self.bits & ((1 << self.frac_bits) - 1);
         let biased = (self.bits >> self.frac_bits) as u32 & ((1 << self.exp_bits) - 1);
         let bias = (1 << (self.exp_bits - 1)) - 1 + self.frac_bits as i32;
         match biased {
-            _ if biased == (1 << self.exp_bits) - 1 => None,
-            0 if frac == 0 => None,
-            0 => Some(Parts {
+            _ if biased == (1 << self.exp_bits) - 1 && frac == 0 => Class::Infinite,
+            _ if biased == (1 << self.exp_bits) - 1 => Class::Nan,
+            0 if frac == 0 => Class::Zero,
+            0 => Class::Finite(Parts {
                 m: frac,
                 e: 1 - bias,
                 lower_closer: false,
             }),
-            _ => Some(Parts {
+            _ => Class::Finite(Parts {
                 m: frac | 1 << self.frac_bits,
                 e: biased as i32 - bias,
                 lower_closer: frac == 0 && biased > 1,
             }),
         }
     }
+}
+
+enum Class {
+    Zero,
+    Infinite,
+    Nan,
+    Finite(Parts),
 }
 
 /// The shortest digits of `m · 2^e` that round to it, and the decimal exponent `k` of
@@ -333,14 +341,11 @@ fn shortest_digits(p: &Parts, out: &mut [u8; 17]) -> (usize, i32) {
 impl fmt::Display for Shortest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let sign = if self.negative() { "-" } else { "" };
-        let Some(p) = self.parts() else {
-            let frac = self.bits & ((1 << self.frac_bits) - 1);
-            let biased = self.bits >> self.frac_bits & ((1 << self.exp_bits) - 1);
-            return match (biased, frac) {
-                (0, _) => write!(f, "{sign}0"),
-                (_, 0) => write!(f, "{sign}inf"),
-                _ => f.write_str("NaN"),
-            };
+        let p = match self.class() {
+            Class::Zero => return write!(f, "{sign}0"),
+            Class::Infinite => return write!(f, "{sign}inf"),
+            Class::Nan => return f.write_str("NaN"),
+            Class::Finite(p) => p,
         };
         let mut digits = [0u8; 17];
         let (n, k) = shortest_digits(&p, &mut digits);

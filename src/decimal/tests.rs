@@ -11,22 +11,10 @@ const CASES: usize = if cfg!(target_arch = "wasm32") {
     300_000
 };
 
-fn check_f32(x: f32) {
-    assert_eq!(
-        Shortest::from(x).to_string(),
-        x.to_string(),
-        "{:#010x}",
-        x.to_bits()
-    );
-}
-
-fn check_f64(x: f64) {
-    assert_eq!(
-        Shortest::from(x).to_string(),
-        x.to_string(),
-        "{:#018x}",
-        x.to_bits()
-    );
+/// `Shortest` writes `x` (an f32 or f64) as `core`'s `Display` does.
+fn check<T: Copy + Into<Shortest> + core::fmt::Display + core::fmt::Debug>(x: T) {
+    let ours: Shortest = x.into();
+    assert_eq!(ours.to_string(), x.to_string(), "{x:?}");
 }
 
 #[test]
@@ -44,7 +32,7 @@ fn shortest_matches_core_on_special_and_boundary_values() {
         f32::MAX,
         f32::MIN_POSITIVE,
     ] {
-        check_f32(x);
+        check(x);
     }
     for x in [
         f32::INFINITY,
@@ -53,7 +41,7 @@ fn shortest_matches_core_on_special_and_boundary_values() {
         -f32::NAN,
         f32::from_bits(1),
     ] {
-        check_f32(x);
+        check(x);
     }
     for x in [
         0.0,
@@ -67,7 +55,7 @@ fn shortest_matches_core_on_special_and_boundary_values() {
         2.5,
         1e-7,
     ] {
-        check_f64(x);
+        check(x);
     }
     for x in [
         f64::INFINITY,
@@ -76,25 +64,25 @@ fn shortest_matches_core_on_special_and_boundary_values() {
         9007199254740993.0,
         123456.789,
     ] {
-        check_f64(x);
+        check(x);
     }
     // Every binade's first and last values, and their neighbours (the closer lower boundary).
     for e in 0..255u32 {
         for frac in [0, 1, 2, 0x7f_ffff, 0x7f_fffe, 0x40_0000] {
-            check_f32(f32::from_bits(e << 23 | frac));
+            check(f32::from_bits(e << 23 | frac));
         }
     }
     for e in 0..2047u64 {
         for frac in [0, 1, 2, (1 << 52) - 1, (1 << 52) - 2, 1 << 51] {
-            check_f64(f64::from_bits(e << 52 | frac));
+            check(f64::from_bits(e << 52 | frac));
         }
     }
     // Small integers and short decimals, where ties between two shortest digits occur.
     for i in 0..2000 {
-        check_f32(i as f32 / 8.0);
-        check_f32(i as f32 * 0.01);
-        check_f64(i as f64 * 0.001);
-        check_f64(i as f64 * 1e21);
+        check(i as f32 / 8.0);
+        check(i as f32 * 0.01);
+        check(i as f64 * 0.001);
+        check(i as f64 * 1e21);
     }
 }
 
@@ -103,8 +91,8 @@ fn shortest_matches_core_on_random_bits() {
     let mut rng = Rng(0x5eed_f1f1);
     for _ in 0..CASES {
         let bits = rng.next();
-        check_f32(f32::from_bits(bits as u32));
-        check_f64(f64::from_bits(bits));
+        check(f32::from_bits(bits as u32));
+        check(f64::from_bits(bits));
     }
 }
 
