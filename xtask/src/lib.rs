@@ -98,10 +98,12 @@ pub fn workspace_root() -> PathBuf {
 }
 
 /// Fails with what to run when the active toolchain lacks the rustup target `target` (without
-/// it cargo stops on "can't find crate for `core`", which says nothing about the fix).
-pub fn require_target(target: &str) -> Result<(), String> {
-    if sysroot()?.join("lib/rustlib").join(target).is_dir() {
-        return Ok(());
+/// it cargo stops on "can't find crate for `core`", which says nothing about the fix); returns
+/// the toolchain's sysroot.
+pub fn require_target(target: &str) -> Result<PathBuf, String> {
+    let sysroot = sysroot()?;
+    if sysroot.join("lib/rustlib").join(target).is_dir() {
+        return Ok(sysroot);
     }
     Err(format!(
         "the Rust target {target} is not installed for this toolchain; run \
@@ -123,7 +125,7 @@ fn sysroot() -> Result<PathBuf, String> {
 
 /// Builds `m` in release mode and returns the path of the `.wasm` cargo produced.
 pub fn build_module(m: &Module) -> Result<PathBuf, String> {
-    require_target("wasm32-unknown-unknown")?;
+    let sysroot = require_target("wasm32-unknown-unknown")?;
     let root = workspace_root();
     let target_dir = root.join("target").join(m.target_dir);
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -164,7 +166,7 @@ pub fn build_module(m: &Module) -> Result<PathBuf, String> {
         .split(' ')
         .map(String::from)
         .collect();
-    flags.extend(remap_source_paths()?);
+    flags.extend(remap_source_paths(&sysroot));
     cmd.env("CARGO_ENCODED_RUSTFLAGS", flags.join("\x1f"));
     cmd.env("CARGO_PROFILE_RELEASE_LTO", "fat");
     cmd.env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "1");
@@ -183,19 +185,19 @@ pub fn build_module(m: &Module) -> Result<PathBuf, String> {
 /// locations name their files) the same on every machine: the standard library's sources
 /// (`<sysroot>/lib/rustlib/src/rust`, under the rustup home) as `/rust`, the crates from the
 /// registry (`$CARGO_HOME/registry/src`) as `/crates`. Without them the bytes of a module
-/// depended on where rustup and cargo keep their files (and the paths were ~1.5 KB longer).
-fn remap_source_paths() -> Result<Vec<String>, String> {
+/// depended on where rustup and cargo keep their files (and the paths were ~1 KB longer).
+fn remap_source_paths(sysroot: &Path) -> Vec<String> {
     let cargo_home = std::env::var_os("CARGO_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
-    let mut remaps = vec![(sysroot()?.join("lib/rustlib/src/rust"), "/rust")];
+    let mut remaps = vec![(sysroot.join("lib/rustlib/src/rust"), "/rust")];
     if let Some(home) = cargo_home {
         remaps.push((home.join("registry/src"), "/crates"));
     }
-    Ok(remaps
+    remaps
         .into_iter()
         .map(|(from, to)| format!("--remap-path-prefix={}={to}", from.display()))
-        .collect())
+        .collect()
 }
 
 /// Builds every module and writes them to `dir/` without their custom sections, each with its
