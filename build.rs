@@ -73,10 +73,11 @@ fn assigned_by(version: (u8, u8, u8)) -> Vec<(u32, u32)> {
 ///
 /// Every table is made by asking its source about each of the 0x110000 code points and
 /// compressing the answers into runs, so nothing here is transcribed by hand:
-/// - general category: `unicode-general-category` (its `UNICODE_VERSION`), surrogates `Cs`,
-///   and `Cn` for every code point that Unicode [`ASSIGNED_VERSION`] had not assigned yet
-///   (Age from `regex-syntax`): the category serves the BPE pre-tokenizers, which must see text
-///   as llama.cpp's tables (`unicode-data.cpp`, generated from that version) do;
+/// - general category group (L, M, N, P, S, Z or C): `unicode-general-category` (its
+///   `UNICODE_VERSION`), surrogates and every code point that Unicode [`ASSIGNED_VERSION`] had
+///   not assigned yet (Age from `regex-syntax`) in C: the groups serve the BPE pre-tokenizers,
+///   which must see text as llama.cpp's tables (`unicode-data.cpp`, generated from that
+///   version) do;
 /// - White_Space and the full lowercase mapping: Rust's own `char::is_whitespace` and
 ///   `char::to_lowercase` (`char::UNICODE_VERSION` of the compiler that runs this script);
 /// - the BERT classes, NFD and canonical combining classes: exactly the crates that Hugging
@@ -95,7 +96,7 @@ fn generate_unicode_tables() {
     let (a, b, c) = unicode_general_category::UNICODE_VERSION;
     writeln!(
         w,
-        "pub const CATEGORY_UNICODE_VERSION: (u8, u8, u8) = ({a}, {b}, {c});"
+        "pub const GROUP_UNICODE_VERSION: (u8, u8, u8) = ({a}, {b}, {c});"
     )
     .unwrap();
     let (a, b, c) = ASSIGNED_VERSION;
@@ -175,52 +176,40 @@ fn generate_unicode_tables() {
         writeln!(w, "pub static {name}: [{ty}; {}] = [{}];", v.len(), list(v)).unwrap();
     }
 
-    // 1. General category, numbered in the order of `unicode::Category`; unassigned (29) where
-    //    ASSIGNED_VERSION had nothing yet.
+    // 1. General category group (its first letter), numbered in the order of `unicode::Group`;
+    //    unassigned (Other) where ASSIGNED_VERSION had nothing yet.
     let assigned = assigned_by(ASSIGNED_VERSION);
-    let category = |cp: u32| -> u8 {
+    let group = |cp: u32| -> u8 {
+        const OTHER: u8 = 6;
         let Some(ch) = char::from_u32(cp) else {
-            return 27;
-        }; // Cs
+            return OTHER; // Cs
+        };
         let i = assigned.partition_point(|r| r.1 < cp);
         if assigned.get(i).is_none_or(|r| r.0 > cp) {
-            return 29;
+            return OTHER; // Cn
         }
         match get_general_category(ch) {
-            G::UppercaseLetter => 0,
-            G::LowercaseLetter => 1,
-            G::TitlecaseLetter => 2,
-            G::ModifierLetter => 3,
-            G::OtherLetter => 4,
-            G::NonspacingMark => 5,
-            G::SpacingMark => 6,
-            G::EnclosingMark => 7,
-            G::DecimalNumber => 8,
-            G::LetterNumber => 9,
-            G::OtherNumber => 10,
-            G::ConnectorPunctuation => 11,
-            G::DashPunctuation => 12,
-            G::OpenPunctuation => 13,
-            G::ClosePunctuation => 14,
-            G::InitialPunctuation => 15,
-            G::FinalPunctuation => 16,
-            G::OtherPunctuation => 17,
-            G::MathSymbol => 18,
-            G::CurrencySymbol => 19,
-            G::ModifierSymbol => 20,
-            G::OtherSymbol => 21,
-            G::SpaceSeparator => 22,
-            G::LineSeparator => 23,
-            G::ParagraphSeparator => 24,
-            G::Control => 25,
-            G::Format => 26,
-            G::Surrogate => 27,
-            G::PrivateUse => 28,
-            G::Unassigned => 29,
-            other => panic!("general category {other:?} is new: extend unicode::Category"),
+            G::UppercaseLetter
+            | G::LowercaseLetter
+            | G::TitlecaseLetter
+            | G::ModifierLetter
+            | G::OtherLetter => 0,
+            G::NonspacingMark | G::SpacingMark | G::EnclosingMark => 1,
+            G::DecimalNumber | G::LetterNumber | G::OtherNumber => 2,
+            G::ConnectorPunctuation
+            | G::DashPunctuation
+            | G::OpenPunctuation
+            | G::ClosePunctuation
+            | G::InitialPunctuation
+            | G::FinalPunctuation
+            | G::OtherPunctuation => 3,
+            G::MathSymbol | G::CurrencySymbol | G::ModifierSymbol | G::OtherSymbol => 4,
+            G::SpaceSeparator | G::LineSeparator | G::ParagraphSeparator => 5,
+            G::Control | G::Format | G::Surrogate | G::PrivateUse | G::Unassigned => OTHER,
+            other => panic!("general category {other:?} is new: extend unicode::Group"),
         }
     };
-    emit_runs(w, "CATEGORY", &runs(&category), &category);
+    emit_runs(w, "GROUP", &runs(&group), &group);
 
     // 2. White_Space: a short list.
     let ws: Vec<String> = chars()

@@ -1,4 +1,4 @@
-//! Unicode data for the tokenizers and the embedder: general category, White_Space, full
+//! Unicode data for the tokenizers and the embedder: general category group, White_Space, full
 //! lowercase, canonical decomposition (NFD) and the character classes of the BERT normalizer.
 //!
 //! Nothing here is hand-maintained: `build.rs` (`generate_unicode_tables`) asks each source
@@ -8,8 +8,8 @@
 //! two tables (u16 for the Basic Multilingual Plane, u32 past it).
 //!
 //! Sources and their Unicode versions (each stated as a constant below):
-//! - [`category`]: the `unicode-general-category` crate ([`UNICODE_VERSION`]), cut to the code
-//!   points that Unicode [`ASSIGNED_UNICODE_VERSION`] had assigned (later ones are `Cn`): it
+//! - [`group`]: the `unicode-general-category` crate ([`UNICODE_VERSION`]), cut to the code
+//!   points that Unicode [`ASSIGNED_UNICODE_VERSION`] had assigned (later ones are `Other`): it
 //!   serves the BPE pre-tokenizers, which must class text as llama.cpp's tables do, and those
 //!   are generated from that older version.
 //! - [`is_white_space`], [`to_lowercase`]: Rust's own `char::is_whitespace` / `char::to_lowercase`
@@ -24,9 +24,9 @@ mod tables {
     include!(concat!(env!("OUT_DIR"), "/unicode_tables.rs"));
 }
 
-/// Unicode version of the general category data ([`category`]).
-pub const UNICODE_VERSION: (u8, u8, u8) = tables::CATEGORY_UNICODE_VERSION;
-/// The code points that this Unicode version had not assigned are `Cn` in [`category`]
+/// Unicode version of the general category data ([`group`]).
+pub const UNICODE_VERSION: (u8, u8, u8) = tables::GROUP_UNICODE_VERSION;
+/// The code points that this Unicode version had not assigned are `Other` in [`group`]
 /// (llama.cpp's `unicode-data.cpp`).
 pub const ASSIGNED_UNICODE_VERSION: (u8, u8, u8) = tables::ASSIGNED_UNICODE_VERSION;
 /// Unicode version of White_Space and lowercase (Rust's `char`, as compiled into build.rs).
@@ -69,103 +69,49 @@ fn run_lookup<const N: usize>(cp: u32, direct: &[u8; DIRECT as usize], runs: &Ru
         .unwrap_or(0)
 }
 
-/// General category, in the order of Unicode's table (UAX #44).
+/// General category group: the first letter of a code point's general category (UAX #44),
+/// which is all the split patterns ask (`\p{L}`, `\p{N}`, `\p{P}`, ...), as in llama.cpp's
+/// own tables.
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Category {
-    Lu,
-    Ll,
-    Lt,
-    Lm,
-    Lo,
-    Mn,
-    Mc,
-    Me,
-    Nd,
-    Nl,
-    No,
-    Pc,
-    Pd,
-    Ps,
-    Pe,
-    Pi,
-    Pf,
-    Po,
-    Sm,
-    Sc,
-    Sk,
-    So,
-    Zs,
-    Zl,
-    Zp,
-    Cc,
-    Cf,
-    Cs,
-    Co,
-    Cn,
+pub enum Group {
+    /// L: Lu, Ll, Lt, Lm, Lo.
+    Letter,
+    /// M: Mn, Mc, Me.
+    Mark,
+    /// N: Nd, Nl, No.
+    Number,
+    /// P: Pc, Pd, Ps, Pe, Pi, Pf, Po.
+    Punctuation,
+    /// S: Sm, Sc, Sk, So.
+    Symbol,
+    /// Z: Zs, Zl, Zp.
+    Separator,
+    /// C: Cc, Cf, Cs, Co, Cn.
+    Other,
 }
 
-impl Category {
-    const ALL: [Category; 30] = {
-        use Category::*;
-        [
-            Lu, Ll, Lt, Lm, Lo, Mn, Mc, Me, Nd, Nl, No, Pc, Pd, Ps, Pe, Pi, Pf, Po, Sm, Sc, Sk, So,
-            Zs, Zl, Zp, Cc, Cf, Cs, Co, Cn,
-        ]
-    };
-
-    /// L*: Lu, Ll, Lt, Lm, Lo.
-    pub const fn is_letter(self) -> bool {
-        (self as u8) <= Category::Lo as u8
-    }
-    /// M*: Mn, Mc, Me.
-    pub const fn is_mark(self) -> bool {
-        matches!(self, Category::Mn | Category::Mc | Category::Me)
-    }
-    /// N*: Nd, Nl, No.
-    pub const fn is_number(self) -> bool {
-        matches!(self, Category::Nd | Category::Nl | Category::No)
-    }
-    /// P*: Pc, Pd, Ps, Pe, Pi, Pf, Po.
-    pub const fn is_punctuation(self) -> bool {
-        let v = self as u8;
-        v >= Category::Pc as u8 && v <= Category::Po as u8
-    }
-    /// S*: Sm, Sc, Sk, So.
-    pub const fn is_symbol(self) -> bool {
-        let v = self as u8;
-        v >= Category::Sm as u8 && v <= Category::So as u8
-    }
-    /// Z*: Zs, Zl, Zp.
-    pub const fn is_separator(self) -> bool {
-        matches!(self, Category::Zs | Category::Zl | Category::Zp)
-    }
-    /// C*: Cc, Cf, Cs, Co, Cn.
-    pub const fn is_other(self) -> bool {
-        (self as u8) >= Category::Cc as u8
-    }
-    /// The two-letter abbreviation, e.g. "Lu".
-    pub const fn abbreviation(self) -> &'static str {
-        const NAMES: [&str; 30] = [
-            "Lu", "Ll", "Lt", "Lm", "Lo", "Mn", "Mc", "Me", "Nd", "Nl", "No", "Pc", "Pd", "Ps",
-            "Pe", "Pi", "Pf", "Po", "Sm", "Sc", "Sk", "So", "Zs", "Zl", "Zp", "Cc", "Cf", "Cs",
-            "Co", "Cn",
-        ];
-        NAMES[self as usize]
-    }
+impl Group {
+    const ALL: [Group; 7] = [
+        Group::Letter,
+        Group::Mark,
+        Group::Number,
+        Group::Punctuation,
+        Group::Symbol,
+        Group::Separator,
+        Group::Other,
+    ];
 }
 
-/// General category of a code point; `Cs` for surrogates, `Cn` past U+10FFFF.
+/// General category group of a code point; `Other` for surrogates, unassigned code points and
+/// past U+10FFFF.
 #[inline]
-pub fn category(cp: u32) -> Category {
+pub fn group(cp: u32) -> Group {
     if cp >= 0x11_0000 {
-        return Category::Cn;
+        return Group::Other;
     }
-    let v = run_lookup(cp, &tables::CATEGORY_DIRECT, &tables::CATEGORY_RUNS);
-    Category::ALL
-        .get(v as usize)
-        .copied()
-        .unwrap_or(Category::Cn)
+    let v = run_lookup(cp, &tables::GROUP_DIRECT, &tables::GROUP_RUNS);
+    Group::ALL.get(v as usize).copied().unwrap_or(Group::Other)
 }
 
 /// The White_Space property (as Rust's `char::is_whitespace`).
@@ -370,7 +316,7 @@ mod tests {
     use std::vec::Vec;
 
     #[test]
-    fn category_matches_the_crate_everywhere() {
+    fn group_matches_the_crate_everywhere() {
         use regex_syntax::hir::{Class, HirKind};
         use unicode_general_category::{GeneralCategory as G, get_general_category};
         let hir = regex_syntax::Parser::new().parse(r"\p{Age=V15_1}").unwrap();
@@ -385,34 +331,35 @@ mod tests {
         };
         let mut cut = 0;
         for cp in 0..0x11_0000u32 {
+            // The group is the first letter of the category's abbreviation.
             let want = match char::from_u32(cp).map(get_general_category) {
-                None => "Cs",
-                Some(G::Unassigned) => "Cn",
+                None => 'C', // Cs
+                Some(G::Unassigned) => 'C',
                 Some(_) if !assigned(cp) => {
                     cut += 1;
-                    "Cn"
+                    'C'
                 }
-                Some(g) => g.abbreviation(),
+                Some(g) => g.abbreviation().as_bytes()[0] as char,
             };
-            assert_eq!(category(cp).abbreviation(), want, "U+{cp:04X}");
+            let got = ['L', 'M', 'N', 'P', 'S', 'Z', 'C'][group(cp) as usize];
+            assert_eq!(got, want, "U+{cp:04X}");
         }
         // Unicode 16.0 assigned 5,185 code points.
         assert_eq!(cut, 5185);
+        assert_eq!(group(0x113B5), Group::Other, "Tulu-Tigalari, new in 16.0");
         assert_eq!(
-            category(0x113B5),
-            Category::Cn,
-            "Tulu-Tigalari, new in 16.0"
-        );
-        assert_eq!(
-            category(0x2EBF0),
-            Category::Lo,
+            group(0x2EBF0),
+            Group::Letter,
             "CJK extension I, new in 15.1"
         );
-        assert_eq!(category(0x11_0000), Category::Cn);
-        assert_eq!(category(u32::MAX), Category::Cn);
+        assert_eq!(group(0x11_0000), Group::Other);
+        assert_eq!(group(u32::MAX), Group::Other);
         assert_eq!(UNICODE_VERSION, (16, 0, 0));
         assert_eq!(ASSIGNED_UNICODE_VERSION, (15, 1, 0));
-        assert!(category('a' as u32).is_letter() && category('!' as u32).is_punctuation());
+        assert_eq!(group('a' as u32), Group::Letter);
+        assert_eq!(group('!' as u32), Group::Punctuation);
+        assert_eq!(group(0x0301), Group::Mark);
+        assert_eq!(group(0x00A0), Group::Separator);
     }
 
     #[test]

@@ -32,7 +32,7 @@ use alloc::vec::Vec;
 
 use super::reserve;
 use crate::error::Result;
-use crate::unicode::{self, Category};
+use crate::unicode::{self, Group};
 
 /// What a code point is, for the split patterns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,30 +90,13 @@ pub fn class_of(cp: u32) -> Class {
     if unicode::is_white_space(cp) {
         return Class::Space;
     }
-    let cat = unicode::category(cp);
-    if cat.is_letter() {
-        Class::Letter
-    } else if cat.is_number() {
-        Class::Number
-    } else if cat.is_punctuation() {
-        Class::Punct
-    } else if cat.is_symbol() {
-        Class::Symbol
-    } else if cat.is_mark() {
-        Class::Mark
-    } else {
-        debug_assert!(matches!(
-            cat,
-            Category::Zs
-                | Category::Zl
-                | Category::Zp
-                | Category::Cc
-                | Category::Cf
-                | Category::Cs
-                | Category::Co
-                | Category::Cn
-        ));
-        Class::Other
+    match unicode::group(cp) {
+        Group::Letter => Class::Letter,
+        Group::Number => Class::Number,
+        Group::Punctuation => Class::Punct,
+        Group::Symbol => Class::Symbol,
+        Group::Mark => Class::Mark,
+        Group::Separator | Group::Other => Class::Other,
     }
 }
 
