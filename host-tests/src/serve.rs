@@ -10,6 +10,9 @@
 //! queue on the one engine. A streaming client that goes away closes its event channel; the
 //! engine notices at the next piece and stops that reply (the module's stop flag), so the next
 //! request starts at once. Errors use OpenAI's shape `{"error": {"message", "type", ...}}`.
+//! Request fields are checked before a request queues (`check_chat`, `check_embeddings`): a
+//! wrong type or range, or a feature this server lacks (`n` > 1, tools, penalties, log
+//! probabilities, other `dimensions`), is a 400 naming the field, never silently ignored.
 
 use std::io::{Read, Write};
 use std::sync::mpsc;
@@ -37,8 +40,10 @@ pub struct Options {
 /// What the engine thread does for one request.
 enum Job {
     Chat(Value, mpsc::Sender<Event>),
+    /// The texts, the `dimensions` asked for (if any) and where the vectors go.
     Embed(
         Vec<String>,
+        Option<u64>,
         mpsc::Sender<std::result::Result<Vec<Vec<f32>>, String>>,
     ),
 }
@@ -60,6 +65,169 @@ fn error_body(status: u16, message: &str) -> Value {
         _ => "server_error",
     };
     json!({"error": {"message": message, "type": ty, "param": null, "code": null}})
+}
+
+// ---------------------------------------------------------------------------------------------
+// Request parameters
+
+/// A request field that is wrong: its name (OpenAI's `param`) and why.
+struct BadParam(&'static str, String);
+
+fn bad_param_body(e: &BadParam) -> Value {
+    let mut body = error_body(400, &e.1);
+    body["error"]["param"] = json!(e.0);
+    body
+}
+
+/// The fields of a request body, read with their types checked. Absent and `null` are the same:
+/// the field's default.
+struct Fields<'a>(&'a Value);
+
+impl Fields<'_> {
+    fn get(&self, k: &str) -> Option<&Value> {
+        self.0.get(k).filter(|v| !v.is_null())
+    }
+    fn expect(&self, k: &'static str, ok: bool, what: &str) -> Result<(), BadParam> {
+        if self.get(k).is_none() || ok {
+            return Ok(());
+        }
+        let got = self.get(k).map_or(String::new(), |v| v.to_string());
+        Err(BadParam(
+            k,
+            format!("'{k}' must be {what} (got {})", shorten(&got)),
+        ))
+    }
+    fn string(&self, k: &'static str) -> Result<(), BadParam> {
+        self.expect(k, self.get(k).is_some_and(Value::is_string), "a string")
+    }
+    fn boolean(&self, k: &'static str) -> Result<(), BadParam> {
+        self.expect(
+            k,
+            self.get(k).is_some_and(Value::is_boolean),
+            "true or false",
+        )
+    }
+    /// A number in `lo..=hi` (OpenAI's ranges).
+    fn number(&self, k: &'static str, lo: f64, hi: f64) -> Result<(), BadParam> {
+        let ok = self
+            .get(k)
+            .and_then(Value::as_f64)
+            .is_some_and(|v| (lo..=hi).contains(&v));
+        self.expect(k, ok, &format!("a number from {lo} to {hi}"))
+    }
+    fn integer(&self, k: &'static str) -> Result<(), BadParam> {
+        let ok = self.get(k).is_some_and(|v| v.is_i64() || v.is_u64());
+        self.expect(k, ok, "an integer")
+    }
+    fn positive(&self, k: &'static str) -> Result<(), BadParam> {
+        let ok = self.get(k).and_then(Value::as_u64).is_some_and(|n| n >= 1);
+        self.expect(k, ok, "a positive integer")
+    }
+    /// A field this server does not implement: only its neutral value (or none) is accepted.
+    fn neutral(&self, k: &'static str, neutral: bool, what: &str) -> Result<(), BadParam> {
+        match self.get(k) {
+            Some(v) if !neutral => Err(BadParam(
+                k,
+                format!(
+                    "'{k}' is not supported here: {what} (got {})",
+                    shorten(&v.to_string())
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// At most 60 characters of a value, for an error message.
+fn shorten(s: &str) -> String {
+    match s.char_indices().nth(60) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+/// Checks a chat request before it queues: every field the server reads has its type and
+/// OpenAI's range (temperature 0 to 2, top_p 0 to 1), and a field it does not implement is
+/// refused unless it holds its neutral value, so that nothing a client asks for is silently
+/// ignored.
+/// Fields it does not know pass (clients add their own: `user`, `metadata`, ...).
+fn check_chat(body: &Value) -> Result<(), BadParam> {
+    let f = Fields(body);
+    let messages = f.get("messages").and_then(Value::as_array);
+    if messages.is_none_or(Vec::is_empty) {
+        let m = "'messages' must be a non-empty array of messages".to_string();
+        return Err(BadParam("messages", m));
+    }
+    f.string("model")?;
+    f.boolean("stream")?;
+    f.expect(
+        "stream_options",
+        f.get("stream_options").is_some_and(Value::is_object),
+        "an object",
+    )?;
+    Fields(&body["stream_options"]).boolean("include_usage")?;
+    f.number("temperature", 0.0, 2.0)?;
+    f.number("top_p", 0.0, 1.0)?;
+    f.integer("seed")?;
+    f.positive("max_tokens")?;
+    f.positive("max_completion_tokens")?;
+    let stop_ok = match f.get("stop") {
+        Some(Value::Array(a)) => a.iter().all(Value::is_string),
+        v => v.is_none_or(Value::is_string),
+    };
+    f.expect("stop", stop_ok, "a string or an array of strings")?;
+    f.expect(
+        "response_format",
+        f.get("response_format").is_some_and(Value::is_object),
+        "an object",
+    )?;
+    f.neutral(
+        "n",
+        f.get("n").and_then(Value::as_u64) == Some(1),
+        "one choice per request",
+    )?;
+    let zero = |k: &str| f.get(k).and_then(Value::as_f64) == Some(0.0);
+    f.neutral(
+        "presence_penalty",
+        zero("presence_penalty"),
+        "leave it out or send 0",
+    )?;
+    f.neutral(
+        "frequency_penalty",
+        zero("frequency_penalty"),
+        "leave it out or send 0",
+    )?;
+    let empty = |k: &str| match f.get(k) {
+        Some(Value::Object(m)) => m.is_empty(),
+        Some(Value::Array(a)) => a.is_empty(),
+        _ => false,
+    };
+    f.neutral("logit_bias", empty("logit_bias"), "leave it out")?;
+    f.neutral("tools", empty("tools"), "no tool calls")?;
+    f.neutral("functions", empty("functions"), "no function calls")?;
+    let none = matches!(
+        f.get("tool_choice").and_then(Value::as_str),
+        Some("none" | "auto")
+    );
+    f.neutral("tool_choice", none, "no tool calls")?;
+    let no = |k: &str| f.get(k) == Some(&Value::Bool(false));
+    f.neutral("logprobs", no("logprobs"), "no log probabilities")?;
+    f.neutral("top_logprobs", zero("top_logprobs"), "no log probabilities")?;
+    Ok(())
+}
+
+/// Checks an embeddings request before it queues (as [`check_chat`]); `dimensions` is checked
+/// against the model's on the engine.
+fn check_embeddings(body: &Value) -> Result<(), BadParam> {
+    let f = Fields(body);
+    f.string("model")?;
+    let format = f.get("encoding_format").and_then(Value::as_str);
+    f.expect(
+        "encoding_format",
+        matches!(format, Some("float" | "base64")),
+        "\"float\" or \"base64\"",
+    )?;
+    f.positive("dimensions")
 }
 
 /// Runs the server until the process ends.
@@ -192,12 +360,8 @@ fn chat(request: tiny_http::Request, body: Value, jobs: &mpsc::Sender<Job>, mode
             &error_body(400, "no chat model is loaded (--model)"),
         );
     };
-    if !body["messages"].is_array() {
-        return respond_json(
-            request,
-            400,
-            &error_body(400, "'messages' must be an array"),
-        );
+    if let Err(e) = check_chat(&body) {
+        return respond_json(request, 400, &bad_param_body(&e));
     }
     let stream = body["stream"].as_bool().unwrap_or(false);
     let include_usage = body["stream_options"]["include_usage"]
@@ -312,6 +476,9 @@ fn embeddings(
         let m = "no embedding model is loaded (--embed-model)";
         return respond_json(request, 400, &error_body(400, m));
     };
+    if let Err(e) = check_embeddings(&body) {
+        return respond_json(request, 400, &bad_param_body(&e));
+    }
     let texts: Vec<String> = match &body["input"] {
         Value::String(s) => vec![s.clone()],
         Value::Array(a) if a.iter().all(Value::is_string) => a
@@ -326,7 +493,8 @@ fn embeddings(
     let base64 = body["encoding_format"] == "base64";
     let (tx, rx) = mpsc::channel();
     let words: usize = texts.iter().map(|t| t.split_whitespace().count()).sum();
-    if jobs.send(Job::Embed(texts, tx)).is_err() {
+    let dimensions = body["dimensions"].as_u64();
+    if jobs.send(Job::Embed(texts, dimensions, tx)).is_err() {
         return respond_json(request, 500, &error_body(500, "the engine has stopped"));
     }
     match rx.recv() {
@@ -415,7 +583,11 @@ fn engine(
     };
     for job in queue {
         match job {
-            Job::Embed(texts, tx) => {
+            Job::Embed(_, Some(d), tx) if d != dim as u64 => {
+                let m = format!("'dimensions': this model's vectors have {dim} (asked for {d})");
+                let _ = tx.send(Err(m));
+            }
+            Job::Embed(texts, _, tx) => {
                 let refs: Vec<&[u8]> = texts.iter().map(|t| t.as_bytes()).collect();
                 let r = w.embed_batch(&refs, dim).map_err(|e| e.to_string());
                 let _ = tx.send(r);
@@ -462,7 +634,11 @@ fn run_chat(
     let sampling = Sampling {
         temperature: f("temperature", d.temperature),
         top_p: f("top_p", d.top_p),
-        seed: body["seed"].as_u64().unwrap_or(d.seed),
+        // Any integer (check_chat): a negative one by its two's-complement bits.
+        seed: body["seed"]
+            .as_u64()
+            .or(body["seed"].as_i64().map(|v| v as u64))
+            .unwrap_or(d.seed),
         ..d
     };
     w.sampler_set(&sampling).map_err(|e| bad(e.to_string()))?;

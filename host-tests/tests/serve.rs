@@ -100,6 +100,49 @@ fn errors_limits_auth_and_disconnect() {
     );
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("unknown type"), "{body}");
+    // Fields of the wrong type or range, and features the server lacks: a 400 naming the field
+    // (OpenAI's `param`), not a reply that ignores them.
+    let user = r#""messages":[{"role":"user","content":"hi"}]"#;
+    for (extra, param) in [
+        (r#""max_tokens":-5"#, "max_tokens"),
+        (r#""max_tokens":0"#, "max_tokens"),
+        (r#""max_completion_tokens":2.5"#, "max_completion_tokens"),
+        (r#""stream":"yes""#, "stream"),
+        (r#""temperature":"hot""#, "temperature"),
+        (r#""temperature":-1"#, "temperature"),
+        (r#""top_p":1.5"#, "top_p"),
+        (r#""seed":0.5"#, "seed"),
+        (r#""stop":[1,2]"#, "stop"),
+        (r#""n":2"#, "n"),
+        (r#""frequency_penalty":0.5"#, "frequency_penalty"),
+        (r#""tools":[{"type":"function"}]"#, "tools"),
+        (r#""logprobs":true"#, "logprobs"),
+        (r#""response_format":"json""#, "response_format"),
+    ] {
+        let body = format!("{{{user},{extra}}}");
+        let (status, reply) = http(port, "POST", "/v1/chat/completions", auth, &body);
+        assert_eq!(status, 400, "{extra}: {reply}");
+        let v: serde_json::Value = serde_json::from_str(&reply).unwrap();
+        assert_eq!(v["error"]["param"], param, "{extra}: {reply}");
+    }
+    // Their neutral values, fields it does not know, and a negative seed are fine.
+    let body = format!(
+        r#"{{{user},"n":1,"frequency_penalty":0,"tools":[],"tool_choice":"auto","logprobs":false,"seed":-3,"user":"u","max_tokens":2}}"#
+    );
+    let (status, reply) = http(port, "POST", "/v1/chat/completions", auth, &body);
+    assert_eq!(status, 200, "{reply}");
+    for (extra, want) in [
+        (r#""dimensions":3"#, "have 256"),
+        (r#""encoding_format":"int8""#, "encoding_format"),
+    ] {
+        let body = format!(r#"{{"input":"hi",{extra}}}"#);
+        let (status, reply) = http(port, "POST", "/v1/embeddings", auth, &body);
+        assert_eq!(status, 400, "{extra}: {reply}");
+        assert!(reply.contains(want), "{extra}: {reply}");
+    }
+    let body = r#"{"input":"hi","dimensions":256}"#;
+    assert_eq!(http(port, "POST", "/v1/embeddings", auth, body).0, 200);
+
     let big = format!("{{\"messages\": \"{}\"}}", "a".repeat(5 << 20));
     let (status, _) = http(port, "POST", "/v1/chat/completions", auth, &big);
     assert_eq!(status, 413);
