@@ -57,6 +57,7 @@ export interface Message {
   content: string;
 }
 
+/** Any other key, or a value of the wrong kind, makes `chat` reject with INVALID_ARGUMENT. */
 export interface ChatOptions {
   /** Reply tokens at most; 0 = up to the context. */
   maxTokens?: number;

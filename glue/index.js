@@ -54,6 +54,9 @@ async function spawnDriver() {
 /** A URL string or URL as an absolute URL (against the page); other values as they are. */
 const absolute = (s) => (s instanceof URL ? s.href : typeof s === 'string' && !isNode ? new URL(s, globalThis.location?.href).href : s);
 const same = (a, b) => a && b && a.role === b.role && a.content === b.content;
+/** What `chat` takes (index.d.ts, ChatOptions): anything else is a mistake worth an error. */
+const CHAT_OPTIONS = ['maxTokens', 'temperature', 'topK', 'topP', 'minP', 'repeatPenalty', 'repeatWindow', 'seed',
+  'signal', 'responseFormat', 'grammar'];
 
 export class Wasmind {
   /**
@@ -156,9 +159,12 @@ export class Wasmind {
    * `maxTokens` (0: up to the context), `temperature` (0: greedy), `topK`, `topP`, `minP`,
    * `repeatPenalty`, `seed`, `signal` (an AbortSignal: the reply stops and the iteration throws
    * its reason). When the messages extend the conversation the module holds (its own replies
-   * included), only the new ones are read and the KV cache is reused.
+   * included), only the new ones are read and the KV cache is reused. An option not listed here,
+   * or a setting of the wrong kind (`topK: 'all'`, `maxTokens: -1`), rejects with INVALID_ARGUMENT.
    */
   async *chat(messages, options = {}) {
+    const unknown = Object.keys(options).filter((k) => !CHAT_OPTIONS.includes(k));
+    if (unknown.length) throw new WasmindError(1, `unknown chat option ${unknown.map((k) => `'${k}'`).join(', ')} (the options: ${CHAT_OPTIONS.join(', ')})`);
     const { signal, ...sampling } = options;
     signal?.throwIfAborted();
     if (!this.#driver) throw new WasmindError(5, 'no model is loaded (load)');

@@ -296,8 +296,18 @@ export class WasmindModule {
     return this.samplerDefaultsJson;
   }
   /** Sampling for the next replies; what is not given is the module's default
-   *  (samplerDefaults()). temperature 0 is greedy. */
+   *  (samplerDefaults()). temperature 0 is greedy. A setting of the wrong kind (a string, a
+   *  fraction where a count goes, a seed outside 0..2^32 - 1) throws INVALID_ARGUMENT instead of
+   *  being converted; the module checks the ranges of the rest. */
   setSampler({ temperature, topK, topP, minP, repeatPenalty, repeatWindow, seed } = {}) {
+    for (const [name, v] of Object.entries({ temperature, topP, minP, repeatPenalty })) {
+      if (v != null && typeof v !== 'number') throw new WasmindError(1, `sampler: ${name} must be a number, not ${JSON.stringify(v)}`);
+    }
+    for (const [name, v, max] of [['topK', topK, 2 ** 31 - 1], ['repeatWindow', repeatWindow, 2 ** 31 - 1], ['seed', seed, 2 ** 32 - 1]]) {
+      if (v != null && !(Number.isInteger(v) && v >= 0 && v <= max)) {
+        throw new WasmindError(1, `sampler: ${name} must be an integer from 0 to ${max}, not ${JSON.stringify(v)}`);
+      }
+    }
     const d = this.samplerDefaults();
     this.check(this.exports.sampler_set(temperature ?? d.temperature, topK ?? d.top_k, topP ?? d.top_p,
       minP ?? d.min_p, repeatPenalty ?? d.repeat_penalty, repeatWindow ?? d.repeat_window, (seed ?? d.seed) >>> 0));

@@ -204,5 +204,13 @@ test('index.js: responseFormat (json_schema, json_object) and grammar give outpu
     const c = await reply(ai, [{ role: 'user', content: 'Is Paris in France?' }], { ...GREEDY, maxTokens: 8, grammar: 'root ::= "yes" | "no"' });
     assert.match(c.text, /^(yes|no)$/);
     await assert.rejects(reply(ai, ask, { responseFormat: { type: 'xml' } }), (e) => e.status === 'INVALID_ARGUMENT');
+    // Settings of the wrong kind, and options chat does not take, are errors (not converted or ignored).
+    for (const [bad, what] of [[{ temprature: 0.5 }, /unknown chat option 'temprature'/], [{ topK: 'all' }, /topK must be an integer/],
+      [{ topK: 2.5 }, /topK must be an integer/], [{ seed: -1 }, /seed must be an integer/], [{ temperature: '0.5' }, /temperature must be a number/],
+      [{ temperature: NaN }, /temperature/], [{ maxTokens: -1 }, /maxTokens must be an integer/], [{ maxTokens: '8' }, /maxTokens must be an integer/]]) {
+      await assert.rejects(reply(ai, ask, bad), (e) => e.status === 'INVALID_ARGUMENT' && what.test(e.message), JSON.stringify(bad));
+    }
+    const ok = await reply(ai, [{ role: 'user', content: 'Is Paris in France?' }], { ...GREEDY, maxTokens: 8, grammar: 'root ::= "yes" | "no"' });
+    assert.equal(ok.text, c.text); // the module still answers after the refusals
   } finally { await ai.unload(); }
 });
