@@ -11,7 +11,7 @@
 // so the page's main thread is a fine place to call it from. A URL is streamed by the driver
 // straight into the module's memory and kept in the origin private file system (source.js).
 
-import { WasmindError } from './wasmind.js';
+import { WasmindError, describe } from './wasmind.js';
 import { deleteCached, cached, CACHE_NAME } from './source.js';
 
 const isNode = typeof process === 'object' && !!process.versions?.node;
@@ -234,10 +234,14 @@ export class Wasmind {
     return r;
   }
 
-  /** A sentence vector (Float32Array) for a string, or one per string for an array. */
+  /** A sentence vector (Float32Array) for a string, or one per string for an array. Anything
+   *  else (a number, null, an array holding one) rejects with INVALID_ARGUMENT. */
   async embed(text) {
     if (!this.#driver) throw new WasmindError(5, 'no embedder is loaded (loadEmbedder)');
-    const texts = Array.isArray(text) ? text : [text];
+    if (!Array.isArray(text) && typeof text !== 'string') {
+      throw new WasmindError(1, `embed takes a string or an array of strings, not ${describe(text)}`);
+    }
+    const texts = Array.isArray(text) ? text : [text]; // the items are checked by WasmindModule.embed
     const vectors = await this.#call('embed', { texts });
     return Array.isArray(text) ? vectors : vectors[0];
   }

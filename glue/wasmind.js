@@ -29,6 +29,10 @@ export const FAULT = { none: 0, trap: 1, stall: 2 };
 export const MATH = { exp: 0, log: 1, sin: 2, cos: 3, expf4: 4 };
 
 /** A failed call: `code` is the positive WASMIND_E_* status, `status` its name. */
+/** A value for an error message: its type, and the value when short. */
+export const describe = (v) => (v == null ? String(v) : typeof v === 'object' ? `an ${Array.isArray(v) ? 'array' : 'object'}`
+  : `${typeof v} ${String(v).slice(0, 40)}`);
+
 export class WasmindError extends Error {
   constructor(code, message) {
     super(message); this.code = code; this.status = STATUS[code] ?? 'UNKNOWN';
@@ -382,6 +386,9 @@ export class WasmindModule {
   heapInUse() { return this.exports.heap_in_use() >>> 0; }
   /** Sentence vectors for `texts` (strings), one Float32Array each; split across the pool. */
   embed(texts) {
+    if (!Array.isArray(texts)) throw new WasmindError(1, `embed takes an array of strings, not ${describe(texts)}`);
+    const bad = texts.findIndex((t) => typeof t !== 'string');
+    if (bad >= 0) throw new WasmindError(1, `embed takes a string or an array of strings: item ${bad} is ${describe(texts[bad])}`);
     const enc = new TextEncoder(), parts = texts.map((t) => enc.encode(t));
     const offsets = new Uint32Array(parts.length + 1);
     parts.forEach((b, i) => { offsets[i + 1] = offsets[i] + b.length; });

@@ -85,6 +85,9 @@ test('index.js: embed() equals the Python package (cosine ≥ 0.99999); errors; 
     const info = await ai.load(new Blob([bytes]), { context: 256 });
     assert.equal(info.bytes, bytes.byteLength);
     assert.ok(cosine(await ai.embed(rows[1].text), rows[1].embedding) >= 0.99999, 'embedder kept');
+    for (const bad of [42, null, undefined, ['a', 3]]) { // not embedded as the text 'null' or '3'
+      await assert.rejects(ai.embed(bad), (e) => e.status === 'INVALID_ARGUMENT' && /a string or an array of strings/.test(e.message));
+    }
     await ai.unload();
     await assert.rejects(ai.embed('x'), (e) => e.status === 'NO_MODEL');
     await ai.load(bytes, { context: 256 });
