@@ -289,7 +289,7 @@ async function chat({ id, messages, reset, options = {} }) {
   if (reset) wm.resetChat();
   wm.setSampler({ temperature, topK, topP, minP, repeatPenalty, repeatWindow, seed });
   setConstraint(options);
-  for (const m of messages) wm.addMessage(m.role, typeof m.content === 'string' ? m.content : String(m.content ?? ''));
+  for (const m of messages) wm.addMessage(m.role, m.content); // index.js chatMessages: strings
   const x = wm.exports;
   const mine = slot; // this reply's stop slot (the module may be replaced later)
   if (mine) Atomics.store(mine, 0, id);

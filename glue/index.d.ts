@@ -52,9 +52,11 @@ export interface ModelInfo {
   [key: string]: unknown;
 }
 
+/** OpenAI's message shape ('developer' is read as 'system'; 'raw' is text added as it is, no
+ *  template); text parts are joined. Another role or content rejects with INVALID_ARGUMENT. */
 export interface Message {
-  role: 'system' | 'user' | 'assistant' | 'raw';
-  content: string;
+  role: 'system' | 'developer' | 'user' | 'assistant' | 'raw';
+  content: string | { type: 'text'; text: string }[] | null;
 }
 
 /** Any other key, or a value of the wrong kind, makes `chat` reject with INVALID_ARGUMENT. */

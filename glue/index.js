@@ -54,6 +54,30 @@ async function spawnDriver() {
 /** A URL string or URL as an absolute URL (against the page); other values as they are. */
 const absolute = (s) => (s instanceof URL ? s.href : typeof s === 'string' && !isNode ? new URL(s, globalThis.location?.href).href : s);
 const same = (a, b) => a && b && a.role === b.role && a.content === b.content;
+/** `chat`'s messages as the module takes them, `{ role, content }` with a string content, from
+ *  OpenAI's shape (and 'raw': text added as it is): 'developer' is 'system', text parts (`[{ type: 'text', text }]`) are joined, a
+ *  null content is empty. Anything else (another role, a number, an image part) throws
+ *  INVALID_ARGUMENT naming the message, rather than reaching the model as some other text. */
+function chatMessages(messages) {
+  const fail = (m) => { throw new WasmindError(1, m); };
+  if (!Array.isArray(messages)) fail(`chat takes an array of messages ({ role, content }), not ${describe(messages)}`);
+  return messages.map((m, i) => {
+    if (m === null || typeof m !== 'object') fail(`message ${i} is ${describe(m)}, not { role, content }`);
+    const role = m.role === 'developer' ? 'system' : m.role;
+    if (!['system', 'user', 'assistant', 'raw'].includes(role)) {
+      fail(`message ${i}: role ${JSON.stringify(m.role)} is not 'system', 'developer', 'user', 'assistant' or 'raw'`);
+    }
+    let content = m.content ?? '';
+    if (Array.isArray(content)) {
+      const part = content.findIndex((p) => p?.type !== 'text' || typeof p.text !== 'string');
+      if (part >= 0) fail(`message ${i}: content part ${part} is not { type: 'text', text } (only text is read)`);
+      content = content.map((p) => p.text).join('');
+    }
+    if (typeof content !== 'string') fail(`message ${i}: content is ${describe(content)}, not a string or text parts`);
+    return { role, content };
+  });
+}
+
 /** What `chat` takes (index.d.ts, ChatOptions): anything else is a mistake worth an error. */
 const CHAT_OPTIONS = ['maxTokens', 'temperature', 'topK', 'topP', 'minP', 'repeatPenalty', 'repeatWindow', 'seed',
   'signal', 'responseFormat', 'grammar'];
@@ -163,6 +187,7 @@ export class Wasmind {
    * or a setting of the wrong kind (`topK: 'all'`, `maxTokens: -1`), rejects with INVALID_ARGUMENT.
    */
   async *chat(messages, options = {}) {
+    messages = chatMessages(messages);
     const unknown = Object.keys(options).filter((k) => !CHAT_OPTIONS.includes(k));
     if (unknown.length) throw new WasmindError(1, `unknown chat option ${unknown.map((k) => `'${k}'`).join(', ')} (the options: ${CHAT_OPTIONS.join(', ')})`);
     const { signal, ...sampling } = options;
@@ -170,7 +195,7 @@ export class Wasmind {
     if (!this.#driver) throw new WasmindError(5, 'no model is loaded (load)');
     const held = this.#history;
     const extends_ = held !== null && held.length <= messages.length && held.every((m, i) => same(m, messages[i]));
-    const fresh = (extends_ ? messages.slice(held.length) : messages).map((m) => ({ role: m.role, content: m.content }));
+    const fresh = extends_ ? messages.slice(held.length) : messages;
     const queue = []; let wake = null, over = false, failure = null, all = '';
     this.#history = null; // unknown until the reply is over
     const req = this.#call('chat', { messages: fresh, reset: !extends_, options: sampling }, (m) => {
@@ -178,7 +203,7 @@ export class Wasmind {
     });
     this.#chatting = req.id;
     req.then((stats) => {
-      this.#history = [...messages.map((m) => ({ role: m.role, content: m.content })), { role: 'assistant', content: all }];
+      this.#history = [...messages, { role: 'assistant', content: all }];
       this.#stats = stats;
     }, (e) => { failure = e; }).finally(() => {
       over = true; if (this.#chatting === req.id) this.#chatting = null; wake?.();

@@ -316,8 +316,14 @@ export class WasmindModule {
     this.check(this.exports.sampler_set(temperature ?? d.temperature, topK ?? d.top_k, topP ?? d.top_p,
       minP ?? d.min_p, repeatPenalty ?? d.repeat_penalty, repeatWindow ?? d.repeat_window, (seed ?? d.seed) >>> 0));
   }
-  /** Appends a message ('system', 'user', 'assistant' or 'raw'); returns the message count. */
+  /** Appends a message ('system', 'user', 'assistant' or 'raw', or the module's role number);
+   *  returns the message count. Another role, or a text that is not a string, throws
+   *  INVALID_ARGUMENT. */
   addMessage(role, text) {
+    if (!Object.hasOwn(ROLE, role) && !Object.values(ROLE).includes(role)) {
+      throw new WasmindError(1, `addMessage: role ${JSON.stringify(role)} is not one of ${Object.keys(ROLE).join(', ')}`);
+    }
+    if (typeof text !== 'string') throw new WasmindError(1, `addMessage: the text is ${describe(text)}, not a string`);
     const b = new TextEncoder().encode(text);
     return this.withBytes(b, (p) => this.check(this.exports.chat_add(ROLE[role] ?? role, p, b.length)));
   }

@@ -213,7 +213,19 @@ test('index.js: responseFormat (json_schema, json_object) and grammar give outpu
       [{ temperature: NaN }, /temperature/], [{ maxTokens: -1 }, /maxTokens must be an integer/], [{ maxTokens: '8' }, /maxTokens must be an integer/]]) {
       await assert.rejects(reply(ai, ask, bad), (e) => e.status === 'INVALID_ARGUMENT' && what.test(e.message), JSON.stringify(bad));
     }
+    // Messages outside OpenAI's text shape are errors too (not a system message, not the text '42' or '[object Object]').
+    for (const [bad, what] of [['hi', /array of messages/], [[null], /message 0 is null/], [[{ role: 'tool', content: 'x' }], /role "tool"/],
+      [[{ content: 'x' }], /role undefined/], [[{ role: 'user', content: 42 }], /content is number 42/],
+      [[{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }], /content part 0/]]) {
+      await assert.rejects(reply(ai, bad, GREEDY), (e) => e.status === 'INVALID_ARGUMENT' && what.test(e.message), JSON.stringify(bad));
+    }
     const ok = await reply(ai, [{ role: 'user', content: 'Is Paris in France?' }], { ...GREEDY, maxTokens: 8, grammar: 'root ::= "yes" | "no"' });
     assert.equal(ok.text, c.text); // the module still answers after the refusals
+    const parts = [{ type: 'text', text: 'Is Paris ' }, { type: 'text', text: 'in France?' }];
+    await ai.reset();
+    const fromParts = await reply(ai, [{ role: 'developer', content: 'Answer briefly.' }, { role: 'user', content: parts }], { ...GREEDY, maxTokens: 8 });
+    await ai.reset();
+    const fromText = await reply(ai, [{ role: 'system', content: 'Answer briefly.' }, { role: 'user', content: 'Is Paris in France?' }], { ...GREEDY, maxTokens: 8 });
+    assert.equal(fromParts.text, fromText.text); // text parts are joined, 'developer' is 'system'
   } finally { await ai.unload(); }
 });
