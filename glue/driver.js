@@ -22,7 +22,6 @@ const isNode = typeof process === 'object' && !!process.versions?.node;
 const port = isNode ? (await import('node:worker_threads')).parentPort : globalThis;
 const post = (m, transfer) => port.postMessage(m, transfer ?? []);
 const E_CONTEXT_FULL = 6, E_STOPPED = 10, E_END = 11;
-const TEMPLATES = { auto: 0, chatml: 1, llama3: 2, gemma: 3, llama2: 4, mistral: 5 };
 
 let wm = null;            // the WasmindModule
 let config = null;        // Wasmind.create's options
@@ -178,7 +177,7 @@ async function loadModel({ id, source, options = {}, reload = false }) {
   writer.finish({ context });
   modelBytes = total;
   if (typeof source === 'string' || (typeof Blob === 'function' && source instanceof Blob)) model = { source, options };
-  if (template !== undefined) setTemplate(template);
+  if (template !== undefined) wm.setTemplate(template);
   return { ...wm.modelInfo(), bytes: total, fromCache: opened.fromCache, cached: stored || opened.fromCache };
 }
 
@@ -213,7 +212,7 @@ async function loadSplit({ id, source, parts, options, reload }) {
     writer.finish({ context });
     modelBytes = joined.total;
     model = { source, options };
-    if (template !== undefined) setTemplate(template);
+    if (template !== undefined) wm.setTemplate(template);
     return { ...wm.modelInfo(), bytes: joined.total, parts: parts.length, fromCache: opened.every((o) => o.fromCache),
       cached: stored || opened.every((o) => o.fromCache) };
   } catch (e) {
@@ -226,19 +225,13 @@ async function loadSplit({ id, source, parts, options, reload }) {
  *  set_quantize; set before every load (it stays set in the module). */
 function applyQuantize(quantize) {
   if (typeof wm.exports.set_quantize === 'function') {
-    const q = quantize === undefined ? 0 : typeof quantize === 'number' ? quantize : ({ keep: 0, q8_0: 8 })[String(quantize).toLowerCase()];
-    if (q === undefined) throw new WasmindError(1, `unknown quantize type ${quantize}`);
+    const names = { keep: 0, q8_0: 8 }, name = String(quantize).toLowerCase();
+    const q = quantize === undefined ? 0 : Number.isInteger(quantize) ? quantize : Object.hasOwn(names, name) ? names[name] : undefined;
+    if (q === undefined) throw new WasmindError(1, `unknown quantize type ${quantize} ('keep', 'q8_0' or a ggml type id)`);
     wm.check(wm.exports.set_quantize(q));
   } else if (quantize !== undefined && quantize !== 0 && quantize !== 'keep') {
     throw new WasmindError(4, 'this module cannot quantize on load (no set_quantize export)');
   }
-}
-
-function setTemplate(name) {
-  if (typeof wm.setTemplate === 'function') return wm.setTemplate(name);
-  const t = typeof name === 'number' ? name : TEMPLATES[String(name).toLowerCase()];
-  if (t === undefined) throw new WasmindError(1, `unknown chat template ${name}`);
-  wm.check(wm.exports.chat_set_template(t));
 }
 
 async function loadEmbedder({ id, files, options = {}, reload = false }) {

@@ -3,6 +3,8 @@
 /** A Hugging Face URL, any URL, a File/Blob, or the bytes of the file. */
 export type Source = string | URL | Blob | ArrayBuffer | ArrayBufferView;
 
+/** Options of `create`, `load`, `loadEmbedder` and `chat`: another key, or a value of another
+ *  kind (`threads: '2'`, `context: 1.5`), rejects with INVALID_ARGUMENT. */
 export interface CreateOptions {
   /** Threads, the driver included (threaded module only). Default: ¾ of the cores, at most 16. */
   threads?: number;

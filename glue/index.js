@@ -78,9 +78,29 @@ function chatMessages(messages) {
   });
 }
 
-/** What `chat` takes (index.d.ts, ChatOptions): anything else is a mistake worth an error. */
-const CHAT_OPTIONS = ['maxTokens', 'temperature', 'topK', 'topP', 'minP', 'repeatPenalty', 'repeatWindow', 'seed',
-  'signal', 'responseFormat', 'grammar'];
+/** Checks the options of `what` against `kinds` ({ name: kind }): a name not there, or a value of
+ *  another kind, throws INVALID_ARGUMENT (a typo or a '4' is not silently dropped or converted).
+ *  Kinds: 'count' (an integer >= 0), 'positive' (an integer >= 1), 'boolean', 'string',
+ *  'function', 'object', or 'checked' (checked where it is used: the sampler settings in
+ *  WasmindModule.setSampler, quantize in the driver). `undefined` is the default. */
+function checkOptions(what, options, kinds) {
+  if (options === null || typeof options !== 'object') throw new WasmindError(1, `${what}: the options are ${describe(options)}, not an object`);
+  for (const [name, v] of Object.entries(options)) {
+    const kind = kinds[name];
+    if (kind === undefined) throw new WasmindError(1, `${what}: unknown option '${name}' (the options: ${Object.keys(kinds).join(', ')})`);
+    const ok = v === undefined || kind === 'checked'
+      || (kind === 'count' ? Number.isInteger(v) && v >= 0 : kind === 'positive' ? Number.isInteger(v) && v >= 1
+        : kind === 'object' ? v !== null && typeof v === 'object' : typeof v === kind);
+    if (!ok) {
+      const want = { count: 'an integer >= 0', positive: 'an integer >= 1', object: 'an object' }[kind] ?? `a ${kind}`;
+      throw new WasmindError(1, `${what}: ${name} must be ${want}, not ${describe(v)}`);
+    }
+  }
+}
+
+/** What `chat` takes (index.d.ts, ChatOptions). */
+const CHAT_OPTIONS = { maxTokens: 'checked', temperature: 'checked', topK: 'checked', topP: 'checked', minP: 'checked',
+  repeatPenalty: 'checked', repeatWindow: 'checked', seed: 'checked', signal: 'object', responseFormat: 'object', grammar: 'string' };
 
 export class Wasmind {
   /**
@@ -90,6 +110,7 @@ export class Wasmind {
    * `relaxed` (the relaxed-SIMD build; default: when the engine runs relaxed SIMD).
    */
   static async create(options = {}) {
+    checkOptions('Wasmind.create', options, { threads: 'positive', dist: 'checked', threaded: 'boolean', relaxed: 'boolean' });
     const ai = new Wasmind(options);
     await ai.#start();
     return ai;
@@ -168,7 +189,10 @@ export class Wasmind {
    * the model's, at most 4096), `size` (the expected length: a cached copy is checked against it
    * without a HEAD request), `quantize`, `template`. Resolves with the model info.
    */
-  async load(source, { onProgress, cache = true, context = 0, size, quantize, template } = {}) {
+  async load(source, options = {}) {
+    checkOptions('load', options, { onProgress: 'function', cache: 'boolean', context: 'count', size: 'count', quantize: 'checked',
+      template: 'string' });
+    const { onProgress, cache = true, context = 0, size, quantize, template } = options;
     await this.#start();
     source = absolute(source);
     this.#history = [];
@@ -188,8 +212,7 @@ export class Wasmind {
    */
   async *chat(messages, options = {}) {
     messages = chatMessages(messages);
-    const unknown = Object.keys(options).filter((k) => !CHAT_OPTIONS.includes(k));
-    if (unknown.length) throw new WasmindError(1, `unknown chat option ${unknown.map((k) => `'${k}'`).join(', ')} (the options: ${CHAT_OPTIONS.join(', ')})`);
+    checkOptions('chat', options, CHAT_OPTIONS);
     const { signal, ...sampling } = options;
     signal?.throwIfAborted();
     if (!this.#driver) throw new WasmindError(5, 'no model is loaded (load)');
@@ -249,7 +272,9 @@ export class Wasmind {
 
   /** Loads a Model2Vec embedder: a folder URL (model.safetensors, tokenizer.json, config.json)
    *  or { safetensors, tokenizer, config }, each a URL, Blob or bytes. Resolves with { dim }. */
-  async loadEmbedder(source, { cache = true, onProgress } = {}) {
+  async loadEmbedder(source, options = {}) {
+    checkOptions('loadEmbedder', options, { cache: 'boolean', onProgress: 'function' });
+    const { cache = true, onProgress } = options;
     await this.#start();
     const files = typeof source === 'string' || source instanceof URL ? absolute(source)
       : { safetensors: absolute(source.safetensors), tokenizer: absolute(source.tokenizer), config: absolute(source.config) };

@@ -208,7 +208,7 @@ test('index.js: responseFormat (json_schema, json_object) and grammar give outpu
     assert.match(c.text, /^(yes|no)$/);
     await assert.rejects(reply(ai, ask, { responseFormat: { type: 'xml' } }), (e) => e.status === 'INVALID_ARGUMENT');
     // Settings of the wrong kind, and options chat does not take, are errors (not converted or ignored).
-    for (const [bad, what] of [[{ temprature: 0.5 }, /unknown chat option 'temprature'/], [{ topK: 'all' }, /topK must be an integer/],
+    for (const [bad, what] of [[{ temprature: 0.5 }, /chat: unknown option 'temprature'/], [{ topK: 'all' }, /topK must be an integer/],
       [{ topK: 2.5 }, /topK must be an integer/], [{ seed: -1 }, /seed must be an integer/], [{ temperature: '0.5' }, /temperature must be a number/],
       [{ temperature: NaN }, /temperature/], [{ maxTokens: -1 }, /maxTokens must be an integer/], [{ maxTokens: '8' }, /maxTokens must be an integer/]]) {
       await assert.rejects(reply(ai, ask, bad), (e) => e.status === 'INVALID_ARGUMENT' && what.test(e.message), JSON.stringify(bad));
@@ -218,6 +218,11 @@ test('index.js: responseFormat (json_schema, json_object) and grammar give outpu
       [[{ content: 'x' }], /role undefined/], [[{ role: 'user', content: 42 }], /content is number 42/],
       [[{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }], /content part 0/]]) {
       await assert.rejects(reply(ai, bad, GREEDY), (e) => e.status === 'INVALID_ARGUMENT' && what.test(e.message), JSON.stringify(bad));
+    }
+    for (const [call, what] of [[() => Wasmind.create({ thread: 2 }), /unknown option 'thread'/], [() => Wasmind.create({ threads: 1.5 }), /threads must be an integer/],
+      [() => ai.load(MODEL_PATH, { contxt: 64 }), /load: unknown option 'contxt'/], [() => ai.load(MODEL_PATH, { context: '64' }), /context must be an integer/],
+      [() => ai.loadEmbedder(EMBEDDER_DIR, { cache: 'no' }), /cache must be a boolean/]]) {
+      await assert.rejects(call(), (e) => e.status === 'INVALID_ARGUMENT' && what.test(e.message), String(what));
     }
     const ok = await reply(ai, [{ role: 'user', content: 'Is Paris in France?' }], { ...GREEDY, maxTokens: 8, grammar: 'root ::= "yes" | "no"' });
     assert.equal(ok.text, c.text); // the module still answers after the refusals
