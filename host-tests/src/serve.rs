@@ -670,7 +670,7 @@ fn run_chat(
     let max_tokens = body["max_completion_tokens"]
         .as_u64()
         .or(body["max_tokens"].as_u64())
-        .unwrap_or(0) as u32;
+        .map_or(0, |n| n.min(u32::MAX as u64) as u32); // 0: up to the context
     if let Err(e) = w.chat_start(max_tokens).map_err(internal)? {
         return Err(bad(e.message));
     }
