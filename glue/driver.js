@@ -275,12 +275,13 @@ function setConstraint({ grammar, responseFormat: rf } = {}) {
 
 async function chat({ id, messages, reset, options = {} }) {
   // Settings not given are the module's defaults (WasmindModule.setSampler).
-  const { maxTokens = 0, temperature, topK, topP, minP, repeatPenalty, repeatWindow, seed } = options;
+  const { maxTokens = 0, temperature, topK, topP, minP, repeatPenalty, repeatWindow, seed, dropOldest, think } = options;
   if (!(Number.isInteger(maxTokens) && maxTokens >= 0 && maxTokens <= 2 ** 31 - 1)) {
     throw new WasmindError(1, `maxTokens must be an integer from 0 (up to the context) to 2^31 - 1, not ${JSON.stringify(maxTokens)}`);
   }
   if (reset) wm.resetChat();
   wm.setSampler({ temperature, topK, topP, minP, repeatPenalty, repeatWindow, seed });
+  wm.setChatOptions({ dropOldest, think });
   setConstraint(options);
   for (const m of messages) wm.addMessage(m.role, m.content); // index.js chatMessages: strings
   const x = wm.exports;

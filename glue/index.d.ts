@@ -83,6 +83,11 @@ export interface ChatOptions {
     | { type: 'json_schema'; schema: object };
   /** A GBNF grammar (llama.cpp's dialect) the reply must follow; wins over responseFormat. */
   grammar?: string;
+  /** When a new turn does not fit the context, drop the oldest turns (system messages stay)
+   *  instead of rejecting with CONTEXT_FULL. Default false. */
+  dropOldest?: boolean;
+  /** Let a model that can reason think (Qwen3: no empty <think> block). Default false. */
+  think?: boolean;
 }
 
 export interface ChatStats {
@@ -92,6 +97,8 @@ export interface ChatStats {
   decodeTps: number;
   /** 'eog' (end token), 'limit' (maxTokens), 'stopped', 'context_full'. */
   state: string;
+  /** Messages dropped from the conversation so far (`dropOldest`). */
+  droppedMessages: number;
 }
 
 export interface EmbedderFiles {

@@ -100,7 +100,8 @@ function checkOptions(what, options, kinds) {
 
 /** What `chat` takes (index.d.ts, ChatOptions). */
 const CHAT_OPTIONS = { maxTokens: 'checked', temperature: 'checked', topK: 'checked', topP: 'checked', minP: 'checked',
-  repeatPenalty: 'checked', repeatWindow: 'checked', seed: 'checked', signal: 'object', responseFormat: 'object', grammar: 'string' };
+  repeatPenalty: 'checked', repeatWindow: 'checked', seed: 'checked', signal: 'object', responseFormat: 'object', grammar: 'string',
+  dropOldest: 'boolean', think: 'boolean' };
 
 export class Wasmind {
   /**
@@ -206,7 +207,9 @@ export class Wasmind {
    * A reply to OpenAI-shaped `messages` ([{ role, content }]), piece by piece. Options:
    * `maxTokens` (0: up to the context), `temperature` (0: greedy), `topK`, `topP`, `minP`,
    * `repeatPenalty`, `seed`, `signal` (an AbortSignal: the reply stops and the iteration throws
-   * its reason). When the messages extend the conversation the module holds (its own replies
+   * its reason), `dropOldest` (when a new turn does not fit the context, drop the oldest turns,
+   * keeping system messages, instead of rejecting with CONTEXT_FULL), `think` (let a model that
+   * can reason think: Qwen3). When the messages extend the conversation the module holds (its own replies
    * included), only the new ones are read and the KV cache is reused. An option not listed here,
    * or a setting of the wrong kind (`topK: 'all'`, `maxTokens: -1`), rejects with INVALID_ARGUMENT.
    */
@@ -256,11 +259,11 @@ export class Wasmind {
     this.#driver.post({ op: 'stop', target: id });
   }
 
-  /** The last reply's { promptTokens, tokens, prefillTps, decodeTps, state }, or null. */
+  /** The last reply's { promptTokens, tokens, prefillTps, decodeTps, state, droppedMessages }, or null. */
   stats() {
     const s = this.#stats;
     return s && { promptTokens: s.prompt_tokens, tokens: s.tokens, prefillTps: s.prefill_tps,
-      decodeTps: s.decode_tps, state: s.state };
+      decodeTps: s.decode_tps, state: s.state, droppedMessages: s.dropped_messages ?? 0 };
   }
 
   /** The token ids the KV cache holds (the conversation so far; the end token of the last reply

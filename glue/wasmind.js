@@ -23,6 +23,8 @@ export const STATUS = ['OK', 'INVALID_ARGUMENT', 'OUT_OF_MEMORY', 'BAD_FORMAT', 
   'NO_MODEL', 'CONTEXT_FULL', 'INVALID_UTF8', 'BUFFER_TOO_SMALL', 'WRONG_THREAD', 'STOPPED', 'END',
   'HELPER_LOST'];
 export const ROLE = { system: 0, user: 1, assistant: 2, raw: 3 };
+/** `chat_set_options` flags (wasmind.h). */
+const CHAT_DROP_OLDEST = 1, CHAT_THINK = 2;
 const E_CONTEXT_FULL = 6, E_STOPPED = 10, E_END = 11, STOP_FLAG_OFFSET = 64, POOL_LOST_OFFSET = 460;
 /** `pool_inject_fault` kinds (diagnostics): the helper traps, or sleeps for ever holding a chunk. */
 export const FAULT = { none: 0, trap: 1, stall: 2 };
@@ -345,8 +347,12 @@ export class WasmindModule {
     const b = new TextEncoder().encode(name);
     this.withBytes(b, (p) => this.check(this.exports.chat_set_template_name(p, b.length)));
   }
-  /** Drop the oldest turns instead of failing when a new turn does not fit the context. */
-  setDropOldest(on) { this.check(this.exports.chat_set_options(on ? 1 : 0)); }
+  /** Chat options for the next replies: `dropOldest` drops the oldest turns (keeping the system
+   *  messages) instead of failing with CONTEXT_FULL when a new turn does not fit the context;
+   *  `think` lets a model that can reason think (Qwen3: no empty <think> block). Both default off. */
+  setChatOptions({ dropOldest = false, think = false } = {}) {
+    this.check(this.exports.chat_set_options((dropOldest ? CHAT_DROP_OLDEST : 0) | (think ? CHAT_THINK : 0)));
+  }
   /** Generates the reply to the messages added so far, yielding its text piece by piece (whole
    *  UTF-8 each); returns chatStats() (state: 'eog', 'limit', 'stopped' or 'context_full').
    *  Only the tokens new since the last reply are read. Throws if the turn cannot start. */

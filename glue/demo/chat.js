@@ -49,7 +49,8 @@ $('form').onsubmit = async (e) => {
   history.push({ role: 'user', content: text });
   let reply = '';
   try {
-    for await (const piece of ai.chat(history, sampling)) { reply += piece; node.textContent += piece; }
+    // A long conversation loses its oldest turns rather than ending in CONTEXT_FULL.
+    for await (const piece of ai.chat(history, { ...sampling, dropOldest: true })) { reply += piece; node.textContent += piece; }
     history.push({ role: 'assistant', content: reply });
     const s = ai.stats();
     state.replies.push({ text: reply, stats: s });

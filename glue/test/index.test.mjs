@@ -234,3 +234,24 @@ test('index.js: responseFormat (json_schema, json_object) and grammar give outpu
     assert.equal(fromParts.text, fromText.text); // text parts are joined, 'developer' is 'system'
   } finally { await ai.unload(); }
 });
+
+test('index.js: a conversation past the context rejects with CONTEXT_FULL, or drops its oldest turns with dropOldest', async () => {
+  const ai = await Wasmind.create({ threads: 1 });
+  try {
+    await ai.load(MODEL_PATH, { context: 64 });
+    const talk = async (dropOldest) => {
+      const msgs = [{ role: 'system', content: 'Be brief.' }];
+      for (let i = 0; i < 3; i++) {
+        msgs.push({ role: 'user', content: `Tell me a long story about dragon number ${i}.` });
+        const r = await reply(ai, msgs, { ...GREEDY, maxTokens: 20, dropOldest });
+        msgs.push({ role: 'assistant', content: r.text });
+      }
+      return ai.stats();
+    };
+    await assert.rejects(talk(false), (e) => e.status === 'CONTEXT_FULL' && /drop the oldest/.test(e.message));
+    await ai.reset();
+    const s = await talk(true);
+    assert.equal(s.state, 'limit');
+    assert.ok(s.droppedMessages >= 2, JSON.stringify(s));
+  } finally { await ai.unload(); }
+});
