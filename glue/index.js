@@ -55,9 +55,10 @@ async function spawnDriver() {
 const absolute = (s) => (s instanceof URL ? s.href : typeof s === 'string' && !isNode ? new URL(s, globalThis.location?.href).href : s);
 const same = (a, b) => a && b && a.role === b.role && a.content === b.content;
 /** `chat`'s messages as the module takes them, `{ role, content }` with a string content, from
- *  OpenAI's shape (and 'raw': text added as it is): 'developer' is 'system', text parts (`[{ type: 'text', text }]`) are joined, a
- *  null content is empty. Anything else (another role, a number, an image part) throws
- *  INVALID_ARGUMENT naming the message, rather than reaching the model as some other text. */
+ *  OpenAI's shape (and 'raw': text added as it is): 'developer' is 'system', text parts
+ *  (`[{ type: 'text', text }]`) are joined, a null content is empty. Anything else (another
+ *  role, a number, an image part) throws INVALID_ARGUMENT naming the message, rather than
+ *  reaching the model as some other text. */
 function chatMessages(messages) {
   const fail = (m) => { throw new WasmindError(1, m); };
   if (!Array.isArray(messages)) fail(`chat takes an array of messages ({ role, content }), not ${describe(messages)}`);
@@ -86,7 +87,7 @@ function chatMessages(messages) {
 function checkOptions(what, options, kinds) {
   if (options === null || typeof options !== 'object') throw new WasmindError(1, `${what}: the options are ${describe(options)}, not an object`);
   for (const [name, v] of Object.entries(options)) {
-    const kind = kinds[name];
+    const kind = Object.hasOwn(kinds, name) ? kinds[name] : undefined;
     if (kind === undefined) throw new WasmindError(1, `${what}: unknown option '${name}' (the options: ${Object.keys(kinds).join(', ')})`);
     const ok = v === undefined || kind === 'checked'
       || (kind === 'count' ? Number.isInteger(v) && v >= 0 : kind === 'positive' ? Number.isInteger(v) && v >= 1
@@ -209,9 +210,10 @@ export class Wasmind {
    * `repeatPenalty`, `seed`, `signal` (an AbortSignal: the reply stops and the iteration throws
    * its reason), `dropOldest` (when a new turn does not fit the context, drop the oldest turns,
    * keeping system messages, instead of rejecting with CONTEXT_FULL), `think` (let a model that
-   * can reason think: Qwen3). When the messages extend the conversation the module holds (its own replies
-   * included), only the new ones are read and the KV cache is reused. An option not listed here,
-   * or a setting of the wrong kind (`topK: 'all'`, `maxTokens: -1`), rejects with INVALID_ARGUMENT.
+   * can reason think: Qwen3). When the messages extend the conversation the module holds (its
+   * own replies included), only the new ones are read and the KV cache is reused. An option not
+   * listed here, or a setting of the wrong kind (`topK: 'all'`, `maxTokens: -1`), rejects with
+   * INVALID_ARGUMENT.
    */
   async *chat(messages, options = {}) {
     messages = chatMessages(messages);

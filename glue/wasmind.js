@@ -30,11 +30,11 @@ const E_CONTEXT_FULL = 6, E_STOPPED = 10, E_END = 11, STOP_FLAG_OFFSET = 64, POO
 export const FAULT = { none: 0, trap: 1, stall: 2 };
 export const MATH = { exp: 0, log: 1, sin: 2, cos: 3, expf4: 4 };
 
-/** A failed call: `code` is the positive WASMIND_E_* status, `status` its name. */
 /** A value for an error message: its type, and the value when short. */
 export const describe = (v) => (v == null ? String(v) : typeof v === 'object' ? `an ${Array.isArray(v) ? 'array' : 'object'}`
   : `${typeof v} ${String(v).slice(0, 40)}`);
 
+/** A failed call: `code` is the positive WASMIND_E_* status, `status` its name. */
 export class WasmindError extends Error {
   constructor(code, message) {
     super(message); this.code = code; this.status = STATUS[code] ?? 'UNKNOWN';

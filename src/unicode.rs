@@ -3,9 +3,9 @@
 //!
 //! Nothing here is hand-maintained: `build.rs` (`generate_unicode_tables`) asks each source
 //! about every code point and writes compact run tables into `$OUT_DIR/unicode_tables.rs`.
-//! Lookups below 0x800 index a direct table; above it they binary-search the runs (each
-//! `start << 8 | value` in one `u32`). Lowercase is a list of ranges with one delta each, NFD
-//! two tables (u16 for the Basic Multilingual Plane, u32 past it).
+//! Lookups below 0x800 index a direct table; above it they binary-search the runs of the code
+//! point's plane ([`Runs`]: 3 bytes a run). Lowercase is a list of ranges with one delta each,
+//! NFD two tables (u16 for the Basic Multilingual Plane, u32 past it).
 //!
 //! Sources and their Unicode versions (each stated as a constant below):
 //! - [`group`]: the `unicode-general-category` crate ([`UNICODE_VERSION`]), cut to the code

@@ -149,8 +149,7 @@ fn shorten(s: &str) -> String {
 /// Checks a chat request before it queues: every field the server reads has its type and
 /// OpenAI's range (temperature 0 to 2, top_p 0 to 1), and a field it does not implement is
 /// refused unless it holds its neutral value, so that nothing a client asks for is silently
-/// ignored.
-/// Fields it does not know pass (clients add their own: `user`, `metadata`, ...).
+/// ignored. Fields it does not know pass (clients add their own: `user`, `metadata`, ...).
 fn check_chat(body: &Value) -> Result<(), BadParam> {
     let f = Fields(body);
     let messages = f.get("messages").and_then(Value::as_array);
