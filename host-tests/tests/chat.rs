@@ -579,3 +579,35 @@ fn wasmind_chat_twenty_turns_in_512_tokens() {
         }
     }
 }
+
+/// A line that is not UTF-8 is reported and skipped; the chat goes on with the next one.
+#[test]
+fn wasmind_chat_skips_a_line_that_is_not_utf8() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = wasmind_cmd()
+        .args(["chat", "--model", shared(SMOLLM2).to_str().unwrap()])
+        .args(["--ctx", "256", "-n", "12", "--temp", "0"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"hi \xff there\nWhat is the capital of France?\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("line 1 is not valid UTF-8 (byte 4): not sent"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("Paris"), "{stdout}");
+}

@@ -449,12 +449,13 @@ fn embed(args: &Args) -> Result<(), String> {
 
 /// Runs `f` on each line of stdin that holds a JSON string (blank lines are skipped).
 fn for_each_json_string(mut f: impl FnMut(String) -> Result<(), String>) -> Result<(), String> {
-    for line in std::io::stdin().lock().lines() {
-        let line = line.map_err(s)?;
+    for (i, line) in std::io::stdin().lock().lines().enumerate() {
+        let line = line.map_err(|e| format!("stdin line {}: {e}", i + 1))?;
         if line.trim().is_empty() {
             continue;
         }
-        f(serde_json::from_str(&line).map_err(|e| format!("not a JSON string: {e}"))?)?;
+        f(serde_json::from_str(&line)
+            .map_err(|e| format!("stdin line {}: not a JSON string: {e}", i + 1))?)?;
     }
     Ok(())
 }
@@ -686,15 +687,25 @@ fn chat(args: &Args) -> Result<(), String> {
         .map_err(s)?;
     }
     let stdin = std::io::stdin();
-    let mut lines = stdin.lock().lines();
-    loop {
+    // Lines as bytes: one that is not UTF-8 is reported and skipped, not the end of the chat.
+    let mut lines = stdin.lock().split(b'\n');
+    for number in 1.. {
         if interactive {
             eprint!("> ");
             let _ = std::io::stderr().flush();
         }
         let Some(line) = lines.next() else { break };
-        let line = line.map_err(s)?;
-        let line = line.trim();
+        let line = line.map_err(|e| format!("reading stdin: {e}"))?;
+        let line = match std::str::from_utf8(&line) {
+            Ok(line) => line.trim(),
+            Err(e) => {
+                eprintln!(
+                    "[line {number} is not valid UTF-8 (byte {}): not sent]",
+                    e.valid_up_to() + 1
+                );
+                continue;
+            }
+        };
         match line {
             "" => continue,
             "/exit" | "/quit" => break,
