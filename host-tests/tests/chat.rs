@@ -530,39 +530,13 @@ fn generate_json_gives_llama_cpps_prompt_and_reply() {
 /// context is full and exits cleanly; with it, every turn gets a reply.
 #[test]
 fn wasmind_chat_twenty_turns_in_512_tokens() {
-    use std::io::Write;
-    use std::process::Stdio;
     let script: String = QUESTIONS.iter().map(|q| format!("{q}\n")).collect();
     for drop in [false, true] {
-        let mut cmd = wasmind_cmd();
-        cmd.args([
-            "chat",
-            "--model",
-            shared(SMOLLM2).to_str().unwrap(),
-            "--ctx",
-            "512",
-            "-n",
-            "40",
-            "--seed",
-            "3",
-            "--stats",
-        ]);
+        let mut args = vec!["--ctx", "512", "-n", "40", "--seed", "3", "--stats"];
         if drop {
-            cmd.arg("--drop-oldest");
+            args.push("--drop-oldest");
         }
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(script.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
+        let out = wasmind_chat(&args, script.as_bytes());
         let stderr = String::from_utf8_lossy(&out.stderr);
         println!("--drop-oldest {drop}: stderr:\n{stderr}");
         assert!(out.status.success(), "{stderr}");
@@ -583,23 +557,10 @@ fn wasmind_chat_twenty_turns_in_512_tokens() {
 /// A line that is not UTF-8 is reported and skipped; the chat goes on with the next one.
 #[test]
 fn wasmind_chat_skips_a_line_that_is_not_utf8() {
-    use std::io::Write;
-    use std::process::Stdio;
-    let mut child = wasmind_cmd()
-        .args(["chat", "--model", shared(SMOLLM2).to_str().unwrap()])
-        .args(["--ctx", "256", "-n", "12", "--temp", "0"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"hi \xff there\nWhat is the capital of France?\n")
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = wasmind_chat(
+        &["--ctx", "256", "-n", "12", "--temp", "0"],
+        b"hi \xff there\nWhat is the capital of France?\n",
+    );
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),
@@ -610,4 +571,12 @@ fn wasmind_chat_skips_a_line_that_is_not_utf8() {
         "{stderr}"
     );
     assert!(stdout.contains("Paris"), "{stdout}");
+}
+
+/// `wasmind chat --model SmolLM2 args…` with `stdin` as its input, to the end.
+fn wasmind_chat(args: &[&str], stdin: &[u8]) -> std::process::Output {
+    let model = shared(SMOLLM2);
+    let mut all = vec!["chat", "--model", model.to_str().unwrap()];
+    all.extend_from_slice(args);
+    wasmind_piped(&all, stdin)
 }
