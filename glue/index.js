@@ -280,8 +280,15 @@ export class Wasmind {
   async loadEmbedder(source, options = {}) {
     checkOptions('loadEmbedder', options, { cache: 'boolean', onProgress: 'function' });
     const { cache = true, onProgress } = options;
+    const folder = typeof source === 'string' || source instanceof URL;
+    if (!folder) {
+      const missing = source !== null && typeof source === 'object' && !Array.isArray(source)
+        ? ['safetensors', 'tokenizer', 'config'].filter((k) => source[k] == null) : null;
+      if (missing === null) throw new WasmindError(1, `loadEmbedder takes a folder URL or { safetensors, tokenizer, config }, not ${describe(source)}`);
+      if (missing.length) throw new WasmindError(1, `loadEmbedder: ${missing.join(', ')} missing (give { safetensors, tokenizer, config })`);
+    }
     await this.#start();
-    const files = typeof source === 'string' || source instanceof URL ? absolute(source)
+    const files = folder ? absolute(source)
       : { safetensors: absolute(source.safetensors), tokenizer: absolute(source.tokenizer), config: absolute(source.config) };
     const r = await this.#call('loadEmbedder', { files, options: { cache } },
       (m) => m.event === 'progress' && onProgress?.({ loaded: m.loaded, total: m.total }));
