@@ -1,6 +1,7 @@
 // `npm pack` makes a package that works: installed into a scratch folder (no network), imported
 // from Node by its name, it starts the driver, loads the Model2Vec files and embeds, its types
-// file is there, and the low-level glue is reachable as `wasmind/low-level`.
+// file is there and a TypeScript program type-checks against it (tsc from the devDependencies),
+// and the low-level glue is reachable as `wasmind/low-level`.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -37,6 +38,29 @@ test('npm pack + install into a scratch folder + import from Node', { timeout: 1
       console.log(JSON.stringify({ threaded: ai.threaded, dim, length: v.length, lowLevel: st.threaded }));`);
     const result = JSON.parse(execFileSync(process.execPath, ['use.mjs'], { cwd: scratch, encoding: 'utf8', timeout: 60000 }));
     assert.deepEqual(result, { threaded: true, dim: 256, length: 256, lowLevel: false });
+    // The types: a TypeScript program using the page API type-checks against the installed
+    // package (resolved through its "exports"), and one that misuses it does not.
+    const tsc = join(root, 'node_modules/typescript/bin/tsc');
+    const check = (code) => {
+      writeFileSync(join(scratch, 'use.ts'), code);
+      try {
+        execFileSync(process.execPath, [tsc, '--noEmit', '--strict', '--target', 'es2022', '--lib', 'es2022,dom',
+          '--module', 'nodenext', '--moduleResolution', 'nodenext', 'use.ts'], { cwd: scratch, encoding: 'utf8' });
+        return '';
+      } catch (e) { return e.stdout || String(e); }
+    };
+    const good = `import { Wasmind, type Message } from 'wasmind';
+      const ai = await Wasmind.create({ threads: 2 });
+      const info = await ai.load('model.gguf', { context: 512, onProgress: (p) => console.log(p.loaded / p.total) });
+      const m: Message[] = [{ role: 'developer', content: 'Be brief.' }, { role: 'user', content: [{ type: 'text', text: 'Hi' }] }];
+      for await (const piece of ai.chat(m, { maxTokens: 8, temperature: 0, dropOldest: true, responseFormat: { type: 'json_object' } })) console.log(piece);
+      const s = ai.stats(); if (s) console.log(s.state, s.droppedMessages, info.context);
+      const v: Float32Array = await ai.embed('x'); const vs: Float32Array[] = await ai.embed(['x', 'y']); console.log(v, vs);
+      export {};`;
+    assert.equal(check(good), '');
+    assert.match(check(`import { Wasmind } from 'wasmind';
+      const ai = await Wasmind.create({ threads: '2' });
+      export {};`), /use\.ts\(2,\d+\): error TS2322/); // threads: a number
   } finally {
     rmSync(scratch, { recursive: true, force: true });
   }
