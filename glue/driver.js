@@ -276,9 +276,6 @@ function setConstraint({ grammar, responseFormat: rf } = {}) {
 async function chat({ id, messages, reset, options = {} }) {
   // Settings not given are the module's defaults (WasmindModule.setSampler).
   const { maxTokens = 0, temperature, topK, topP, minP, repeatPenalty, repeatWindow, seed, dropOldest, think } = options;
-  if (!(Number.isInteger(maxTokens) && maxTokens >= 0 && maxTokens <= 2 ** 31 - 1)) {
-    throw new WasmindError(1, `maxTokens must be an integer from 0 (up to the context) to 2^31 - 1, not ${JSON.stringify(maxTokens)}`);
-  }
   if (reset) wm.resetChat();
   wm.setSampler({ temperature, topK, topP, minP, repeatPenalty, repeatWindow, seed });
   wm.setChatOptions({ dropOldest, think });
@@ -289,7 +286,7 @@ async function chat({ id, messages, reset, options = {} }) {
   if (mine) Atomics.store(mine, 0, id);
   active = id;
   try {
-    wm.check(x.chat_start(maxTokens, performance.now()));
+    wm.startReply(maxTokens);
     for (;;) {
       if (stopped.has(id)) x.request_stop();
       const n = x.chat_next(performance.now());

@@ -11,7 +11,7 @@
 // so the page's main thread is a fine place to call it from. A URL is streamed by the driver
 // straight into the module's memory and kept in the origin private file system (source.js).
 
-import { WasmindError, describe } from './wasmind.js';
+import { WasmindError, describe, ROLE } from './wasmind.js';
 import { deleteCached, cached, CACHE_NAME } from './source.js';
 
 const isNode = typeof process === 'object' && !!process.versions?.node;
@@ -65,8 +65,8 @@ function chatMessages(messages) {
   return messages.map((m, i) => {
     if (m === null || typeof m !== 'object') fail(`message ${i} is ${describe(m)}, not { role, content }`);
     const role = m.role === 'developer' ? 'system' : m.role;
-    if (!['system', 'user', 'assistant', 'raw'].includes(role)) {
-      fail(`message ${i}: role ${JSON.stringify(m.role)} is not 'system', 'developer', 'user', 'assistant' or 'raw'`);
+    if (typeof role !== 'string' || !Object.hasOwn(ROLE, role)) {
+      fail(`message ${i}: role ${JSON.stringify(m.role)} is not one of developer, ${Object.keys(ROLE).join(', ')}`);
     }
     let content = m.content ?? '';
     if (Array.isArray(content)) {

@@ -353,11 +353,20 @@ export class WasmindModule {
   setChatOptions({ dropOldest = false, think = false } = {}) {
     this.check(this.exports.chat_set_options((dropOldest ? CHAT_DROP_OLDEST : 0) | (think ? CHAT_THINK : 0)));
   }
+  /** Starts a reply of at most `maxTokens` tokens (0: up to the context) to the messages added
+   *  so far; chat_next then gives its pieces (reply() does both). A `maxTokens` that is not an
+   *  integer from 0 to 2^31 - 1 throws INVALID_ARGUMENT, as does a turn that cannot start. */
+  startReply(maxTokens = 0) {
+    if (!(Number.isInteger(maxTokens) && maxTokens >= 0 && maxTokens <= 2 ** 31 - 1)) {
+      throw new WasmindError(1, `maxTokens must be an integer from 0 (up to the context) to 2^31 - 1, not ${JSON.stringify(maxTokens)}`);
+    }
+    this.check(this.exports.chat_start(maxTokens, performance.now()));
+  }
   /** Generates the reply to the messages added so far, yielding its text piece by piece (whole
    *  UTF-8 each); returns chatStats() (state: 'eog', 'limit', 'stopped' or 'context_full').
    *  Only the tokens new since the last reply are read. Throws if the turn cannot start. */
   *reply({ maxTokens = 0 } = {}) {
-    this.check(this.exports.chat_start(maxTokens, performance.now()));
+    this.startReply(maxTokens);
     for (;;) {
       const n = this.exports.chat_next(performance.now());
       if (n === -E_END || n === -E_STOPPED || n === -E_CONTEXT_FULL) break;
