@@ -10,14 +10,16 @@
 //!   (each may be left out, the order kept), `additionalProperties` false (the default here, as
 //!   in llama.cpp when `properties` are given), true or a schema (further keys after the
 //!   declared ones); `{"type": "object"}` alone is any object;
-//! - arrays: `items` with `minItems` / `maxItems`, tuples (`prefixItems` or an `items` array);
+//! - arrays: `items` (any values without it) with `minItems` / `maxItems`, tuples
+//!   (`prefixItems` or an `items` array); bounds no value meets (`maxItems < minItems`,
+//!   `maxLength < minLength`, an empty integer range) are UNSUPPORTED errors;
 //! - strings: `minLength` / `maxLength`, `format` `date`, `time`, `date-time`, `uuid`,
 //!   `pattern` (a regular expression anchored with `^...$`: literals, `.`, classes, groups,
 //!   `|`, `* + ? {m,n}`, `\d \w \s` and escapes; backreferences and lookarounds are
 //!   UNSUPPORTED errors);
-//! - integers with `minimum` / `maximum` (`exclusive*` too) when the range is small (at most
-//!   [`MAX_INT_RANGE`] values, listed) or only bounded below by 0 or 1; numbers' bounds are
-//!   ignored, as in llama.cpp;
+//! - integers with `minimum` / `maximum` (`exclusive*` too; with both kinds the tighter bound)
+//!   when the range is small (at most [`MAX_INT_RANGE`] values, listed) or only bounded below
+//!   by 0 or 1; numbers' bounds are ignored, as in llama.cpp;
 //! - `number`, `integer`, `boolean`, `null`, `string`, and no type at all (any value).
 //!
 //! [`json_object`] is `{"type": "json_object"}` mode: any JSON object.
@@ -458,7 +460,8 @@ impl<'s> Converter<'s> {
         {
             return self.object(s, name, d);
         }
-        if is("array") && (s.get("items").is_some() || s.get("prefixItems").is_some()) {
+        let array_keys = ["items", "prefixItems", "minItems", "maxItems"];
+        if is("array") && array_keys.iter().any(|k| s.get(k).is_some()) {
             return self.array(s, name, d);
         }
         if is("string") {
@@ -493,6 +496,12 @@ impl<'s> Converter<'s> {
         {
             let min = self.count(s, "minLength", name)?.unwrap_or(0);
             let max = self.count(s, "maxLength", name)?;
+            if max.is_some_and(|m| m < min) {
+                bail!(
+                    Status::Unsupported,
+                    "schema: maxLength < minLength at {name}"
+                );
+            }
             let ch = self.primitive("char");
             let reps = match max {
                 Some(m) if m == min => format!("{ch}{{{m}}}"),
@@ -706,15 +715,14 @@ impl<'s> Converter<'s> {
                 }),
             }
         };
+        // Both an inclusive and an exclusive bound: a value must meet both (the tighter one).
         let min = match (bound("minimum")?, bound("exclusiveMinimum")?) {
-            (Some(m), _) => Some(m),
-            (None, Some(m)) => Some(m.saturating_add(1)),
-            _ => None,
+            (Some(m), Some(x)) => Some(m.max(x.saturating_add(1))),
+            (m, x) => m.or(x.map(|x| x.saturating_add(1))),
         };
         let max = match (bound("maximum")?, bound("exclusiveMaximum")?) {
-            (Some(m), _) => Some(m),
-            (None, Some(m)) => Some(m.saturating_sub(1)),
-            _ => None,
+            (Some(m), Some(x)) => Some(m.min(x.saturating_sub(1))),
+            (m, x) => m.or(x.map(|x| x.saturating_sub(1))),
         };
         if min.is_none() && max.is_none() {
             return Ok(None);

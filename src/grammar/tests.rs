@@ -301,6 +301,12 @@ fn schema_arrays_enums_consts_anyof_refs() {
         &[r#""abc""#, "true"],
     );
     check_schema(r#"{"type":["string","null"]}"#, &["null", r#""s""#], &["1"]);
+    // Item counts without an item schema still count (any values).
+    check_schema(
+        r#"{"type":"array","minItems":1,"maxItems":2}"#,
+        &[r#"[1]"#, r#"["a", {"b": null}]"#],
+        &["[]", "[1, 2, 3]"],
+    );
     let tree = r##"{"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#/$defs/node"}}},"required":["v"]}},"$ref":"#/$defs/node"}"##;
     check_schema(
         tree,
@@ -360,6 +366,17 @@ fn schema_strings_formats_patterns_and_integer_ranges() {
         &["-3", "12", "1.0"],
     );
     check_schema(r#"{"type":"integer","minimum":0}"#, &["0", "123"], &["-1"]);
+    // An inclusive and an exclusive bound together: the tighter of each pair holds.
+    check_schema(
+        r#"{"type":"integer","minimum":2,"exclusiveMinimum":3,"maximum":9,"exclusiveMaximum":6}"#,
+        &["4", "5"],
+        &["2", "3", "6", "9"],
+    );
+    check_schema(
+        r#"{"type":"integer","minimum":4,"exclusiveMinimum":0,"maximum":5,"exclusiveMaximum":60}"#,
+        &["4", "5"],
+        &["1", "3", "6"],
+    );
 }
 
 #[test]
@@ -381,6 +398,19 @@ fn schema_errors() {
         (
             r#"{"properties":{"a":{}},"required":["b"]}"#,
             "not in properties",
+        ),
+        // Bounds no value meets are refused by the converter, not left to the GBNF parser.
+        (
+            r#"{"type":"string","minLength":5,"maxLength":2}"#,
+            "maxLength < minLength",
+        ),
+        (
+            r#"{"type":"array","minItems":3,"maxItems":1}"#,
+            "maxItems < minItems",
+        ),
+        (
+            r#"{"type":"integer","minimum":3,"exclusiveMaximum":3}"#,
+            "empty integer range",
         ),
     ] {
         let e = schema::to_gbnf(s.as_bytes())
