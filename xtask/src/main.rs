@@ -158,7 +158,7 @@ fn lint() -> Result<(), String> {
 }
 
 /// The fuzz targets (host-tests/fuzz, cargo fuzz on nightly) and the real files that seed them.
-const FUZZ_TARGETS: [(&str, &[&str]); 7] = [
+const FUZZ_TARGETS: [(&str, &[&str]); 8] = [
     (
         "gguf_model",
         &[
@@ -181,6 +181,7 @@ const FUZZ_TARGETS: [(&str, &[&str]); 7] = [
     ),
     ("chat", &["reference/prompts.json"]),
     ("decimal", &[]),
+    ("grammar", &[]),
 ];
 
 /// `cargo xtask fuzz [--seconds N] [TARGET]`: runs each target (or one) for N seconds (default
@@ -216,12 +217,15 @@ fn fuzz(args: &[String]) -> Result<(), String> {
         }
         let corpus = fuzz_dir.join("corpus").join(name);
         std::fs::create_dir_all(&corpus).map_err(|e| format!("{}: {e}", corpus.display()))?;
-        if name == "embed" {
-            for (file, bytes) in model2vec_seeds() {
-                let to = corpus.join(file);
-                if !to.exists() {
-                    std::fs::write(&to, bytes).map_err(|e| format!("{}: {e}", to.display()))?;
-                }
+        let made = match name {
+            "embed" => model2vec_seeds(),
+            "grammar" => grammar_seeds(),
+            _ => Vec::new(),
+        };
+        for (file, bytes) in made {
+            let to = corpus.join(file);
+            if !to.exists() {
+                std::fs::write(&to, bytes).map_err(|e| format!("{}: {e}", to.display()))?;
             }
         }
         for seed in seeds {
@@ -340,6 +344,62 @@ fn model2vec_seeds() -> Vec<(&'static str, Vec<u8>)> {
             ]),
         ),
     ]
+}
+
+/// Seeds for the `grammar` target (`kind byte + grammar \0\xFF\0 reply \0\xFF\0 token bytes`,
+/// kind 0 GBNF, 1 JSON schema, 2 any JSON object): grammars and schemas with the features the
+/// parser and the converter know, each with a reply that matches it.
+fn grammar_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    let seeds: [(&str, u8, &str, &str); 6] = [
+        (
+            "seed-gbnf-list",
+            0,
+            "root ::= item (\",\" ws item)* \".\"\nitem ::= [a-z]+ | \"\\u00e9t\u{e9}\" | num\nnum ::= \"-\"? [0-9]{1,3}\nws ::= [ \\t\\n]* # spaces",
+            "one, two,\t-42, \u{e9}t\u{e9}.",
+        ),
+        (
+            "seed-gbnf-classes",
+            0,
+            "root ::= ( [^\\x00-\\x1f\"] | \"\\\\\" . )* end\nend ::= \"!\"{2,} | [\\U0001F600-\\U0001F64F]?",
+            "say \\\"hi\\\" \u{1F600}",
+        ),
+        (
+            "seed-schema-object",
+            1,
+            r#"{"type":"object","properties":{"name":{"type":"string","minLength":1,"maxLength":8},"age":{"type":"integer","minimum":0,"maximum":150},"tags":{"type":"array","items":{"enum":["a","b",3,null]},"maxItems":3}},"required":["name"],"additionalProperties":false}"#,
+            r#"{"name": "Ada", "age": 36, "tags": ["a", 3]}"#,
+        ),
+        (
+            "seed-schema-refs",
+            1,
+            r##"{"$defs":{"node":{"type":"object","properties":{"v":{"type":["number","null"]},"next":{"anyOf":[{"$ref":"#/$defs/node"},{"const":false}]}}}},"$ref":"#/$defs/node"}"##,
+            r#"{"v": 1.5e3, "next": {"v": null, "next": false}}"#,
+        ),
+        (
+            "seed-schema-formats",
+            1,
+            r#"{"type":"array","prefixItems":[{"type":"string","format":"date"},{"type":"string","pattern":"^[A-Z]{2}-\\d+$"},{"type":"string","format":"uuid"}],"items":false}"#,
+            r#"["2026-12-02", "AB-12", "123e4567-e89b-12d3-a456-426614174000"]"#,
+        ),
+        (
+            "seed-json-object",
+            2,
+            "",
+            r#"{"a": [1, {"b": "\u00e9"}], "c": true}"#,
+        ),
+    ];
+    seeds
+        .into_iter()
+        .map(|(file, kind, grammar, reply)| {
+            let mut out = vec![kind];
+            out.extend_from_slice(grammar.as_bytes());
+            for part in [reply.as_bytes(), b"\x07{\x00}\x01\"\x00\x10\x00"] {
+                out.extend_from_slice(b"\0\xFF\0");
+                out.extend_from_slice(part);
+            }
+            (file, out)
+        })
+        .collect()
 }
 
 /// The long version of the soak tests (host-tests/tests/leaks.rs in wasmtime,

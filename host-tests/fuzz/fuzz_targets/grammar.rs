@@ -1,0 +1,144 @@
+//! Grammars and JSON schemas from any bytes (what `--grammar`, `--json-schema`,
+//! `response_format` and `setGrammar` hand the module), then a reply matched against them.
+//!
+//! Input: `kind byte + grammar text \0\xFF\0 reply text \0\xFF\0 token bytes`. Checks, beyond
+//! "no panic, no hang":
+//! - a schema the converter accepts becomes GBNF the parser accepts, or is refused for a cap
+//!   (size, rules, nesting, repetition count) or left recursion, never for a syntax error;
+//! - the reply accepted in two pieces is accepted whole, and the other way round; a refused
+//!   piece leaves the matcher as it was;
+//! - for tokens of SmolLM2's vocabulary, `allows` (the trie walk), `allowed_tokens` (the whole
+//!   vocabulary's mask) and `accept_token` (advancing the stacks) agree, before and after a
+//!   few accepted tokens.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use std::sync::OnceLock;
+use wasmind::error::{Error, Status};
+use wasmind::grammar::{self, Grammar, Matcher, TokenTable, schema};
+
+/// Why a converted schema may still be refused by the parser.
+const CAP_ERRORS: [&str; 5] = [
+    "too many rules",
+    "too large once repetitions are expanded",
+    "nested too deeply",
+    "exceeds",
+    "left-recursive",
+];
+
+/// An error that says the input did not match (rather than a cap).
+fn is_mismatch(e: &Error) -> bool {
+    matches!(e.status, Status::InvalidArgument | Status::InvalidUtf8)
+}
+
+fn table() -> &'static TokenTable {
+    static TABLE: OnceLock<TokenTable> = OnceLock::new();
+    TABLE.get_or_init(|| TokenTable::new(wasmind_fuzz::smollm2()).expect("token table"))
+}
+
+/// `allows` and `accept_token` agree on `ids` in the matcher's current state, and with the
+/// vocabulary's mask when one is given (it costs a walk over all 49,152 tokens).
+fn tokens_agree(m: &mut Matcher, ids: &[u32], mask: Option<&mut Vec<bool>>) {
+    // None: no mask asked for, or a cap (too many paths or too much work).
+    let mask = mask.and_then(|mask| m.allowed_tokens(table(), mask).is_ok().then_some(&**mask));
+    for &id in ids {
+        let Ok(allows) = m.allows(table(), id) else {
+            continue;
+        };
+        if let Some(mask) = mask {
+            assert_eq!(
+                allows, mask[id as usize],
+                "allows vs allowed_tokens, token {id}"
+            );
+        }
+        let mut next = m.clone();
+        match next.accept_token(table(), id) {
+            Ok(()) => assert!(allows, "token {id} was accepted but not allowed"),
+            Err(e) if is_mismatch(&e) => assert!(!allows, "token {id} allowed but refused: {e}"),
+            Err(_) => {}
+        }
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let [spec, reply, tokens] = wasmind_fuzz::three_parts(data);
+    let Some((&k, spec)) = spec.split_first() else {
+        return;
+    };
+    let kind = match k % 3 {
+        0 => grammar::KIND_GBNF,
+        1 => grammar::KIND_JSON_SCHEMA,
+        _ => grammar::KIND_JSON_OBJECT,
+    };
+    if kind == grammar::KIND_JSON_SCHEMA
+        && let Ok(gbnf) = schema::to_gbnf(spec)
+        && let Err(e) = Grammar::parse(&gbnf)
+    {
+        let why = e.message.as_str();
+        assert!(
+            CAP_ERRORS.iter().any(|c| why.contains(c)),
+            "the schema's GBNF does not parse: {why}\n{gbnf}"
+        );
+    }
+    let Ok(Some(g)) = grammar::compile(kind, spec) else {
+        return;
+    };
+    let Ok(start) = Matcher::new(g) else {
+        return;
+    };
+
+    // The reply in two pieces, split where the first token byte says, against it whole.
+    let cut = tokens
+        .first()
+        .map_or(0, |&b| b as usize % (reply.len() + 1));
+    let mut whole = start.clone();
+    let whole_ok = match whole.accept_bytes(reply) {
+        Ok(()) => Some(true),
+        Err(e) if is_mismatch(&e) => Some(false),
+        Err(_) => None,
+    };
+    let mut pieces = start.clone();
+    let mut pieces_ok = Some(true);
+    for piece in [&reply[..cut], &reply[cut..]] {
+        let before = (pieces.paths(), pieces.can_end(), pieces.is_alive());
+        match pieces.accept_bytes(piece) {
+            Ok(()) => {}
+            Err(e) => {
+                let after = (pieces.paths(), pieces.can_end(), pieces.is_alive());
+                assert_eq!(before, after, "a refused piece changed the matcher: {e}");
+                pieces_ok = if is_mismatch(&e) { Some(false) } else { None };
+                break;
+            }
+        }
+    }
+    if let (Some(w), Some(p)) = (whole_ok, pieces_ok) {
+        assert_eq!(w, p, "reply accepted whole: {w}, in pieces at {cut}: {p}");
+        if w {
+            assert_eq!(
+                whole.can_end(),
+                pieces.can_end(),
+                "can_end whole vs in pieces"
+            );
+        }
+    }
+
+    // Tokens: ids from pairs of bytes; the first few are accepted in turn where allowed.
+    let n = table().len() as u32;
+    let ids: Vec<u32> = tokens
+        .chunks_exact(2)
+        .take(16)
+        .map(|p| u16::from_le_bytes([p[0], p[1]]) as u32 % n)
+        .collect();
+    let mut mask = vec![false; n as usize];
+    let mut m = if whole_ok == Some(true) { whole } else { start };
+    for step in 0..3 {
+        tokens_agree(&mut m, &ids, (step == 0).then_some(&mut mask));
+        let allowed = |&&id: &&u32| m.clone().allows(table(), id).unwrap_or(false);
+        let Some(&id) = ids.iter().skip(step).find(allowed) else {
+            break;
+        };
+        if m.accept_token(table(), id).is_err() {
+            break;
+        }
+    }
+});
