@@ -13,7 +13,7 @@ use host_tests::{
 use serde_json::{Value, json};
 
 /// Ten schemas: nested objects, arrays, enums, optional properties, `$ref`, `anyOf`, formats,
-/// patterns. Every string has a `maxLength` and every array a `maxItems`, so each reply is
+/// patterns, integer and number bounds. Every string has a `maxLength` and every array a `maxItems`, so each reply is
 /// bounded and ends inside `MAX_TOKENS` even for the random-weight tiny models.
 fn schemas() -> Vec<Value> {
     let s = |n: u32| json!({"type": "string", "maxLength": n});
@@ -23,7 +23,8 @@ fn schemas() -> Vec<Value> {
             "email": s(60)}, "required": ["name", "age"]}),
         json!({"type": "object", "properties": {
             "sentiment": {"enum": ["positive", "negative", "neutral"]},
-            "confidence": {"type": "number"}}, "required": ["sentiment", "confidence"]}),
+            "confidence": {"type": "number", "minimum": 0, "maximum": 1}},
+            "required": ["sentiment", "confidence"]}),
         json!({"type": "object", "properties": {
             "items": {"type": "array", "items": s(30), "minItems": 1, "maxItems": 5}},
             "required": ["items"]}),
@@ -48,8 +49,8 @@ fn schemas() -> Vec<Value> {
                 "required": ["name", "role"]}}},
             "required": ["people"]}),
         json!({"$defs": {"point": {"type": "object", "properties": {
-                "x": {"type": "integer", "minimum": -100, "maximum": 100},
-                "y": {"type": "integer", "minimum": -100, "maximum": 100}},
+                "x": {"type": "integer", "minimum": -1000, "maximum": 1000},
+                "y": {"type": "number", "exclusiveMinimum": -1000, "exclusiveMaximum": 1000}},
                 "required": ["x", "y"]}},
             "type": "object", "properties": {
                 "from": {"$ref": "#/$defs/point"}, "to": {"$ref": "#/$defs/point"}},

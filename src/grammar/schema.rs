@@ -3,30 +3,35 @@
 //! the same reading of the schema:
 //!
 //! - `$ref` to `#`, `#/definitions/..`, `#/$defs/..` (any JSON pointer within the schema;
-//!   recursive references become recursive rules);
+//!   recursive references become recursive rules), with only annotations beside it;
 //! - `anyOf` / `oneOf` (alternatives), `type` arrays, `const`, `enum` (the values as
-//!   compact JSON);
+//!   compact JSON), `allOf` of one schema;
 //! - objects: `properties` in their order, the `required` ones always, the others optional
 //!   (each may be left out, the order kept), `additionalProperties` false (the default here, as
 //!   in llama.cpp when `properties` are given), true or a schema (further keys after the
 //!   declared ones); `{"type": "object"}` alone is any object;
 //! - arrays: `items` (any values without it) with `minItems` / `maxItems`, tuples
-//!   (`prefixItems` or an `items` array); bounds no value meets (`maxItems < minItems`,
-//!   `maxLength < minLength`, an empty integer range) are UNSUPPORTED errors;
-//! - strings: `minLength` / `maxLength`, `format` `date`, `time`, `date-time`, `uuid`,
-//!   `pattern` (a regular expression anchored with `^...$`: literals, `.`, classes, groups,
-//!   `|`, `* + ? {m,n}`, `\d \w \s` and escapes; backreferences and lookarounds are
-//!   UNSUPPORTED errors);
-//! - integers with `minimum` / `maximum` (`exclusive*` too; with both kinds the tighter bound)
-//!   when the range is small (at most [`MAX_INT_RANGE`] values, listed) or only bounded below
-//!   by 0 or 1; numbers' bounds are ignored, as in llama.cpp;
+//!   (`prefixItems` or an `items` array);
+//! - strings: `minLength` / `maxLength`, `format` `date`, `time`, `date-time`, `uuid` (other
+//!   formats are annotations, as JSON Schema has them by default), `pattern` (a regular
+//!   expression anchored with `^...$`: literals, `.`, classes, groups, `|`, `* + ? {m,n}`,
+//!   `\d \w \s` and escapes; backreferences and lookarounds are UNSUPPORTED errors);
+//! - integers and numbers with `minimum` / `maximum` / `exclusive*` (whole-number bounds; with
+//!   both kinds on one side the tighter), any range: the literals in range digit by digit
+//!   (numbers then without an exponent);
 //! - `number`, `integer`, `boolean`, `null`, `string`, and no type at all (any value).
+//!
+//! The grammar never lets through a value the schema forbids: bounds no value meets
+//! (`maxItems < minItems`, `maxLength < minLength`, an empty range) and keywords a grammar
+//! here cannot enforce (`uniqueItems`, `not`, `if`, `multipleOf`, `patternProperties`,
+//! `minProperties`, ...: [`UNENFORCED`]) are UNSUPPORTED errors, where llama.cpp ignores them.
 //!
 //! [`json_object`] is `{"type": "json_object"}` mode: any JSON object.
 
 use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::{String, ToString};
+use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::error::{Result, Status};
@@ -39,8 +44,82 @@ pub const MAX_SCHEMA_BYTES: usize = 1 << 20;
 const MAX_VISIT_DEPTH: u32 = 64;
 /// Most rules one schema may produce.
 const MAX_SCHEMA_RULES: usize = 8192;
-/// The largest integer range written out value by value.
-pub const MAX_INT_RANGE: i64 = 256;
+
+/// Keywords that only describe a schema (or hold definitions): allowed anywhere, even beside
+/// `$ref` or a lone `allOf` schema.
+const ANNOTATIONS: [&str; 14] = [
+    "title",
+    "description",
+    "default",
+    "examples",
+    "$comment",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "$schema",
+    "$id",
+    "$anchor",
+    "$defs",
+    "definitions",
+    "format",
+];
+
+/// Keywords that restrict values in ways a grammar here does not: a schema using one is
+/// refused, not turned into a grammar that lets through values the schema forbids. (Keywords
+/// whose absence only makes the grammar stricter, such as `additionalItems`, are ignored.)
+const UNENFORCED: [&str; 17] = [
+    "not",
+    "if",
+    "then",
+    "else",
+    "dependentSchemas",
+    "dependentRequired",
+    "dependencies",
+    "patternProperties",
+    "propertyNames",
+    "contains",
+    "minContains",
+    "maxContains",
+    "multipleOf",
+    "uniqueItems",
+    "minProperties",
+    "maxProperties",
+    "unevaluatedProperties",
+];
+
+/// Refuses `s` if it uses an [`UNENFORCED`] keyword in a way that restricts something:
+/// `uniqueItems: false`, `multipleOf: 1` on integers, `minProperties` up to the required
+/// properties' count and `unevaluatedProperties: true` restrict nothing and pass.
+fn check_enforced(s: &Value, name: &str) -> Result<()> {
+    let Value::Object(kv) = s else {
+        return Ok(());
+    };
+    for (k, v) in kv {
+        if !UNENFORCED.contains(&k.as_str()) {
+            continue;
+        }
+        let required = match s.get("required") {
+            Some(Value::Array(r)) => r.len() as i64,
+            _ => 0,
+        };
+        let harmless = match k.as_str() {
+            "uniqueItems" => *v == Value::Bool(false),
+            "multipleOf" => {
+                s.get("type").and_then(Value::as_str) == Some("integer") && v.as_i64() == Some(1)
+            }
+            "minProperties" => v.as_i64().is_some_and(|n| n <= required),
+            "unevaluatedProperties" => *v == Value::Bool(true),
+            _ => false,
+        };
+        if !harmless {
+            bail!(
+                Status::Unsupported,
+                "schema: '{k}' at {name} is not supported (a grammar here cannot enforce it)"
+            );
+        }
+    }
+    Ok(())
+}
 
 const SPACE: &str = r#"| " " | "\n"{1,2} [ \t]{0,20}"#;
 
@@ -395,8 +474,34 @@ impl<'s> Converter<'s> {
         let ty = s.get("type");
         let ty_str = ty.and_then(Value::as_str);
         let is = |t: &str| ty.is_none() || ty_str == Some(t);
+        check_enforced(s, name)?;
 
+        // allOf of one schema, or $ref, with nothing beside it but annotations: that schema.
+        let only_annotations = |but: &str| {
+            obj.iter()
+                .all(|(k, _)| k == but || ANNOTATIONS.contains(&k.as_str()))
+        };
+        if let Some(all) = s.get("allOf") {
+            match all {
+                Value::Array(one) if one.len() == 1 && only_annotations("allOf") => {
+                    return self.visit(&one[0], name, d);
+                }
+                _ => bail!(
+                    Status::Unsupported,
+                    "schema: allOf (at {name}) is not supported beyond one schema alone"
+                ),
+            }
+        }
         if let Some(r) = s.get("$ref") {
+            if let Some((k, _)) = obj
+                .iter()
+                .find(|(k, _)| k != "$ref" && !ANNOTATIONS.contains(&k.as_str()))
+            {
+                bail!(
+                    Status::Unsupported,
+                    "schema: '{k}' beside $ref at {name} is not supported"
+                );
+            }
             let Some(r) = r.as_str() else {
                 bail!(Status::BadFormat, "schema: $ref at {name} is not a string");
             };
@@ -446,12 +551,6 @@ impl<'s> Converter<'s> {
             }
             let alts: Vec<String> = values.iter().map(json_literal).collect();
             return self.add_rule(name, format!("({}) space", alts.join(" | ")));
-        }
-        if s.get("allOf").is_some() {
-            bail!(
-                Status::Unsupported,
-                "schema: allOf (at {name}) is not supported"
-            );
         }
         let additional = s.get("additionalProperties");
         if is("object")
@@ -510,8 +609,8 @@ impl<'s> Converter<'s> {
             };
             return self.add_rule(name, format!(r#""\"" {reps} "\"" space"#));
         }
-        if ty_str == Some("integer")
-            && let Some(body) = self.integer_range(s, name)?
+        if let Some(t @ ("integer" | "number")) = ty_str
+            && let Some(body) = self.numeric_bounds(s, name, t == "integer")?
         {
             return self.add_rule(name, body);
         }
@@ -701,54 +800,171 @@ impl<'s> Converter<'s> {
         self.add_rule(name, format!(r#""[" space {reps} "]" space"#))
     }
 
-    /// An integer with bounds: the values listed when the range is small, else the
-    /// non-negative integers for a lower bound of 0 or 1; `None` when there are no bounds.
-    fn integer_range(&mut self, s: &Value, name: &str) -> Result<Option<String>> {
+    /// A number or integer with bounds (`minimum`, `maximum`, `exclusive*`; with both kinds of
+    /// one side, the tighter), as the decimal literals in range (see [`numeric_range`]); `None`
+    /// when there are no bounds. Number bounds must be whole numbers.
+    fn numeric_bounds(&mut self, s: &Value, name: &str, integer: bool) -> Result<Option<String>> {
         let bound = |k: &str| -> Result<Option<i64>> {
             match s.get(k) {
                 None => Ok(None),
                 Some(v) => v.as_i64().map(Some).ok_or_else(|| {
                     err!(
                         Status::Unsupported,
-                        "schema: {k} at {name} is not an integer"
+                        "schema: {k} at {name} is not a whole number (bounds must be)"
                     )
                 }),
             }
         };
-        // Both an inclusive and an exclusive bound: a value must meet both (the tighter one).
-        let min = match (bound("minimum")?, bound("exclusiveMinimum")?) {
-            (Some(m), Some(x)) => Some(m.max(x.saturating_add(1))),
-            (m, x) => m.or(x.map(|x| x.saturating_add(1))),
+        // (value, excluded); of an inclusive and an exclusive bound the tighter one.
+        let tighter = |incl: Option<i64>, excl: Option<i64>, low: bool| match (incl, excl) {
+            (Some(i), Some(x)) if (low && x >= i) || (!low && x <= i) => Some((x, true)),
+            (Some(i), _) => Some((i, false)),
+            (None, x) => x.map(|x| (x, true)),
         };
-        let max = match (bound("maximum")?, bound("exclusiveMaximum")?) {
-            (Some(m), Some(x)) => Some(m.min(x.saturating_sub(1))),
-            (m, x) => m.or(x.map(|x| x.saturating_sub(1))),
-        };
-        if min.is_none() && max.is_none() {
+        let lo = tighter(bound("minimum")?, bound("exclusiveMinimum")?, true);
+        let hi = tighter(bound("maximum")?, bound("exclusiveMaximum")?, false);
+        if lo.is_none() && hi.is_none() {
             return Ok(None);
         }
-        if let (Some(lo), Some(hi)) = (min, max) {
-            if hi < lo {
-                bail!(Status::Unsupported, "schema: empty integer range at {name}");
-            }
-            if hi.saturating_sub(lo) < MAX_INT_RANGE {
-                let alts: Vec<String> = (lo..=hi).map(|v| format!("\"{v}\"")).collect();
-                return Ok(Some(format!("({}) space", alts.join(" | "))));
-            }
+        let body = numeric_range(lo, hi, integer);
+        if body.is_empty() {
+            let kind = if integer { "integer" } else { "number" };
+            bail!(Status::Unsupported, "schema: empty {kind} range at {name}");
         }
-        if max.is_none() {
-            match min {
-                Some(0) => {
-                    self.primitive("integral-part");
-                    return Ok(Some("integral-part space".to_string()));
-                }
-                Some(1) => return Ok(Some("[1-9] [0-9]{0,15} space".to_string())),
-                _ => {}
-            }
+        if !integer {
+            self.primitive("decimal-part");
         }
-        bail!(
-            Status::Unsupported,
-            "schema: integer bounds at {name} (only ranges of at most {MAX_INT_RANGE} values, or minimum 0 or 1)"
-        )
+        Ok(Some(format!("{body} space")))
     }
+}
+
+/// The most digits of an integer part, as in the `integral-part` primitive.
+const MAX_INT_DIGITS: u32 = 16;
+
+/// GBNF for the decimal literals `x` (no exponent, no leading zeros, up to [`MAX_INT_DIGITS`]
+/// integer digits; with `integer` no fraction) with `lo <= x` or `lo < x` (excluded) and
+/// likewise `hi`; empty when none is. A literal's sign, integer part and fraction are matched
+/// separately: on each side of zero the integer parts strictly inside the bounds take any
+/// fraction, a bound's own integer part only the fractions that keep it in range.
+fn numeric_range(lo: Option<(i64, bool)>, hi: Option<(i64, bool)>, integer: bool) -> String {
+    let mut alts = Vec::new();
+    // x >= 0: magnitudes from max(lo, 0) up to hi.
+    let below_zero = hi.is_some_and(|(h, excl)| h < 0 || (h == 0 && excl));
+    if !below_zero {
+        let from = match lo {
+            Some((l, excl)) if l >= 0 => (l as u64, excl),
+            _ => (0, false),
+        };
+        let to = hi.map(|(h, excl)| (h as u64, excl));
+        magnitudes(from, to, integer, &mut alts);
+    }
+    // x < 0: magnitudes above max(-hi, 0) (above 0: no "-0") up to -lo.
+    let above_zero = lo.is_some_and(|(l, _)| l >= 0);
+    if !above_zero {
+        let from = match hi {
+            Some((h, excl)) if h < 0 => (h.unsigned_abs(), excl),
+            _ => (0, true),
+        };
+        let to = lo.map(|(l, excl)| (l.unsigned_abs(), excl));
+        let mut neg = Vec::new();
+        magnitudes(from, to, integer, &mut neg);
+        if !neg.is_empty() {
+            alts.push(format!(r#""-" ({})"#, neg.join(" | ")));
+        }
+    }
+    match alts.len() {
+        0 => String::new(),
+        _ => format!("({})", alts.join(" | ")),
+    }
+}
+
+/// Alternatives for the unsigned decimal literals `m` with `from.0 <= m` (`<` when `from.1`)
+/// and `m <= to.0` (`<` when `to.1`; no `to`: any up to [`MAX_INT_DIGITS`] digits).
+fn magnitudes(from: (u64, bool), to: Option<(u64, bool)>, integer: bool, alts: &mut Vec<String>) {
+    let ((a, a_excl), b) = (from, to);
+    if integer {
+        let lo = a + a_excl as u64;
+        match b {
+            Some((b, excl)) if excl && b == 0 => {}
+            Some((b, excl)) => integer_parts(lo, Some(b - excl as u64), alts),
+            None => integer_parts(lo, None, alts),
+        }
+        return;
+    }
+    // Integer parts strictly between the bounds' own: any fraction (or none).
+    let mut any = Vec::new();
+    match b {
+        Some((0, _)) => {}
+        Some((b, _)) => integer_parts(a + a_excl as u64, Some(b - 1), &mut any),
+        None => integer_parts(a + a_excl as u64, None, &mut any),
+    }
+    if !any.is_empty() {
+        alts.push(format!(r#"({}) ("." decimal-part)?"#, any.join(" | ")));
+    }
+    // The lower bound's integer part when it is excluded: a fraction above zero.
+    if a_excl && b.is_none_or(|(b, _)| a < b) {
+        alts.push(format!(r#""{a}" "." [0-9]{{0,15}} [1-9]"#));
+    }
+    // The upper bound itself, when included: a fraction of zeros.
+    if let Some((b, false)) = b
+        && (a < b || (a == b && !a_excl))
+    {
+        alts.push(format!(r#""{b}" ("." [0]{{1,16}})?"#));
+    }
+}
+
+/// Alternatives for the integer parts `lo..=hi` (no `hi`: up to [`MAX_INT_DIGITS`] digits),
+/// written without leading zeros; none when the range is empty.
+fn integer_parts(lo: u64, hi: Option<u64>, alts: &mut Vec<String>) {
+    let cap = 10u64.pow(MAX_INT_DIGITS) - 1;
+    let hi_capped = hi.unwrap_or(cap).min(cap);
+    if lo > hi_capped {
+        return;
+    }
+    let digits = |v: u64| v.checked_ilog10().unwrap_or(0) + 1;
+    for len in digits(lo)..=digits(hi_capped) {
+        if hi.is_none() && len > digits(lo) {
+            // Every longer literal, whole: one alternative.
+            alts.push(format!("[1-9] [0-9]{{{},{}}}", len - 1, MAX_INT_DIGITS - 1));
+            break;
+        }
+        let first = if len == 1 { 0 } else { 10u64.pow(len - 1) };
+        let from = lo.max(first).to_string();
+        let to = hi_capped.min(10u64.pow(len) - 1).to_string();
+        alts.push(same_length(from.as_bytes(), to.as_bytes()));
+    }
+}
+
+/// GBNF for the digit strings of one length from `lo` to `hi` (`lo <= hi`, ASCII digits): the
+/// common prefix, then the first differing digit's three cases (the low digit followed by
+/// anything from `lo`'s rest up, the digits between followed by anything, the high digit
+/// followed by anything up to `hi`'s rest).
+fn same_length(lo: &[u8], hi: &[u8]) -> String {
+    let text = |d: &[u8]| String::from_utf8_lossy(d).into_owned();
+    let Some(i) = lo.iter().zip(hi).position(|(a, b)| a != b) else {
+        return format!("\"{}\"", text(lo));
+    };
+    let prefix = if i > 0 {
+        format!("\"{}\" ", text(&lo[..i]))
+    } else {
+        String::new()
+    };
+    let (dl, dh) = (lo[i] as char, hi[i] as char);
+    let (rest_lo, rest_hi) = (&lo[i + 1..], &hi[i + 1..]);
+    let k = rest_lo.len();
+    let any = if k == 0 {
+        String::new()
+    } else {
+        format!(" [0-9]{{{k}}}")
+    };
+    if rest_lo.iter().all(|&c| c == b'0') && rest_hi.iter().all(|&c| c == b'9') {
+        return format!("{prefix}[{dl}-{dh}]{any}");
+    }
+    let mut alts = vec![format!("\"{dl}\" {}", same_length(rest_lo, &vec![b'9'; k]))];
+    if (dl as u8) + 1 < dh as u8 {
+        let (a, b) = ((dl as u8 + 1) as char, (dh as u8 - 1) as char);
+        alts.push(format!("[{a}-{b}]{any}"));
+    }
+    alts.push(format!("\"{dh}\" {}", same_length(&vec![b'0'; k], rest_hi)));
+    format!("{prefix}({})", alts.join(" | "))
 }

@@ -379,6 +379,110 @@ fn schema_strings_formats_patterns_and_integer_ranges() {
     );
 }
 
+/// Numeric bounds against their meaning: for integer and number schemas with random bounds
+/// (inclusive, exclusive, both kinds, one side or two), literals near every bound and far off
+/// (integers, and for numbers with fractions: zeros, halves, tiny, near one) are matched
+/// exactly when their value is in range; literals with leading zeros never are.
+#[test]
+fn schema_numeric_bounds_match_their_range() {
+    const BOUNDS: [i64; 12] = [-1001, -100, -10, -9, -1, 0, 1, 9, 10, 99, 100, 4567];
+    const FRACTIONS: [(&str, f64); 7] = [
+        ("", 0.0),
+        (".0", 0.0),
+        (".00", 0.0),
+        (".5", 0.5),
+        (".05", 0.05),
+        (".999", 0.999),
+        (".0001", 0.0001),
+    ];
+    let mut rng = Rng(0x5EED_B0DE);
+    for case in 0..80 {
+        let integer = case % 2 == 0;
+        let pick = |rng: &mut Rng| (rng.below(3) > 0).then(|| BOUNDS[rng.below(BOUNDS.len())]);
+        let (min, xmin, max, xmax) = (
+            pick(&mut rng),
+            pick(&mut rng),
+            pick(&mut rng),
+            pick(&mut rng),
+        );
+        if [min, xmin, max, xmax].iter().all(Option::is_none) {
+            continue;
+        }
+        let mut schema = alloc::format!(
+            r#"{{"type":"{}""#,
+            if integer { "integer" } else { "number" }
+        );
+        for (key, v) in [
+            ("minimum", min),
+            ("exclusiveMinimum", xmin),
+            ("maximum", max),
+            ("exclusiveMaximum", xmax),
+        ] {
+            if let Some(v) = v {
+                schema.push_str(&alloc::format!(r#","{key}":{v}"#));
+            }
+        }
+        schema.push('}');
+        let in_range = |x: f64| {
+            min.is_none_or(|m| x >= m as f64)
+                && xmin.is_none_or(|m| x > m as f64)
+                && max.is_none_or(|m| x <= m as f64)
+                && xmax.is_none_or(|m| x < m as f64)
+        };
+        let gbnf = match schema::to_gbnf(schema.as_bytes()) {
+            Ok(g) => g,
+            Err(e) => {
+                // Refused only when nothing is in range.
+                assert!(e.message.as_str().contains("empty"), "{schema}: {e}");
+                let step = if integer { 1.0 } else { 0.5 };
+                let near = BOUNDS
+                    .iter()
+                    .flat_map(|&b| [b as f64 - step, b as f64, b as f64 + step]);
+                assert!(
+                    !near.into_iter().any(in_range),
+                    "{schema}: refused but not empty"
+                );
+                continue;
+            }
+        };
+        let start = Matcher::new(Grammar::parse(&gbnf).unwrap()).unwrap();
+        let accepts = |text: &str| {
+            let mut m = start.clone();
+            m.accept_bytes(text.as_bytes()).is_ok() && m.can_end()
+        };
+        let mut magnitudes: Vec<u64> = alloc::vec![0, 1, 2, 15, 99_999, 999_999_999_999_999];
+        for b in [min, xmin, max, xmax].into_iter().flatten() {
+            let m = b.unsigned_abs();
+            magnitudes.extend(m.saturating_sub(3)..=m + 3);
+        }
+        let fractions = if integer {
+            &FRACTIONS[..1]
+        } else {
+            &FRACTIONS[..]
+        };
+        for &m in &magnitudes {
+            for (sign, signum) in [("", 1.0), ("-", -1.0)] {
+                for &(frac, f) in fractions {
+                    let (text, x) = (alloc::format!("{sign}{m}{frac}"), signum * (m as f64 + f));
+                    if signum < 0.0 && x == 0.0 {
+                        continue; // "-0" may go either way
+                    }
+                    assert_eq!(accepts(&text), in_range(x), "{schema}: {text}\n{gbnf}");
+                    if m > 0 {
+                        let zero_led = alloc::format!("{sign}0{m}{frac}");
+                        assert!(!accepts(&zero_led), "{schema}: {zero_led}");
+                    }
+                }
+            }
+        }
+    }
+    // Beyond the integer part's 16 digits nothing can be written.
+    let e = schema::to_gbnf(br#"{"type":"integer","minimum":100000000000000000}"#).unwrap_err();
+    assert!(e.message.as_str().contains("empty integer range"), "{e}");
+    let e = schema::to_gbnf(br#"{"type":"number","maximum":0.5}"#).unwrap_err();
+    assert!(e.message.as_str().contains("whole number"), "{e}");
+}
+
 #[test]
 fn schema_errors() {
     for (s, want) in [
@@ -390,7 +494,27 @@ fn schema_errors() {
             "within the schema",
         ),
         (r##"{"$ref":"#"}"##, "left-recursive"),
-        (r#"{"allOf":[{"type":"string"}]}"#, "allOf"),
+        (r#"{"allOf":[{"type":"string"},{"minLength":2}]}"#, "allOf"),
+        (r#"{"type":"string","allOf":[{"minLength":2}]}"#, "allOf"),
+        // Keywords a grammar cannot enforce are refused, not ignored.
+        (
+            r#"{"type":"array","items":{"type":"integer"},"uniqueItems":true}"#,
+            "'uniqueItems'",
+        ),
+        (r#"{"type":"number","multipleOf":0.01}"#, "'multipleOf'"),
+        (r#"{"not":{"type":"string"}}"#, "'not'"),
+        (
+            r#"{"type":"object","properties":{"a":{}},"minProperties":1}"#,
+            "'minProperties'",
+        ),
+        (
+            r#"{"type":"object","patternProperties":{"^x":{"type":"string"}}}"#,
+            "'patternProperties'",
+        ),
+        (
+            r##"{"$defs":{"s":{"type":"string"}},"$ref":"#/$defs/s","maxLength":3}"##,
+            "'maxLength' beside $ref",
+        ),
         (
             r#"{"type":"array","items":{},"maxItems":99999}"#,
             "maxItems",
@@ -418,6 +542,27 @@ fn schema_errors() {
             .unwrap_err();
         assert!(e.message.as_str().contains(want), "{s}: {e}");
     }
+    // What restricts nothing passes: annotations, a lone allOf schema, $ref with a description.
+    check_schema(
+        r#"{"title":"T","description":"d","allOf":[{"type":"integer","minimum":1000,"maximum":2026}]}"#,
+        &["1999", "2026"],
+        &["999", "2027"],
+    );
+    check_schema(
+        r##"{"$defs":{"c":{"enum":["red","blue"]}},"type":"object","properties":{"c":{"$ref":"#/$defs/c","description":"colour","default":"red"}},"required":["c"]}"##,
+        &[r#"{"c": "red"}"#],
+        &[r#"{"c": "green"}"#],
+    );
+    check_schema(
+        r#"{"type":"array","items":{"type":"integer","multipleOf":1},"uniqueItems":false}"#,
+        &["[1, 1]"],
+        &["[1.5]"],
+    );
+    check_schema(
+        r#"{"type":"object","properties":{"a":{"type":"string","format":"email"}},"required":["a"],"minProperties":1}"#,
+        &[r#"{"a": "x@y"}"#],
+        &["{}"],
+    );
     // Deep nesting is refused, not a stack overflow.
     let deep = alloc::format!("{}{}", r#"{"items":"#.repeat(100), "}".repeat(100));
     assert!(schema::to_gbnf(deep.as_bytes()).is_err());
