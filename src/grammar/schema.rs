@@ -121,6 +121,9 @@ fn check_enforced(s: &Value, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// A character of a JSON string written as itself (not escaped).
+const PLAIN_CHAR: &str = r#"[^"\\\x7F\x00-\x1F]"#;
+
 const SPACE: &str = r#"| " " | "\n"{1,2} [ \t]{0,20}"#;
 
 /// llama.cpp's primitive rules: (name, body, rules it uses).
@@ -727,10 +730,11 @@ impl<'s> Converter<'s> {
             None | Some(Value::Bool(false)) => {}
             Some(a) => {
                 let value = self.visit(a, &format!("{name}-additional-value"), depth)?;
-                let string = self.primitive("string");
+                let declared: Vec<&str> = props.iter().map(|(k, _)| k.as_str()).collect();
+                let key = self.key_not_in(name, &declared)?;
                 let kv = self.add_rule(
                     &format!("{name}-additional-kv"),
-                    format!(r#"{string} ":" space {value}"#),
+                    format!(r#"{key} ":" space {value}"#),
                 )?;
                 let rest = self.add_rule(
                     &format!("{name}-additional"),
@@ -798,6 +802,71 @@ impl<'s> Converter<'s> {
         }
         let reps = repetition(&item, min, max, r#""," space"#);
         self.add_rule(name, format!(r#""[" space {reps} "]" space"#))
+    }
+
+    /// A key of an additional property: any JSON string but the declared `names`, written
+    /// without escapes (with them a key could spell a name another way; parsers keep the last
+    /// of two equal keys, so a repeated name would replace its checked value). One rule per
+    /// node of the names' trie.
+    fn key_not_in(&mut self, name: &str, names: &[&str]) -> Result<String> {
+        const MAX_NAME: usize = 256;
+        let plain = |c: char| c != '"' && c != '\\' && c >= ' ' && c != '\x7f';
+        let mut trie_names: Vec<Vec<char>> = Vec::new();
+        for n in names {
+            // A name with a character JSON escapes cannot be written without escapes anyway.
+            if n.chars().all(plain) {
+                if n.len() > MAX_NAME {
+                    bail!(
+                        Status::Unsupported,
+                        "schema: a property name over {MAX_NAME} bytes with additionalProperties at {name}"
+                    );
+                }
+                trie_names.push(n.chars().collect());
+            }
+        }
+        let rest = self.add_rule(&format!("{name}-key-rest"), format!("{PLAIN_CHAR}*"))?;
+        let body = self.key_node(name, &trie_names, 0, &rest)?;
+        self.add_rule(&format!("{name}-key"), format!(r#""\"" {body} "\"" space"#))
+    }
+
+    /// The rest of a key whose first `depth` characters every name of `names` starts with.
+    fn key_node(
+        &mut self,
+        name: &str,
+        names: &[Vec<char>],
+        depth: usize,
+        rest: &str,
+    ) -> Result<String> {
+        let mut next: Vec<char> = names.iter().filter_map(|n| n.get(depth).copied()).collect();
+        crate::sort::heapsort_by(&mut next, &mut |a, b| a < b);
+        next.dedup();
+        let mut alts = Vec::new();
+        let mut others = String::from(&PLAIN_CHAR[..PLAIN_CHAR.len() - 1]);
+        for &c in &next {
+            let longer: Vec<Vec<char>> = names
+                .iter()
+                .filter(|n| n.get(depth) == Some(&c))
+                .cloned()
+                .collect();
+            let then = self.key_node(name, &longer, depth + 1, rest)?;
+            alts.push(format!(
+                "{} {then}",
+                gbnf_literal(c.encode_utf8(&mut [0; 4]))
+            ));
+            others.push_str(&super::schema_pattern::member(c));
+        }
+        // A character no name has here: then any key.
+        alts.push(format!("{others}] {rest}"));
+        // The key may end here unless a name does.
+        let ends = if names.iter().any(|n| n.len() == depth) {
+            ""
+        } else {
+            "?"
+        };
+        self.add_rule(
+            &format!("{name}-key-{depth}"),
+            format!("({}){ends}", alts.join(" | ")),
+        )
     }
 
     /// A number or integer with bounds (`minimum`, `maximum`, `exclusive*`; with both kinds of

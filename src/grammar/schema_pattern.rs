@@ -67,7 +67,7 @@ fn literal(c: char) -> String {
 }
 
 /// One class member as GBNF (hex escapes for anything but letters and digits).
-fn member(c: char) -> String {
+pub(super) fn member(c: char) -> String {
     if c.is_ascii_alphanumeric() {
         format!("{c}")
     } else if (c as u32) < 0x10000 {

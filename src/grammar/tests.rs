@@ -270,6 +270,24 @@ fn schema_objects_required_optional_and_additional() {
         &["{}"],
         &[r#"{"a":1}"#],
     );
+    // An additional key is never a declared one (a parser would keep the second value), nor
+    // written with escapes (which could spell one); keys that only start like one are fine.
+    let s = r#"{"properties":{"a":{"type":"integer"},"ab":{"type":"integer"},"été":{"type":"integer"},"q\"":{"type":"integer"}},"additionalProperties":true}"#;
+    check_schema(
+        s,
+        &[
+            r#"{"a":1,"b":"x"}"#,
+            r#"{"a":1,"abc":[],"":0,"ét":1,"étéx":2,"q":3}"#,
+            r#"{"q\"":1}"#,
+        ],
+        &[
+            r#"{"a":1,"a":"x"}"#,
+            r#"{"a":1,"ab":"x"}"#,
+            r#"{"été":"x"}"#,
+            r#"{"\u0061":"x"}"#,
+            r#"{"q\"":1,"q\"":"x"}"#,
+        ],
+    );
 }
 
 #[test]

@@ -5,6 +5,9 @@
 //! "no panic, no hang":
 //! - a schema the converter accepts becomes GBNF the parser accepts, or is refused for a cap
 //!   (size, rules, nesting, repetition count) or left recursion, never for a syntax error;
+//! - a reply the schema's grammar accepts whole is JSON that validates against the schema
+//!   (the `jsonschema` crate): the reply is the text bytes, and a walk through the grammar
+//!   whose every byte the matcher allows, chosen by the text bytes;
 //! - the reply accepted in two pieces is accepted whole, and the other way round; a refused
 //!   piece leaves the matcher as it was;
 //! - for tokens of SmolLM2's vocabulary, `allows` (the trie walk), `allowed_tokens` (the whole
@@ -29,6 +32,55 @@ const CAP_ERRORS: [&str; 5] = [
 /// An error that says the input did not match (rather than a cap).
 fn is_mismatch(e: &Error) -> bool {
     matches!(e.status, Status::InvalidArgument | Status::InvalidUtf8)
+}
+
+/// Bytes a walk through a grammar may pick from: JSON's printable ASCII and a newline.
+const WALK_BYTES: &[u8] =
+    b"\n !\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~";
+
+/// A text the grammar accepts whole, if the walk finds one: each step picks (by the next
+/// choice byte) among the [`WALK_BYTES`] the matcher allows, and stops where the grammar may
+/// end when the choice byte's top bit is set.
+fn walk(start: &Matcher, choices: &[u8]) -> Option<Vec<u8>> {
+    let mut m = start.clone();
+    let mut text = Vec::new();
+    for &c in choices.iter().take(400) {
+        if m.can_end() && c & 0x80 != 0 {
+            return Some(text);
+        }
+        let mut next: Vec<(u8, Matcher)> = WALK_BYTES
+            .iter()
+            .filter_map(|&b| {
+                let mut n = m.clone();
+                n.accept_bytes(&[b]).ok().map(|()| (b, n))
+            })
+            .collect();
+        if next.is_empty() {
+            break;
+        }
+        let (b, n) = next.swap_remove((c & 0x7f) as usize % next.len());
+        text.push(b);
+        m = n;
+    }
+    m.can_end().then_some(text)
+}
+
+/// `reply` validates against `schema` when both are JSON the validator reads (a schema it
+/// cannot compile, or one our reader takes and serde_json does not, is skipped).
+fn check_valid(schema: &[u8], reply: &[u8], gbnf: &str) {
+    let Ok(schema) = serde_json::from_slice::<serde_json::Value>(schema) else {
+        return;
+    };
+    let Ok(validator) = jsonschema::validator_for(&schema) else {
+        return;
+    };
+    let text = String::from_utf8_lossy(reply);
+    let value: serde_json::Value = serde_json::from_slice(reply).unwrap_or_else(|e| {
+        panic!("the grammar accepted {text:?}, which is not JSON: {e}\n{gbnf}")
+    });
+    if let Err(e) = validator.validate(&value) {
+        panic!("the grammar accepted {text:?}, which breaks the schema {schema}: {e}\n{gbnf}");
+    }
 }
 
 fn table() -> &'static TokenTable {
@@ -109,6 +161,15 @@ fuzz_target!(|data: &[u8]| {
                 pieces_ok = if is_mismatch(&e) { Some(false) } else { None };
                 break;
             }
+        }
+    }
+    if kind == grammar::KIND_JSON_SCHEMA {
+        let gbnf = schema::to_gbnf(spec).unwrap_or_default();
+        if whole_ok == Some(true) && whole.can_end() {
+            check_valid(spec, reply, &gbnf);
+        }
+        if let Some(text) = walk(&start, reply) {
+            check_valid(spec, &text, &gbnf);
         }
     }
     if let (Some(w), Some(p)) = (whole_ok, pieces_ok) {
