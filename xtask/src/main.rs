@@ -350,7 +350,7 @@ fn model2vec_seeds() -> Vec<(&'static str, Vec<u8>)> {
 /// kind 0 GBNF, 1 JSON schema, 2 any JSON object): grammars and schemas with the features the
 /// parser and the converter know, each with a reply that matches it.
 fn grammar_seeds() -> Vec<(&'static str, Vec<u8>)> {
-    let seeds: [(&str, u8, &str, &str); 6] = [
+    let seeds: [(&str, u8, &str, &str); 8] = [
         (
             "seed-gbnf-list",
             0,
@@ -380,6 +380,18 @@ fn grammar_seeds() -> Vec<(&'static str, Vec<u8>)> {
             1,
             r#"{"type":"array","prefixItems":[{"type":"string","format":"date"},{"type":"string","pattern":"^[A-Z]{2}-\\d+$"},{"type":"string","format":"uuid"}],"items":false}"#,
             r#"["2026-12-02", "AB-12", "123e4567-e89b-12d3-a456-426614174000"]"#,
+        ),
+        (
+            "seed-schema-bounds",
+            1,
+            r#"{"type":"object","properties":{"p":{"type":"number","exclusiveMinimum":0,"maximum":1},"n":{"type":"integer","minimum":-1200,"exclusiveMaximum":35}},"required":["p"],"additionalProperties":{"type":"integer","minimum":7}}"#,
+            r#"{"p": 0.25, "n": -1199, "pq": 8}"#,
+        ),
+        (
+            "seed-schema-anyof",
+            1,
+            r#"{"anyOf":[{"type":"array","items":{"enum":["x",1,true]},"minItems":1,"maxItems":3},{"type":"string","minLength":2,"maxLength":4},{"type":"null"}]}"#,
+            r#"["x", true]"#,
         ),
         (
             "seed-json-object",
