@@ -165,7 +165,9 @@ const PRIMITIVES: &[(&str, &str, &[&str])] = &[
     ),
     (
         "char",
-        r#"[^"\\\x7F\x00-\x1F] | [\\] (["\\bfnrt] | "u" [0-9a-fA-F]{4})"#,
+        // A \u escape of a surrogate (D800-DFFF) is left out: alone it is not a character
+        // (serde_json refuses it) and a pair would be one character counted as two.
+        r#"[^"\\\x7F\x00-\x1F] | [\\] (["\\bfnrt] | "u" ([0-9a-cA-CeEfF] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2}))"#,
         &[],
     ),
     ("string", r#""\"" char* "\"" space"#, &["char"]),
@@ -781,6 +783,18 @@ impl<'s> Converter<'s> {
             _ => None,
         };
         if let Some(items) = tuple {
+            // Exactly one value per schema of the tuple: counts that rule that out are refused.
+            let n = items.len() as u32;
+            let (min, max) = (
+                self.count(s, "minItems", name)?,
+                self.count(s, "maxItems", name)?,
+            );
+            if min.is_some_and(|m| m > n) || max.is_some_and(|m| m < n) {
+                bail!(
+                    Status::Unsupported,
+                    "schema: minItems/maxItems at {name} rule out its {n} prefixItems"
+                );
+            }
             let mut body = String::from(r#""[" space "#);
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {

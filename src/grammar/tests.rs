@@ -336,6 +336,11 @@ fn schema_arrays_enums_consts_anyof_refs() {
     );
     let defs = r##"{"definitions":{"c":{"enum":["a","b"]}},"type":"object","properties":{"x":{"$ref":"#/definitions/c"}},"required":["x"]}"##;
     check_schema(defs, &[r#"{"x":"a"}"#], &[r#"{"x":"c"}"#]);
+    check_schema(
+        r#"{"prefixItems":[{"type":"integer"},{"type":"string"}],"minItems":2,"maxItems":2}"#,
+        &[r#"[1, "x"]"#],
+        &["[1]", r#"[1, 2, 3]"#],
+    );
 }
 
 #[test]
@@ -344,6 +349,13 @@ fn schema_strings_formats_patterns_and_integer_ranges() {
         r#"{"type":"string","minLength":2,"maxLength":3}"#,
         &[r#""ab""#, r#""a\"c""#],
         &[r#""a""#, r#""abcd""#],
+    );
+    // \u escapes of surrogates are not written (alone they are not characters; a pair is one
+    // character, which minLength would count as two); the character itself is.
+    check_schema(
+        r#"{"type":"string","minLength":2}"#,
+        &[r#""\u00e9\uD7FF\uE000\uffff""#, "\"😀😀\""],
+        &[r#""\ud83d\ude00""#, r#""\uD800x""#, r#""x\udfff""#],
     );
     check_schema(
         r#"{"type":"string","format":"date"}"#,
@@ -549,6 +561,14 @@ fn schema_errors() {
         (
             r#"{"type":"array","minItems":3,"maxItems":1}"#,
             "maxItems < minItems",
+        ),
+        (
+            r#"{"prefixItems":[{},{}],"minItems":3}"#,
+            "rule out its 2 prefixItems",
+        ),
+        (
+            r#"{"items":[{}],"maxItems":0}"#,
+            "rule out its 1 prefixItems",
         ),
         (
             r#"{"type":"integer","minimum":3,"exclusiveMaximum":3}"#,
