@@ -94,14 +94,14 @@ fn check_enforced(s: &Value, name: &str) -> Result<()> {
     let Value::Object(kv) = s else {
         return Ok(());
     };
+    let required = match s.get("required") {
+        Some(Value::Array(r)) => r.len() as i64,
+        _ => 0,
+    };
     for (k, v) in kv {
         if !UNENFORCED.contains(&k.as_str()) {
             continue;
         }
-        let required = match s.get("required") {
-            Some(Value::Array(r)) => r.len() as i64,
-            _ => 0,
-        };
         let harmless = match k.as_str() {
             "uniqueItems" => *v == Value::Bool(false),
             "multipleOf" => {
@@ -119,6 +119,19 @@ fn check_enforced(s: &Value, name: &str) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Refuses a keyword other than `key` and [`ANNOTATIONS`] beside `key` in `kv` (their
+/// intersection is not written).
+fn check_alone(kv: &[(String, Value)], key: &str, name: &str) -> Result<()> {
+    let mut keys = kv.iter().map(|(k, _)| k.as_str());
+    match keys.find(|k| *k != key && !ANNOTATIONS.contains(k)) {
+        Some(k) => bail!(
+            Status::Unsupported,
+            "schema: '{k}' beside {key} at {name} is not supported"
+        ),
+        None => Ok(()),
+    }
 }
 
 /// A character of a JSON string written as itself (not escaped).
@@ -481,32 +494,23 @@ impl<'s> Converter<'s> {
         let is = |t: &str| ty.is_none() || ty_str == Some(t);
         check_enforced(s, name)?;
 
-        // allOf of one schema, or $ref, with nothing beside it but annotations: that schema.
-        let only_annotations = |but: &str| {
-            obj.iter()
-                .all(|(k, _)| k == but || ANNOTATIONS.contains(&k.as_str()))
-        };
+        // allOf of one schema, or $ref, with only annotations beside it: that schema.
         if let Some(all) = s.get("allOf") {
-            match all {
-                Value::Array(one) if one.len() == 1 && only_annotations("allOf") => {
-                    return self.visit(&one[0], name, d);
-                }
-                _ => bail!(
-                    Status::Unsupported,
-                    "schema: allOf (at {name}) is not supported beyond one schema alone"
-                ),
-            }
-        }
-        if let Some(r) = s.get("$ref") {
-            if let Some((k, _)) = obj
-                .iter()
-                .find(|(k, _)| k != "$ref" && !ANNOTATIONS.contains(&k.as_str()))
-            {
+            let Value::Array(all) = all else {
+                bail!(Status::BadFormat, "schema: allOf at {name} is not an array");
+            };
+            if all.len() != 1 {
                 bail!(
                     Status::Unsupported,
-                    "schema: '{k}' beside $ref at {name} is not supported"
+                    "schema: allOf at {name} with {} schemas is not supported (one only)",
+                    all.len()
                 );
             }
+            check_alone(obj, "allOf", name)?;
+            return self.visit(&all[0], name, d);
+        }
+        if let Some(r) = s.get("$ref") {
+            check_alone(obj, "$ref", name)?;
             let Some(r) = r.as_str() else {
                 bail!(Status::BadFormat, "schema: $ref at {name} is not a string");
             };
@@ -855,7 +859,8 @@ impl<'s> Converter<'s> {
         crate::sort::heapsort_by(&mut next, &mut |a, b| a < b);
         next.dedup();
         let mut alts = Vec::new();
-        let mut others = String::from(&PLAIN_CHAR[..PLAIN_CHAR.len() - 1]);
+        // PLAIN_CHAR's class left open, to exclude the characters that continue a name.
+        let mut others = String::from(PLAIN_CHAR.strip_suffix(']').unwrap_or(PLAIN_CHAR));
         for &c in &next {
             let longer: Vec<Vec<char>> = names
                 .iter()
