@@ -6,7 +6,8 @@
 //!   recursive references become recursive rules), with only annotations beside it;
 //! - `anyOf` / `oneOf` (alternatives), `type` arrays, `const`, `enum` (the values as
 //!   compact JSON), `allOf` of one schema;
-//! - objects: `properties` in their order, the `required` ones always, the others optional
+//! - objects: `properties` in their order, the `required` ones always (first, and a required
+//!   name not in `properties` with any value), the others optional
 //!   (each may be left out, the order kept), `additionalProperties` false (the default here, as
 //!   in llama.cpp when `properties` are given), true or a schema (further keys after the
 //!   declared ones); `{"type": "object"}` alone is any object;
@@ -564,6 +565,7 @@ impl<'s> Converter<'s> {
         let additional = s.get("additionalProperties");
         if is("object")
             && (s.get("properties").is_some()
+                || s.get("required").is_some()
                 || additional.is_some_and(|a| *a != Value::Bool(true)))
         {
             return self.object(s, name, d);
@@ -705,17 +707,17 @@ impl<'s> Converter<'s> {
             ),
             None => &[],
         };
-        for r in &required {
-            if !props.iter().any(|(k, _)| k == r) {
-                bail!(
-                    Status::Unsupported,
-                    "schema: required property '{r}' at {name} is not in properties"
-                );
+        // A required name without a schema in properties: any value.
+        const ANY: &Value = &Value::Bool(true);
+        let mut members: Vec<(&str, &Value)> = props.iter().map(|(k, v)| (k.as_str(), v)).collect();
+        for &r in &required {
+            if !members.iter().any(|(k, _)| *k == r) {
+                members.push((r, ANY));
             }
         }
         let mut req = Vec::new();
         let mut opt = Vec::new();
-        for (k, v) in props {
+        for &(k, v) in &members {
             let value = self.visit(v, &format!("{name}-{k}"), depth)?;
             let mut key = Vec::new();
             crate::json::write_string(&mut key, k);
@@ -726,7 +728,7 @@ impl<'s> Converter<'s> {
                     gbnf_literal(&String::from_utf8_lossy(&key))
                 ),
             )?;
-            if required.contains(&k.as_str()) {
+            if required.contains(&k) {
                 req.push(kv);
             } else {
                 opt.push(kv);
@@ -736,7 +738,7 @@ impl<'s> Converter<'s> {
             None | Some(Value::Bool(false)) => {}
             Some(a) => {
                 let value = self.visit(a, &format!("{name}-additional-value"), depth)?;
-                let declared: Vec<&str> = props.iter().map(|(k, _)| k.as_str()).collect();
+                let declared: Vec<&str> = members.iter().map(|&(k, _)| k).collect();
                 let key = self.key_not_in(name, &declared)?;
                 let kv = self.add_rule(
                     &format!("{name}-additional-kv"),
