@@ -707,12 +707,22 @@ impl<'s> Converter<'s> {
             ),
             None => &[],
         };
-        // A required name without a schema in properties: any value.
+        // A required name without a schema in properties is an additional property: any value
+        // when those are allowed (the default), else additionalProperties' schema; with
+        // additionalProperties false no object has it.
         const ANY: &Value = &Value::Bool(true);
         let mut members: Vec<(&str, &Value)> = props.iter().map(|(k, v)| (k.as_str(), v)).collect();
         for &r in &required {
             if !members.iter().any(|(k, _)| *k == r) {
-                members.push((r, ANY));
+                let value = match s.get("additionalProperties") {
+                    None => ANY,
+                    Some(Value::Bool(false)) => bail!(
+                        Status::Unsupported,
+                        "schema: '{r}' is required at {name} but additionalProperties is false"
+                    ),
+                    Some(a) => a,
+                };
+                members.push((r, value));
             }
         }
         let mut req = Vec::new();

@@ -281,6 +281,19 @@ fn schema_objects_required_optional_and_additional() {
         &[r#"{"b":"x","a":1}"#, r#"{"b":null,"c":2}"#],
         &[r#"{"a":1}"#, r#"{"b":1,"b":2}"#],
     );
+    // ... or additionalProperties' value when that is a schema; none with false.
+    check_schema(
+        r#"{"required":["n"],"additionalProperties":{"type":"integer"}}"#,
+        &[r#"{"n":1}"#, r#"{"n":1,"m":2}"#],
+        &["{}", r#"{"n":"x"}"#],
+    );
+    let e = schema::to_gbnf(br#"{"required":["n"],"additionalProperties":false}"#).unwrap_err();
+    assert!(
+        e.message
+            .as_str()
+            .contains("but additionalProperties is false"),
+        "{e}"
+    );
     // An additional key is never a declared one (a parser would keep the second value), nor
     // written with escapes (which could spell one); keys that only start like one are fine.
     let s = r#"{"properties":{"a":{"type":"integer"},"ab":{"type":"integer"},"été":{"type":"integer"},"q\"":{"type":"integer"}},"additionalProperties":true}"#;
