@@ -6,8 +6,8 @@
 //!   recursive references become recursive rules), with only annotations beside it;
 //! - `anyOf` / `oneOf` (alternatives), `type` arrays, `const`, `enum` (the values as
 //!   compact JSON), `allOf` of one schema;
-//! - objects: `properties` in their order, the `required` ones always (first, and a required
-//!   name not in `properties` with any value), the others optional
+//! - objects: `properties` in their order, the `required` ones always (first; a required name
+//!   not in `properties` as an additional property), the others optional
 //!   (each may be left out, the order kept), `additionalProperties` false (the default here, as
 //!   in llama.cpp when `properties` are given), true or a schema (further keys after the
 //!   declared ones); `{"type": "object"}` alone is any object;
@@ -854,12 +854,16 @@ impl<'s> Converter<'s> {
                 trie_names.push(n.chars().collect());
             }
         }
+        // Sorted once: below any node its names are one run, a name ending there first.
+        crate::sort::heapsort_by(&mut trie_names, &mut |a, b| a < b);
+        trie_names.dedup();
         let rest = self.add_rule(&format!("{name}-key-rest"), format!("{PLAIN_CHAR}*"))?;
         let body = self.key_node(name, &trie_names, 0, &rest)?;
         self.add_rule(&format!("{name}-key"), format!(r#""\"" {body} "\"" space"#))
     }
 
-    /// The rest of a key whose first `depth` characters every name of `names` starts with.
+    /// The rest of a key whose first `depth` characters every name of `names` (sorted, no
+    /// two equal) starts with.
     fn key_node(
         &mut self,
         name: &str,
@@ -867,19 +871,16 @@ impl<'s> Converter<'s> {
         depth: usize,
         rest: &str,
     ) -> Result<String> {
-        let mut next: Vec<char> = names.iter().filter_map(|n| n.get(depth).copied()).collect();
-        crate::sort::heapsort_by(&mut next, &mut |a, b| a < b);
-        next.dedup();
+        let ends_here = names.first().is_some_and(|n| n.len() == depth);
+        let mut longer = &names[ends_here as usize..];
         let mut alts = Vec::new();
         // PLAIN_CHAR's class left open, to exclude the characters that continue a name.
         let mut others = String::from(PLAIN_CHAR.strip_suffix(']').unwrap_or(PLAIN_CHAR));
-        for &c in &next {
-            let longer: Vec<Vec<char>> = names
-                .iter()
-                .filter(|n| n.get(depth) == Some(&c))
-                .cloned()
-                .collect();
-            let then = self.key_node(name, &longer, depth + 1, rest)?;
+        while let Some(first) = longer.first() {
+            let c = first[depth];
+            let run = longer.iter().take_while(|n| n[depth] == c).count();
+            let then = self.key_node(name, &longer[..run], depth + 1, rest)?;
+            longer = &longer[run..];
             alts.push(format!(
                 "{} {then}",
                 gbnf_literal(c.encode_utf8(&mut [0; 4]))
@@ -889,11 +890,7 @@ impl<'s> Converter<'s> {
         // A character no name has here: then any key.
         alts.push(format!("{others}] {rest}"));
         // The key may end here unless a name does.
-        let ends = if names.iter().any(|n| n.len() == depth) {
-            ""
-        } else {
-            "?"
-        };
+        let ends = if ends_here { "" } else { "?" };
         self.add_rule(
             &format!("{name}-key-{depth}"),
             format!("({}){ends}", alts.join(" | ")),
