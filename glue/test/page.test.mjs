@@ -23,6 +23,10 @@ for (const isolated of [true, false]) {
   test(`page API on the main thread in Chromium (${mode})`, { skip, timeout: 300000 }, async (t) => {
     const { server, origin, counts, cut, swap, tiny } = await testServer();
     const browser = await launch();
+    // A step that never ends (a stalled read, a worker that never starts) fails the test with
+    // its name: Chromium is closed, so the call waiting on it rejects, well before the timeout.
+    let step = 'start';
+    const watchdog = setTimeout(() => { t.diagnostic(`stalled at '${step}' for 240 s: Chromium closed`); browser.close(); }, 240000);
     try {
       const page = await browser.newPage();
       const errors = [];
@@ -32,6 +36,7 @@ for (const isolated of [true, false]) {
       assert.equal(await page.evaluate(() => crossOriginIsolated), isolated);
       await page.evaluate(() => Wasmind.deleteCached());
 
+      step = 'URL load';
       // create, then a streamed load from the HF-shaped URL with progress, the heap sampled.
       const created = await page.evaluate(async () => {
         window.ai = await Wasmind.create({ threads: 2 });
@@ -65,6 +70,7 @@ for (const isolated of [true, false]) {
       assert.equal(first.events.at(-1).loaded, MODEL_SIZE, 'progress reaches the file size');
       assert.equal(counts[`GET ${CDN_URL}`], 1);
 
+      step = 'greedy replies';
       // llama.cpp's greedy replies, compared in token ids while llama.cpp is decisive.
       const replies = await page.evaluate(async ({ chats, options }) => {
         const out = [];
@@ -80,6 +86,7 @@ for (const isolated of [true, false]) {
       assert.ok(compared >= 40, `compared ${compared} decisive tokens`);
       assert.equal(replies[0].text, 'The capital of France is Paris.');
 
+      step = 'stop and abort';
       // stop() after 5 pieces, an AbortSignal after 3.
       const stopping = await page.evaluate(async () => {
         let n = 0;
@@ -99,6 +106,7 @@ for (const isolated of [true, false]) {
       assert.equal(stopping.error, 'AbortError');
       assert.equal(stopping.aborted.state, 'stopped');
 
+      step = 'load from the cache';
       // The same URL again: from the cache (a HEAD at most, no GET).
       const gets = counts[`GET ${CDN_URL}`] + (counts[`GET ${HF_URL}`] ?? 0);
       const again = await page.evaluate(async (url) => {
@@ -110,6 +118,7 @@ for (const isolated of [true, false]) {
       assert.equal(again.last.loaded, MODEL_SIZE);
       assert.equal(counts[`GET ${CDN_URL}`] + (counts[`GET ${HF_URL}`] ?? 0), gets, 'no GET for a cached model');
 
+      step = 'cut download';
       // A download cut in the middle: rejected, nothing cached; the next load works and is kept.
       cut.add('/cut/model.gguf');
       const cutRun = await page.evaluate(async () => {
@@ -129,6 +138,7 @@ for (const isolated of [true, false]) {
       });
       assert.deepEqual(resumed, { bytes: MODEL_SIZE, text: 'The capital of France is Paris.', cached: MODEL_SIZE });
 
+      step = 'stale cached copy';
       // A cached copy whose length differs from the server's is discarded.
       swap['/swap/m.gguf'] = `${tiny}tiny-llama-Q4_0.gguf`;
       const a = await page.evaluate(() => ai.load('/swap/m.gguf', { context: 64 }).then((i) => ({ bytes: i.bytes, fromCache: i.fromCache })));
@@ -138,6 +148,7 @@ for (const isolated of [true, false]) {
       assert.equal(b.fromCache, false, 'stale copy discarded');
       assert.notEqual(a.bytes, b.bytes);
 
+      step = 'split GGUF';
       // A split GGUF (three parts, as llama.cpp's gguf-split writes them) from its first part's
       // URL; each part is cached as its own file, and the second load reads them all from there.
       const { splitGguf } = await import('./reference.mjs');
@@ -161,6 +172,7 @@ for (const isolated of [true, false]) {
       assert.deepEqual(split, [{ parts: 3, fromCache: false, text: 'The capital of France is Paris.' },
         { parts: 3, fromCache: true, text: 'The capital of France is Paris.' }]);
 
+      step = 'Model2Vec';
       // Model2Vec vectors.
       const ref = m2v();
       const rows = ref.rows.slice(0, 60);
@@ -173,6 +185,7 @@ for (const isolated of [true, false]) {
       rows.forEach((row, i) => assert.ok(cosine(vectors.vs[i], row.embedding) >= 0.99999, `text ${i}`));
       assert.ok(cosine(vectors.one, rows[0].embedding) >= 0.99999);
 
+      step = 'load/unload cycles';
       // Five load/unload cycles: the memory after each unload must not grow. Measured as the OS
       // sees it (PSS of all of Chromium's processes: the driver's wasm memory lives there) and
       // as the page sees it (its JS heap; plus the driver's wasm memory while loaded).
@@ -201,6 +214,7 @@ for (const isolated of [true, false]) {
       assert.ok(loadedPss.at(-1) - loadedPss[0] < MODEL_SIZE / 2, `loaded pss grew ${loadedPss}`);
       assert.deepEqual(errors, []);
     } finally {
+      clearTimeout(watchdog);
       await browser.close();
       server.close();
     }

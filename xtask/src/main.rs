@@ -453,7 +453,7 @@ fn soak(args: &[String]) -> Result<(), String> {
         "soak in Node (glue/test/soak.test.mjs)",
         Command::new("node")
             .current_dir(&root)
-            .args(["--test", "glue/test/soak.test.mjs"])
+            .args(["--test", "--test-force-exit", "glue/test/soak.test.mjs"])
             .envs(env.map(|(k, v)| (k, v.to_string()))),
     )?;
     println!(
@@ -515,11 +515,16 @@ fn test(extra: &[String]) -> Result<(), String> {
         if !root.join("node_modules/playwright-core").is_dir() {
             run("npm ci", Command::new("npm").current_dir(&root).arg("ci"))?;
         }
+        // --test-force-exit: a test that times out (node:test does not cancel it) leaves its
+        // Chromium and server open; without the flag the runner then waits for them forever
+        // and CI ends at its own limit instead of with the failing test's name.
         run(
             "glue tests (Node)",
-            Command::new("node")
-                .current_dir(&root)
-                .args(["--test", "glue/test/"]),
+            Command::new("node").current_dir(&root).args([
+                "--test",
+                "--test-force-exit",
+                "glue/test/",
+            ]),
         )?;
     }
     println!("\nall tests passed");
