@@ -157,12 +157,12 @@ async function renewIfLost() {
 }
 
 async function loadModel({ id, source, options = {}, reload = false }) {
-  const { cache = true, context = 0, size, quantize, template } = options;
+  const { cache = true, context = 0, size, quantize, template, stallTimeout: stallMs } = options;
   if (!reload) await renewIfLost();
   wm.exports.unload_model(); modelBytes = 0; model = null; // frees the old file before the new one is allocated
   const parts = typeof source === 'string' ? splitParts(source) : null;
   if (parts) return loadSplit({ id, source, parts, options, reload });
-  const opened = await open(source, { cache, size });
+  const opened = await open(source, { cache, size, stallMs });
   if (opened.total !== null) {
     try { wm.assertFits(opened.total); } catch (e) { opened.cancel?.(e); throw e; }
   }
@@ -185,8 +185,8 @@ async function loadModel({ id, source, options = {}, reload = false }) {
  *  headers read first, then one block holding the joined file (gguf-split.js), the parts' data
  *  streamed into place in order. */
 async function loadSplit({ id, source, parts, options, reload }) {
-  const { cache = true, context = 0, template } = options;
-  const opened = await Promise.all(parts.map((url) => open(url, { cache })));
+  const { cache = true, context = 0, template, stallTimeout: stallMs } = options;
+  const opened = await Promise.all(parts.map((url) => open(url, { cache, stallMs })));
   try {
     if (opened.some((o) => o.total === null)) throw new WasmindError(4, 'split GGUF parts need a Content-Length');
     const iters = opened.map((o) => chunks(o.body)[Symbol.asyncIterator]());
@@ -235,14 +235,14 @@ function applyQuantize(quantize) {
 }
 
 async function loadEmbedder({ id, files, options = {}, reload = false }) {
-  const cache = options.cache ?? true;
+  const { cache = true, stallTimeout: stallMs } = options;
   if (!reload) await renewIfLost();
   if (typeof files === 'string') {
     const dir = files.endsWith('/') ? files : `${files}/`;
     files = { safetensors: `${dir}model.safetensors`, tokenizer: `${dir}tokenizer.json`, config: `${dir}config.json` };
   }
-  const [tokenizer, cfg] = await Promise.all([readAll(files.tokenizer, { cache }), readAll(files.config, { cache })]);
-  const opened = await open(files.safetensors, { cache });
+  const [tokenizer, cfg] = await Promise.all([readAll(files.tokenizer, { cache, stallMs }), readAll(files.config, { cache, stallMs })]);
+  const opened = await open(files.safetensors, { cache, stallMs });
   const gathered = opened.total === null ? await gather(opened) : null;
   const total = gathered?.total ?? opened.total;
   if (!reload) { embedder = null; await ensureRoom(total + tokenizer.byteLength, { keepModel: true, keepEmbedder: false }); }

@@ -34,6 +34,9 @@ export interface LoadOptions {
   context?: number;
   /** The expected size in bytes: a cached copy is checked against it without a HEAD request. */
   size?: number;
+  /** Milliseconds a server may send no answer or no bytes before the load rejects with NETWORK
+   *  (default 60000). */
+  stallTimeout?: number;
   /** Re-quantize weights on load where the module supports it: 'keep' | 'q8_0' or a ggml type id. */
   quantize?: 'keep' | 'q8_0' | number;
   /** Override the chat template: 'chatml' | 'llama3' | 'gemma' | 'llama2' | 'mistral' (or a name the module knows). */
@@ -148,7 +151,7 @@ export class Wasmind {
   /** The token ids in the KV cache and the last sampled id (tests, debugging). */
   tokens(): Promise<{ ids: number[]; last: number }>;
   /** Loads a Model2Vec embedder: a folder URL, or its three files. */
-  loadEmbedder(source: string | URL | EmbedderFiles, options?: { cache?: boolean; onProgress?: (p: Progress) => void }): Promise<{ dim: number }>;
+  loadEmbedder(source: string | URL | EmbedderFiles, options?: { cache?: boolean; onProgress?: (p: Progress) => void; stallTimeout?: number }): Promise<{ dim: number }>;
   embed(text: string): Promise<Float32Array>;
   embed(texts: string[]): Promise<Float32Array[]>;
   /** Memory figures of the driver: wasm memory bytes, JS heap where known, the last load's peak. */

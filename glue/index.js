@@ -189,17 +189,19 @@ export class Wasmind {
    * bytes. Options: `onProgress({ loaded, total })`, `cache` (URLs; default true: kept in the
    * origin private file system and reused while the server reports the same length), `context` (KV tokens; 0 =
    * the model's, at most 4096), `size` (the expected length: a cached copy is checked against it
-   * without a HEAD request), `quantize`, `template`. Resolves with the model info.
+   * without a HEAD request), `stallTimeout` (ms a server may send no answer or no bytes before
+   * the load rejects with NETWORK; default 60000), `quantize`, `template`. Resolves with the
+   * model info.
    */
   async load(source, options = {}) {
     checkOptions('load', options, { onProgress: 'function', cache: 'boolean', context: 'count', size: 'count', quantize: 'checked',
-      template: 'string' });
-    const { onProgress, cache = true, context = 0, size, quantize, template } = options;
+      template: 'string', stallTimeout: 'positive' });
+    const { onProgress, cache = true, context = 0, size, quantize, template, stallTimeout } = options;
     await this.#start();
     source = absolute(source);
     this.#history = [];
     this.model = null;
-    const info = await this.#call('load', { source, options: { cache, context, size, quantize, template } },
+    const info = await this.#call('load', { source, options: { cache, context, size, quantize, template, stallTimeout } },
       (m) => m.event === 'progress' && onProgress?.({ loaded: m.loaded, total: m.total }));
     return this.model = info;
   }
@@ -276,10 +278,11 @@ export class Wasmind {
   async reset() { this.#history = []; if (this.#driver) await this.#call('reset'); }
 
   /** Loads a Model2Vec embedder: a folder URL (model.safetensors, tokenizer.json, config.json)
-   *  or { safetensors, tokenizer, config }, each a URL, Blob or bytes. Resolves with { dim }. */
+   *  or { safetensors, tokenizer, config }, each a URL, Blob or bytes. Options: `cache`,
+   *  `onProgress`, `stallTimeout` (as load's). Resolves with { dim }. */
   async loadEmbedder(source, options = {}) {
-    checkOptions('loadEmbedder', options, { cache: 'boolean', onProgress: 'function' });
-    const { cache = true, onProgress } = options;
+    checkOptions('loadEmbedder', options, { cache: 'boolean', onProgress: 'function', stallTimeout: 'positive' });
+    const { cache = true, onProgress, stallTimeout } = options;
     const folder = typeof source === 'string' || source instanceof URL;
     if (!folder) {
       const missing = source !== null && typeof source === 'object' && !Array.isArray(source)
@@ -290,7 +293,7 @@ export class Wasmind {
     await this.#start();
     const files = folder ? absolute(source)
       : { safetensors: absolute(source.safetensors), tokenizer: absolute(source.tokenizer), config: absolute(source.config) };
-    const r = await this.#call('loadEmbedder', { files, options: { cache } },
+    const r = await this.#call('loadEmbedder', { files, options: { cache, stallTimeout } },
       (m) => m.event === 'progress' && onProgress?.({ loaded: m.loaded, total: m.total }));
     this.embedDim = r.dim;
     return r;

@@ -15,6 +15,10 @@
 export const CACHE_NAME = 'wasmind-models';
 const isNode = typeof process === 'object' && !!process.versions?.node;
 
+/** Milliseconds a download may go without a byte (or a server without an answer) before it
+ *  fails with NETWORK; `stallTimeout` of load/loadEmbedder sets it per call. */
+export const STALL_MS = 60000;
+
 /** A failure that is not the module's: `status` names its kind (NETWORK, HTTP, LENGTH). */
 export class SourceError extends Error {
   constructor(status, message) { super(message); this.status = status; }
@@ -30,10 +34,12 @@ function lengthOf(response) {
   return linked !== null ? Number(linked) : null;
 }
 
-/** The server's length for `url` by HEAD, or null when unknown or unreachable. */
-async function serverLength(url, signal) {
+/** The server's length for `url` by HEAD, or null when unknown, unreachable or silent for
+ *  `stallMs`. */
+async function serverLength(url, signal, stallMs) {
   try {
-    const r = await fetch(url, { method: 'HEAD', signal, cache: 'no-store' });
+    const quiet = AbortSignal.timeout(stallMs);
+    const r = await fetch(url, { method: 'HEAD', signal: signal ? AbortSignal.any([signal, quiet]) : quiet, cache: 'no-store' });
     return r.ok ? lengthOf(r) : null;
   } catch (e) {
     if (signal?.aborted) throw e;
@@ -69,18 +75,19 @@ export async function cached(url) {
 /**
  * Opens `url`. Returns { total (bytes or null), body (an async iterable of Uint8Array, each valid
  * until the next is asked for), fromCache, stored (a promise: true once the cache holds the
- * file), cancel() }.
+ * file), cancel() }. A server that sends no answer, or no bytes, for `stallMs` fails the open or
+ * the body's next chunk with NETWORK.
  */
-export async function openUrl(url, { cache = true, size, signal } = {}) {
+export async function openUrl(url, { cache = true, size, signal, stallMs = STALL_MS } = {}) {
   if (isNode && (url.startsWith('file:') || !/^[a-z][a-z0-9+.-]*:/i.test(url))) return openFile(url);
   const dir = cache && /^https?:/.test(url) ? await cacheDir() : null;
   const name = dir ? await cacheName(url) : null;
   if (dir) {
     const hit = await fileIn(dir, name);
     if (hit) {
-      const server = size ?? await serverLength(url, signal);
+      const server = size ?? await serverLength(url, signal, stallMs);
       if (server === null || server === hit.size) {
-        const body = cachedBody(dir, name, hit);
+        const body = cachedBody(dir, name, hit, stallMs);
         return { total: hit.size, body, fromCache: true, stored: Promise.resolve(true), url, cancel: () => body.cancel() };
       }
       await remove(dir, name); // stale: the server has another length
@@ -90,17 +97,18 @@ export async function openUrl(url, { cache = true, size, signal } = {}) {
   const onAbort = () => abort.abort(signal.reason);
   signal?.addEventListener('abort', onAbort, { once: true });
   let response;
+  const quiet = setTimeout(() => abort.abort(new Error(`no answer in ${stallMs / 1000} s`)), stallMs);
   try {
     response = await fetch(url, { signal: abort.signal });
   } catch (e) {
     if (signal?.aborted) throw signal.reason;
     throw new SourceError('NETWORK', `${url}: ${e?.message ?? e}`);
-  }
+  } finally { clearTimeout(quiet); }
   if (!response.ok) throw new SourceError('HTTP', `${url}: HTTP ${response.status}`);
   const total = lengthOf(response);
   const opened = { total, fromCache: false, stored: Promise.resolve(false), url,
     cancel: (why) => abort.abort(why ?? new Error('load cancelled')) };
-  opened.body = recorded(response.body, total, url, dir && total !== null ? { dir, name } : null, opened);
+  opened.body = recorded(chunks(response.body, stallMs), total, url, dir && total !== null ? { dir, name } : null, opened);
   return opened;
 }
 
@@ -111,7 +119,7 @@ export async function openUrl(url, { cache = true, size, signal } = {}) {
  *  moment before sometimes never delivers its first chunk (glue/test/page.test.mjs reads a split
  *  GGUF's parts back right after their download: 4 of 13 runs stalled there for good, and CI's
  *  run timed out; through the handle, 15 of 15 passed). */
-function cachedBody(dir, name, file) {
+function cachedBody(dir, name, file, stallMs) {
   let handle = null, stream = null;
   const close = () => { try { handle?.close(); } catch { /* closed */ } handle = null; };
   return {
@@ -120,7 +128,7 @@ function cachedBody(dir, name, file) {
         const h = await dir.getFileHandle(name);
         if (typeof h.createSyncAccessHandle === 'function') handle = await h.createSyncAccessHandle({ mode: 'read-only' });
       } catch { handle = null; }
-      if (!handle) { stream = file.stream(); yield* chunks(stream); return; }
+      if (!handle) { stream = file.stream(); yield* chunks(stream, stallMs); return; }
       try {
         const buffer = new Uint8Array(READ_BYTES);
         for (let at = 0; at < file.size;) {
@@ -161,17 +169,18 @@ async function partFile(dir, name) {
 }
 
 /**
- * The body of a download, chunk by chunk, each also written to `<name>.part` before the next is
- * read; the file becomes `<name>` only when the whole announced length arrived. Any failure (a
- * cut connection, a short or long body, the reader giving up) deletes the part file.
+ * The body of a download (`views`: chunks() of it), chunk by chunk, each also written to
+ * `<name>.part` before the next is read; the file becomes `<name>` only when the whole announced
+ * length arrived. Any failure (a cut connection, a stall, a short or long body, the reader giving
+ * up) deletes the part file.
  */
-async function* recorded(stream, total, url, cache, opened) {
+async function* recorded(views, total, url, cache, opened) {
   const part = cache ? await partFile(cache.dir, cache.name) : null;
   let n = 0, ok = false;
   let settle;
   opened.stored = new Promise((r) => { settle = r; });
   try {
-    for await (const view of chunks(stream)) {
+    for await (const view of views) {
       n += view.byteLength;
       if (total !== null && n > total) throw new SourceError('LENGTH', `${url}: more than the ${total} bytes announced`);
       if (part) await part.write(view);
@@ -194,12 +203,14 @@ async function openFile(pathOrUrl) {
   return { total: size, body: stream, fromCache: false, stored: Promise.resolve(false), cancel: () => stream.destroy() };
 }
 
-/** Opens any source: a URL string or URL, a Blob/File, or bytes (ArrayBuffer or a view). */
+/** Opens any source: a URL string or URL, a Blob/File, or bytes (ArrayBuffer or a view).
+ *  Options: those of openUrl; `stallMs` also bounds each read of a Blob. */
 export async function open(source, options = {}) {
   if (typeof source === 'string' || source instanceof URL) return openUrl(String(source), options);
   if (typeof Blob === 'function' && source instanceof Blob) {
-    const body = source.stream();
-    return { total: source.size, body, fromCache: false, stored: Promise.resolve(false), cancel: () => body.cancel().catch(() => {}) };
+    const stream = source.stream();
+    return { total: source.size, body: chunks(stream, options.stallMs), fromCache: false, stored: Promise.resolve(false),
+      cancel: () => stream.cancel().catch(() => {}) };
   }
   if (source instanceof ArrayBuffer || ArrayBuffer.isView(source) || (typeof SharedArrayBuffer === 'function' && source instanceof SharedArrayBuffer)) {
     const bytes = ArrayBuffer.isView(source) ? new Uint8Array(source.buffer, source.byteOffset, source.byteLength) : new Uint8Array(source);
@@ -212,14 +223,15 @@ const READ_BYTES = 256 << 10;
 
 /** Chunks of `body` (a ReadableStream or an async/sync iterable), as Uint8Arrays. A byte stream
  *  (fetch, Cache API and Blob bodies in browsers) is read into one reused 256 KiB buffer (BYOB), so
- *  a chunk is only valid until the next one is asked for. */
-export async function* chunks(body) {
+ *  a chunk is only valid until the next one is asked for. A stream's read that brings nothing for
+ *  `stallMs` cancels the stream and throws 'no data for … s'. */
+export async function* chunks(body, stallMs = STALL_MS) {
   if (typeof body.getReader === 'function') {
     let reader, buffer = null;
     try { reader = body.getReader({ mode: 'byob' }); buffer = new ArrayBuffer(READ_BYTES); } catch { reader = body.getReader(); }
     try {
       for (;;) {
-        const { done, value } = await (buffer ? reader.read(new Uint8Array(buffer)) : reader.read());
+        const { done, value } = await bounded(buffer ? reader.read(new Uint8Array(buffer)) : reader.read(), stallMs, reader);
         if (done) return;
         if (buffer) buffer = value.buffer;
         yield value;
@@ -228,6 +240,15 @@ export async function* chunks(body) {
   } else {
     for await (const c of body) yield c instanceof Uint8Array ? c : new Uint8Array(c);
   }
+}
+
+/** `read` (a pending reader.read()), or a rejection after `ms` with `reader` cancelled. */
+function bounded(read, ms, reader) {
+  let timer;
+  const late = new Promise((_, fail) => {
+    timer = setTimeout(() => { const e = new Error(`no data for ${ms / 1000} s`); reader.cancel(e).catch(() => {}); fail(e); }, ms);
+  });
+  return Promise.race([read, late]).finally(() => clearTimeout(timer));
 }
 
 /** Reads a whole (small) source into one Uint8Array: tokenizer.json, config.json. */

@@ -142,13 +142,21 @@ test('index.js: a split GGUF (3 parts, as gguf-split writes them) loads from its
   } finally { await ai.unload(); rmSync(dir, { recursive: true, force: true }); }
 });
 
-test('index.js over HTTP in Node: streamed (never a whole copy in the heap); no Content-Length still loads', async (t) => {
+test('index.js over HTTP in Node: streamed (never a whole copy in the heap); no Content-Length still loads; a stalled server fails the load', async (t) => {
   const { serve } = await import('../demo/serve.js');
   const { createReadStream, statSync } = await import('node:fs');
   const { fileURLToPath } = await import('node:url');
   const file = fileURLToPath(MODEL_PATH), size = statSync(file).size;
   let hugeBytesSent = 0;
+  const hanging = []; // responses left open by /stall.gguf and /silent.gguf
   const server = await serve({ port: 0, files: { '/m.gguf': file }, intercept: (req, res, url) => {
+    if (url.pathname === '/silent.gguf') { hanging.push(res); return true; } // never answers
+    if (url.pathname === '/stall.gguf') { // the headers and 1 MB, then nothing, the connection open
+      hanging.push(res);
+      res.writeHead(200, { 'Content-Type': 'application/octet-stream', 'Content-Length': String(size) });
+      createReadStream(file, { end: (1 << 20) - 1 }).pipe(res, { end: false });
+      return true;
+    }
     if (url.pathname === '/huge.gguf') { // 5 GB announced: refused before the body is read
       res.writeHead(200, { 'Content-Type': 'application/octet-stream', 'Content-Length': String(5e9) });
       const block = new Uint8Array(1 << 16);
@@ -181,7 +189,17 @@ test('index.js over HTTP in Node: streamed (never a whole copy in the heap); no 
     assert.equal(chunked.bytes, size);
     const r = await reply(ai, [{ role: 'user', content: 'What is the capital of France?' }]);
     assert.equal(r.text, 'The capital of France is Paris.');
-  } finally { await ai.unload(); server.close(); }
+    // A server that stops sending, or never answers: NETWORK after stallTimeout, not a wait
+    // forever; the module still works after it.
+    for (const [path, what] of [['/stall.gguf', /stall\.gguf: the download failed \(no data for 0\.5 s\)/], ['/silent.gguf', /silent\.gguf: no answer in 0\.5 s/]]) {
+      const t1 = Date.now();
+      await assert.rejects(ai.load(`${base}${path}`, { stallTimeout: 500 }), (e) => e.status === 'NETWORK' && what.test(e.message), path);
+      assert.ok(Date.now() - t1 < 5000, `${path}: rejected after ${Date.now() - t1} ms`);
+    }
+    await assert.rejects(ai.load(`${base}/m.gguf`, { stallTimeout: 0 }), (e) => e.status === 'INVALID_ARGUMENT' && /stallTimeout must be an integer >= 1/.test(e.message));
+    await ai.load(`${base}/m.gguf`, { context: 256, stallTimeout: 2000 });
+    assert.equal((await reply(ai, [{ role: 'user', content: 'What is the capital of France?' }])).text, 'The capital of France is Paris.');
+  } finally { await ai.unload(); for (const res of hanging) res.destroy(); server.close(); }
 });
 
 test('index.js: responseFormat (json_schema, json_object) and grammar give output a program can parse', async () => {
