@@ -5,7 +5,9 @@
 //! - `$ref` to `#`, `#/definitions/..`, `#/$defs/..` (any JSON pointer within the schema;
 //!   recursive references become recursive rules), with only annotations beside it;
 //! - `anyOf` / `oneOf` (alternatives), `type` arrays, `const`, `enum` (the values as
-//!   compact JSON), `allOf` of one schema;
+//!   compact JSON, those of the `type` beside them), `allOf` of one schema;
+//! - no `type`: the kinds that the keywords present constrain (`{"maximum": 1}` is a number up
+//!   to 1; JSON Schema would let a string through too), any value when there are none;
 //! - objects: `properties` in their order, the `required` ones always (first; a required name
 //!   not in `properties` as an additional property), the others optional
 //!   (each may be left out, the order kept), `additionalProperties` false (the default here, as
@@ -17,14 +19,16 @@
 //!   formats are annotations, as JSON Schema has them by default), `pattern` (a regular
 //!   expression anchored with `^...$`: literals, `.`, classes, groups, `|`, `* + ? {m,n}`,
 //!   `\d \w \s` and escapes; backreferences and lookarounds are UNSUPPORTED errors);
-//! - integers and numbers with `minimum` / `maximum` / `exclusive*` (whole-number bounds; with
-//!   both kinds on one side the tighter), any range: the literals in range digit by digit
-//!   (numbers then without an exponent);
+//! - integers and numbers with `minimum` / `maximum` / `exclusive*` (any JSON number: whole,
+//!   fractional, with an exponent; with both kinds on one side the tighter), any range: the
+//!   literals in range digit by digit, integer part and fraction (numbers then without an
+//!   exponent);
 //! - `number`, `integer`, `boolean`, `null`, `string`, and no type at all (any value).
 //!
 //! The grammar never lets through a value the schema forbids: bounds no value meets
-//! (`maxItems < minItems`, `maxLength < minLength`, an empty range) and keywords a grammar
-//! here cannot enforce (`uniqueItems`, `not`, `if`, `multipleOf`, `patternProperties`,
+//! (`maxItems < minItems`, `maxLength < minLength`, an empty range), keywords beside
+//! `anyOf`/`oneOf`/`const`/`enum` that would have to hold too (`type` beside the values
+//! excepted), and keywords a grammar here cannot enforce (`uniqueItems`, `not`, `if`, `multipleOf`, `patternProperties`,
 //! `minProperties`, ...: [`UNENFORCED`]) are UNSUPPORTED errors, where llama.cpp ignores them.
 //!
 //! [`json_object`] is `{"type": "json_object"}` mode: any JSON object.
@@ -34,6 +38,7 @@ use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec;
 use alloc::vec::Vec;
+use core::cmp::Ordering;
 
 use crate::error::{Result, Status};
 use crate::json::{Kind, Reader};
@@ -133,6 +138,32 @@ fn check_alone(kv: &[(String, Value)], key: &str, name: &str) -> Result<()> {
         ),
         None => Ok(()),
     }
+}
+
+/// JSON Schema's types.
+const TYPES: [&str; 7] = [
+    "null", "boolean", "number", "integer", "string", "array", "object",
+];
+
+/// Whether JSON value `v` is of type `t` (one of [`TYPES`]; "integer": a whole number, `1.0`
+/// included).
+fn kind_of(v: &Value, t: &str) -> bool {
+    match (t, v) {
+        ("integer", Value::Number(n)) => Decimal::of(n).is_whole(),
+        ("null", Value::Null)
+        | ("boolean", Value::Bool(_))
+        | ("number", Value::Number(_))
+        | ("string", Value::String(_))
+        | ("array", Value::Array(_))
+        | ("object", Value::Object(_)) => true,
+        _ => false,
+    }
+}
+
+/// Whether `additionalProperties` lets any further key through (absent or `true`).
+fn additional_open(s: &Value) -> bool {
+    s.get("additionalProperties")
+        .is_none_or(|a| *a == Value::Bool(true))
 }
 
 /// A character of a JSON string written as itself (not escaped).
@@ -517,7 +548,12 @@ impl<'s> Converter<'s> {
             };
             return self.reference(r, d);
         }
-        if let Some(alts) = s.get("oneOf").or_else(|| s.get("anyOf")) {
+        if let Some((key, alts)) = ["anyOf", "oneOf"]
+            .into_iter()
+            .find_map(|k| s.get(k).map(|a| (k, a)))
+        {
+            // A sibling would have to hold as well ("type", "minimum", ...): not enforced here.
+            check_alone(obj, key, name)?;
             let Value::Array(alts) = alts else {
                 bail!(
                     Status::BadFormat,
@@ -532,6 +568,86 @@ impl<'s> Converter<'s> {
                 parts.push(self.visit(alt, &format!("{name}-{i}"), d)?);
             }
             return self.add_rule(name, parts.join(" | "));
+        }
+        if let Some((key, v)) = ["const", "enum"]
+            .into_iter()
+            .find_map(|k| s.get(k).map(|v| (k, v)))
+        {
+            // The values of `type` (a name or a list); other keywords beside them would have to
+            // hold as well: not enforced here.
+            if let Some((k, _)) = obj
+                .iter()
+                .find(|(k, _)| k != key && k != "type" && !ANNOTATIONS.contains(&k.as_str()))
+            {
+                bail!(
+                    Status::Unsupported,
+                    "schema: '{k}' beside {key} at {name} is not supported"
+                );
+            }
+            let types: Vec<&str> = match ty {
+                None => TYPES.to_vec(),
+                Some(Value::String(t)) => alloc::vec![t.as_str()],
+                Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+                Some(_) => bail!(Status::BadFormat, "schema: type at {name} is not a string"),
+            };
+            if let Some(t) = types.iter().find(|t| !TYPES.contains(t)) {
+                bail!(Status::Unsupported, "schema: unknown type '{t}' at {name}");
+            }
+            let of_type = |v: &Value| types.iter().any(|t| kind_of(v, t));
+            let values: Vec<&Value> = match (key, v) {
+                ("const", v) => alloc::vec![v],
+                (_, Value::Array(values)) => values.iter().collect(),
+                _ => bail!(Status::BadFormat, "schema: enum at {name} is not an array"),
+            };
+            let values: Vec<&Value> = values.into_iter().filter(|v| of_type(v)).collect();
+            if values.is_empty() {
+                let of = types.join(" or ");
+                bail!(
+                    Status::Unsupported,
+                    "schema: no {key} value of type {of} at {name}"
+                );
+            }
+            let alts: Vec<String> = values.into_iter().map(json_literal).collect();
+            return self.add_rule(name, format!("({}) space", alts.join(" | ")));
+        }
+        // No type: the types the keywords constrain (JSON Schema lets any other kind of value
+        // through them; a reply of the constrained kinds always meets them).
+        if ty.is_none() {
+            let has = |keys: &[&str]| keys.iter().any(|k| s.get(k).is_some());
+            let format = s.get("format").and_then(Value::as_str);
+            let open = additional_open(s);
+            let kinds = [
+                (
+                    "number",
+                    has(&["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"]),
+                ),
+                (
+                    "string",
+                    has(&["minLength", "maxLength", "pattern"])
+                        || matches!(format, Some("date" | "time" | "date-time" | "uuid")),
+                ),
+                (
+                    "array",
+                    has(&["items", "prefixItems", "minItems", "maxItems"]),
+                ),
+                ("object", has(&["properties", "required"]) || !open),
+            ];
+            let types: Vec<Value> = kinds
+                .iter()
+                .filter(|(_, present)| *present)
+                .map(|(t, _)| Value::String((*t).to_string()))
+                .collect();
+            if !types.is_empty() {
+                let mut copy = obj.clone();
+                copy.push((
+                    "type".to_string(),
+                    match types.len() {
+                        1 => types[0].clone(),
+                        _ => Value::Array(types),
+                    },
+                ));
+                return self.visit(&Value::Object(copy), name, d);
+            }
         }
         if let Some(Value::Array(types)) = ty {
             let mut parts = Vec::new();
@@ -549,24 +665,8 @@ impl<'s> Converter<'s> {
             }
             return self.add_rule(name, parts.join(" | "));
         }
-        if let Some(c) = s.get("const") {
-            return self.add_rule(name, format!("{} space", json_literal(c)));
-        }
-        if let Some(e) = s.get("enum") {
-            let Value::Array(values) = e else {
-                bail!(Status::BadFormat, "schema: enum at {name} is not an array");
-            };
-            if values.is_empty() {
-                bail!(Status::Unsupported, "schema: empty enum at {name}");
-            }
-            let alts: Vec<String> = values.iter().map(json_literal).collect();
-            return self.add_rule(name, format!("({}) space", alts.join(" | ")));
-        }
-        let additional = s.get("additionalProperties");
         if is("object")
-            && (s.get("properties").is_some()
-                || s.get("required").is_some()
-                || additional.is_some_and(|a| *a != Value::Bool(true)))
+            && (s.get("properties").is_some() || s.get("required").is_some() || !additional_open(s))
         {
             return self.object(s, name, d);
         }
@@ -897,33 +997,42 @@ impl<'s> Converter<'s> {
         )
     }
 
-    /// A number or integer with bounds (`minimum`, `maximum`, `exclusive*`; with both kinds of
-    /// one side, the tighter), as the decimal literals in range (see [`numeric_range`]); `None`
-    /// when there are no bounds. Number bounds must be whole numbers.
+    /// A number or integer with bounds (`minimum`, `maximum`, `exclusive*`, any JSON number;
+    /// with both kinds on one side, the tighter), as the decimal literals in range (see
+    /// [`numeric_range`]); `None` when there are no bounds.
     fn numeric_bounds(&mut self, s: &Value, name: &str, integer: bool) -> Result<Option<String>> {
-        let bound = |k: &str| -> Result<Option<i64>> {
+        let bound = |k: &str, excluded: bool, lower: bool| -> Result<Option<Bound>> {
             match s.get(k) {
                 None => Ok(None),
-                Some(v) => v.as_i64().map(Some).ok_or_else(|| {
-                    err!(
-                        Status::Unsupported,
-                        "schema: {k} at {name} is not a whole number (bounds must be)"
-                    )
-                }),
+                Some(Value::Number(n)) => Ok(Some(Bound::parse(n, excluded, lower))),
+                Some(_) => bail!(Status::BadFormat, "schema: {k} at {name} is not a number"),
             }
         };
-        // (value, excluded); of an inclusive and an exclusive bound the tighter one.
-        let tighter = |incl: Option<i64>, excl: Option<i64>, low: bool| match (incl, excl) {
-            (Some(i), Some(x)) if (low && x >= i) || (!low && x <= i) => Some((x, true)),
-            (Some(i), _) => Some((i, false)),
-            (None, x) => x.map(|x| (x, true)),
+        // Of an inclusive and an exclusive bound on one side, the tighter one.
+        let tighter = |incl: Option<Bound>, excl: Option<Bound>, low: bool| match (incl, excl) {
+            (Some(i), Some(x)) => {
+                let x_tighter = match x.cmp_value(&i) {
+                    Ordering::Equal => true,
+                    o => (o == Ordering::Greater) == low,
+                };
+                Some(if x_tighter { x } else { i })
+            }
+            (i, x) => i.or(x),
         };
-        let lo = tighter(bound("minimum")?, bound("exclusiveMinimum")?, true);
-        let hi = tighter(bound("maximum")?, bound("exclusiveMaximum")?, false);
+        let lo = tighter(
+            bound("minimum", false, true)?,
+            bound("exclusiveMinimum", true, true)?,
+            true,
+        );
+        let hi = tighter(
+            bound("maximum", false, false)?,
+            bound("exclusiveMaximum", true, false)?,
+            false,
+        );
         if lo.is_none() && hi.is_none() {
             return Ok(None);
         }
-        let body = numeric_range(lo, hi, integer);
+        let body = numeric_range(lo.as_ref(), hi.as_ref(), integer);
         if body.is_empty() {
             let kind = if integer { "integer" } else { "number" };
             bail!(Status::Unsupported, "schema: empty {kind} range at {name}");
@@ -937,32 +1046,158 @@ impl<'s> Converter<'s> {
 
 /// The most digits of an integer part, as in the `integral-part` primitive.
 const MAX_INT_DIGITS: u32 = 16;
+/// The most digits of a fraction, as in the `decimal-part` primitive.
+const MAX_FRAC_DIGITS: u32 = 16;
 
+/// The absolute value of a bound, exactly: its integer part (`u64::MAX` for any of more than
+/// 19 digits: beyond every literal written here) and its fraction digits (ASCII, no trailing
+/// zeros; cut after `MAX_FRAC_DIGITS + 1` digits, see [`Bound::parse`]).
+#[derive(Clone, Debug, PartialEq)]
+struct Magnitude {
+    int: u64,
+    frac: Vec<u8>,
+}
+
+/// A JSON number literal (valid: the schema's reader checked it) as its sign and digits, the
+/// decimal point before `digits[point]` (`point` may be negative or past the end).
+struct Decimal {
+    negative: bool,
+    digits: Vec<u8>,
+    point: i64,
+}
+
+impl Decimal {
+    fn of(literal: &str) -> Decimal {
+        let (negative, rest) = match literal.strip_prefix('-') {
+            Some(r) => (true, r),
+            None => (false, literal),
+        };
+        let (mantissa, exp) = match rest.find(['e', 'E']) {
+            Some(i) => {
+                let e = &rest[i + 1..];
+                let e = e.strip_prefix('+').unwrap_or(e);
+                // Past ±100000 every digit is far beyond both caps either way.
+                let far = if e.starts_with('-') {
+                    -100_000
+                } else {
+                    100_000
+                };
+                (
+                    &rest[..i],
+                    e.parse::<i64>().unwrap_or(far).clamp(-100_000, 100_000),
+                )
+            }
+            None => (rest, 0),
+        };
+        let (int_digits, frac_digits) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+        Decimal {
+            negative,
+            digits: int_digits.bytes().chain(frac_digits.bytes()).collect(),
+            point: int_digits.len() as i64 + exp,
+        }
+    }
+
+    /// Whether the value is a whole number (JSON Schema's "integer": `1.0` and `1e2` are).
+    fn is_whole(&self) -> bool {
+        let from = usize::try_from(self.point.max(0)).unwrap_or(usize::MAX);
+        self.digits.iter().skip(from).all(|&d| d == b'0')
+    }
+}
+
+/// A numeric bound: its sign, magnitude and whether the bound itself is excluded.
+#[derive(Clone, Debug, PartialEq)]
+struct Bound {
+    negative: bool,
+    mag: Magnitude,
+    excluded: bool,
+}
+
+impl Bound {
+    /// A JSON number literal (`-12.5e-1`, valid: the schema's reader checked it) as a lower
+    /// (`lower`) or upper bound. A fraction longer than `MAX_FRAC_DIGITS + 1` digits is cut
+    /// there, which keeps every comparison with a literal of at most `MAX_FRAC_DIGITS` digits
+    /// when the cut digits are not all zero: the cut moves the value toward zero, so a bound it
+    /// moves inward (a positive lower one, a negative upper one) becomes excluded (no literal
+    /// lies between the cut value and the bound), one it moves outward included.
+    fn parse(literal: &str, excluded: bool, lower: bool) -> Bound {
+        let Decimal {
+            negative,
+            digits,
+            point,
+        } = Decimal::of(literal);
+        let digit = |i: i64| match usize::try_from(i) {
+            Ok(i) if i < digits.len() => digits[i],
+            _ => b'0',
+        };
+        let mut int = 0u64;
+        // (Past the written digits all are zeros: the search stays within them.)
+        let written = point.min(digits.len() as i64);
+        if let Some(first) = (0..written).find(|&i| digit(i) != b'0') {
+            if point - first > 19 {
+                int = u64::MAX;
+            } else {
+                for i in first..point {
+                    int = int * 10 + u64::from(digit(i) - b'0');
+                }
+            }
+        }
+        let keep = i64::from(MAX_FRAC_DIGITS) + 1;
+        let mut frac: Vec<u8> = (point..point + keep).map(digit).collect();
+        while frac.last() == Some(&b'0') {
+            frac.pop();
+        }
+        let cut = (point + keep..digits.len() as i64).any(|i| digit(i) != b'0');
+        let excluded = if cut { lower != negative } else { excluded };
+        let zero = int == 0 && frac.is_empty();
+        Bound {
+            negative: negative && !zero,
+            mag: Magnitude { int, frac },
+            excluded,
+        }
+    }
+
+    /// Compares the values (not the exclusions).
+    fn cmp_value(&self, other: &Bound) -> Ordering {
+        let mags = (self.mag.int, &self.mag.frac).cmp(&(other.mag.int, &other.mag.frac));
+        match (self.negative, other.negative) {
+            (false, false) => mags,
+            (true, true) => mags.reverse(),
+            (false, true) => Ordering::Greater,
+            (true, false) => Ordering::Less,
+        }
+    }
+}
 /// GBNF for the decimal literals `x` (no exponent, no leading zeros, up to [`MAX_INT_DIGITS`]
-/// integer digits; with `integer` no fraction) with `lo <= x` or `lo < x` (excluded) and
-/// likewise `hi`; empty when none is. A literal's sign, integer part and fraction are matched
-/// separately: on each side of zero the integer parts strictly inside the bounds take any
-/// fraction, a bound's own integer part only the fractions that keep it in range.
-fn numeric_range(lo: Option<(i64, bool)>, hi: Option<(i64, bool)>, integer: bool) -> String {
+/// integer digits and [`MAX_FRAC_DIGITS`] fraction digits; with `integer` no fraction) with
+/// `lo <= x` (`<` when excluded) and likewise `hi`; empty when none is. A literal's sign,
+/// integer part and fraction are matched separately: on each side of zero the integer parts
+/// strictly inside the bounds take any fraction, a bound's own integer part only the fractions
+/// that keep it in range.
+fn numeric_range(lo: Option<&Bound>, hi: Option<&Bound>, integer: bool) -> String {
+    let zero = Magnitude {
+        int: 0,
+        frac: Vec::new(),
+    };
+    let is_zero = |b: &Bound| b.mag == zero;
     let mut alts = Vec::new();
     // x >= 0: magnitudes from max(lo, 0) up to hi.
-    let below_zero = hi.is_some_and(|(h, excl)| h < 0 || (h == 0 && excl));
+    let below_zero = hi.is_some_and(|h| h.negative || (is_zero(h) && h.excluded));
     if !below_zero {
         let from = match lo {
-            Some((l, excl)) if l >= 0 => (l as u64, excl),
-            _ => (0, false),
+            Some(l) if !l.negative => (&l.mag, l.excluded),
+            _ => (&zero, false),
         };
-        let to = hi.map(|(h, excl)| (h as u64, excl));
+        let to = hi.map(|h| (&h.mag, h.excluded));
         magnitudes(from, to, integer, &mut alts);
     }
     // x < 0: magnitudes above max(-hi, 0) (above 0: no "-0") up to -lo.
-    let above_zero = lo.is_some_and(|(l, _)| l >= 0);
+    let above_zero = lo.is_some_and(|l| !l.negative);
     if !above_zero {
         let from = match hi {
-            Some((h, excl)) if h < 0 => (h.unsigned_abs(), excl),
-            _ => (0, true),
+            Some(h) if h.negative => (&h.mag, h.excluded),
+            _ => (&zero, true),
         };
-        let to = lo.map(|(l, excl)| (l.unsigned_abs(), excl));
+        let to = lo.map(|l| (&l.mag, l.excluded));
         let mut neg = Vec::new();
         magnitudes(from, to, integer, &mut neg);
         if !neg.is_empty() {
@@ -977,37 +1212,138 @@ fn numeric_range(lo: Option<(i64, bool)>, hi: Option<(i64, bool)>, integer: bool
 
 /// Alternatives for the unsigned decimal literals `m` with `from.0 <= m` (`<` when `from.1`)
 /// and `m <= to.0` (`<` when `to.1`; no `to`: any up to [`MAX_INT_DIGITS`] digits).
-fn magnitudes(from: (u64, bool), to: Option<(u64, bool)>, integer: bool, alts: &mut Vec<String>) {
+fn magnitudes(
+    from: (&Magnitude, bool),
+    to: Option<(&Magnitude, bool)>,
+    integer: bool,
+    alts: &mut Vec<String>,
+) {
+    let cap = 10u64.pow(MAX_INT_DIGITS);
+    // A bound past every literal: as the lower one nothing is left, as the upper one none.
+    if from.0.int >= cap {
+        return;
+    }
+    let to = to.filter(|(b, _)| b.int < cap);
     let ((a, a_excl), b) = (from, to);
     if integer {
-        let lo = a + a_excl as u64;
+        // The integer parts from the lowest whole number in range to the highest.
+        let lo = a.int + u64::from(a_excl || !a.frac.is_empty());
         match b {
-            Some((b, excl)) if excl && b == 0 => {}
-            Some((b, excl)) => integer_parts(lo, Some(b - excl as u64), alts),
+            Some((b, excl)) if b.frac.is_empty() && excl => {
+                if let Some(hi) = b.int.checked_sub(1) {
+                    integer_parts(lo, Some(hi), alts)
+                }
+            }
+            Some((b, _)) => integer_parts(lo, Some(b.int), alts),
             None => integer_parts(lo, None, alts),
         }
         return;
     }
-    // Integer parts strictly between the bounds' own: any fraction (or none).
+    // One integer part: only the fractions between the bounds'.
+    let own = |int: u64, lo: Option<(&[u8], bool)>, hi: Option<(&[u8], bool)>| match fractions(
+        lo,
+        hi,
+        MAX_FRAC_DIGITS,
+    ) {
+        (Some(f), true) => Some(format!(r#""{int}" ("." {f})?"#)),
+        (Some(f), false) => Some(format!(r#""{int}" "." {f}"#)),
+        (None, true) => Some(format!(r#""{int}""#)),
+        (None, false) => None,
+    };
+    if let Some((b, b_excl)) = b
+        && a.int >= b.int
+    {
+        if a.int == b.int {
+            alts.extend(own(a.int, Some((&a.frac, a_excl)), Some((&b.frac, b_excl))));
+        }
+        return;
+    }
+    // Integer parts strictly between the bounds' own: any fraction (or none); the lower
+    // bound's own too when it is a whole number and included.
+    let a_free = a.frac.is_empty() && !a_excl;
+    let first = a.int + u64::from(!a_free);
     let mut any = Vec::new();
     match b {
-        Some((0, _)) => {}
-        Some((b, _)) => integer_parts(a + a_excl as u64, Some(b - 1), &mut any),
-        None => integer_parts(a + a_excl as u64, None, &mut any),
+        Some((b, _)) => {
+            if let Some(last) = b.int.checked_sub(1) {
+                integer_parts(first, Some(last), &mut any)
+            }
+        }
+        None => integer_parts(first, None, &mut any),
     }
     if !any.is_empty() {
         alts.push(format!(r#"({}) ("." decimal-part)?"#, any.join(" | ")));
     }
-    // The lower bound's integer part when it is excluded: a fraction above zero.
-    if a_excl && b.is_none_or(|(b, _)| a < b) {
-        alts.push(format!(r#""{a}" "." [0-9]{{0,15}} [1-9]"#));
+    if !a_free {
+        alts.extend(own(a.int, Some((&a.frac, a_excl)), None));
     }
-    // The upper bound itself, when included: a fraction of zeros.
-    if let Some((b, false)) = b
-        && (a < b || (a == b && !a_excl))
-    {
-        alts.push(format!(r#""{b}" ("." [0]{{1,16}})?"#));
+    if let Some((b, b_excl)) = b {
+        alts.extend(own(b.int, None, Some((&b.frac, b_excl))));
     }
+}
+
+/// The fractions `d` (digit strings of 1 to `n` digits, read as `0.d`) with `lo <= 0.d` (`<`
+/// when lo's flag; `None`: no lower bound) and `0.d <= hi` (likewise), as GBNF (`None`: no such
+/// string), and whether the value 0 (no fraction at all) is in range. `lo` and `hi` are digit
+/// strings without trailing zeros. Digit by digit: a first digit strictly between the bounds'
+/// first digits takes any rest; one equal to a bound's, a rest bounded by that bound's rest.
+fn fractions(
+    lo: Option<(&[u8], bool)>,
+    hi: Option<(&[u8], bool)>,
+    n: u32,
+) -> (Option<String>, bool) {
+    // A lower bound of 0, included, bounds nothing.
+    let lo = lo.filter(|&(d, excl)| !d.is_empty() || excl);
+    let zero_ok = lo.is_none() && !matches!(hi, Some(([], true)));
+    if n == 0 {
+        return (None, zero_ok);
+    }
+    let first = |b: Option<(&[u8], bool)>, none: u8| {
+        b.map_or(none, |(d, _)| d.first().copied().unwrap_or(b'0'))
+    };
+    fn rest(b: Option<(&[u8], bool)>) -> Option<(&[u8], bool)> {
+        b.map(|(d, excl)| (d.get(1..).unwrap_or(&[]), excl))
+    }
+    let (l1, h1) = (first(lo, b'0'), first(hi, b'9'));
+    if l1 > h1 {
+        return (None, zero_ok);
+    }
+    // The digit `c`, then a rest within `lo`..`hi` (or none, when 0 is within them).
+    let then = |c: u8, lo: Option<(&[u8], bool)>, hi: Option<(&[u8], bool)>| {
+        let c = c as char;
+        match fractions(lo, hi, n - 1) {
+            (Some(r), true) => Some(format!(r#""{c}" ({r})?"#)),
+            (Some(r), false) => Some(format!(r#""{c}" {r}"#)),
+            (None, true) => Some(format!(r#""{c}""#)),
+            (None, false) => None,
+        }
+    };
+    let mut alts = Vec::new();
+    if l1 == h1 {
+        alts.extend(then(l1, rest(lo), rest(hi)));
+    } else {
+        if lo.is_some() {
+            alts.extend(then(l1, rest(lo), None));
+        }
+        let (a, b) = (l1 + u8::from(lo.is_some()), h1 - u8::from(hi.is_some()));
+        if a <= b {
+            let any = if n > 1 {
+                format!(" [0-9]{{0,{}}}", n - 1)
+            } else {
+                String::new()
+            };
+            alts.push(format!("[{}-{}]{any}", a as char, b as char));
+        }
+        if hi.is_some() {
+            alts.extend(then(h1, None, rest(hi)));
+        }
+    }
+    let body = match alts.len() {
+        0 => None,
+        1 => alts.pop(),
+        _ => Some(format!("({})", alts.join(" | "))),
+    };
+    (body, zero_ok)
 }
 
 /// Alternatives for the integer parts `lo..=hi` (no `hi`: up to [`MAX_INT_DIGITS`] digits),

@@ -533,8 +533,229 @@ fn schema_numeric_bounds_match_their_range() {
     // Beyond the integer part's 16 digits nothing can be written.
     let e = schema::to_gbnf(br#"{"type":"integer","minimum":100000000000000000}"#).unwrap_err();
     assert!(e.message.as_str().contains("empty integer range"), "{e}");
-    let e = schema::to_gbnf(br#"{"type":"number","maximum":0.5}"#).unwrap_err();
-    assert!(e.message.as_str().contains("whole number"), "{e}");
+}
+
+#[test]
+fn schema_fractional_bounds_match_their_range() {
+    // Bounds as written, with their values in millionths (the oracle: no parsing here).
+    const BOUNDS: [(&str, i64); 18] = [
+        ("-10.5", -10_500_000),
+        ("-1.25", -1_250_000),
+        ("-0.75e0", -750_000),
+        ("-0.5", -500_000),
+        ("-0.001", -1_000),
+        ("0", 0),
+        ("0.0", 0),
+        ("1e-3", 1_000),
+        ("0.1", 100_000),
+        ("0.5", 500_000),
+        ("0.99", 990_000),
+        ("1.5", 1_500_000),
+        ("2.25", 2_250_000),
+        ("3", 3_000_000),
+        ("10.05", 10_050_000),
+        ("2.5E1", 25_000_000),
+        ("-2", -2_000_000),
+        ("25.5", 25_500_000),
+    ];
+    const INTS: [i64; 10] = [0, 1, 2, 3, 9, 10, 11, 24, 25, 26];
+    const FRACS: [(&str, i64); 14] = [
+        ("", 0),
+        (".0", 0),
+        (".05", 50_000),
+        (".1", 100_000),
+        (".25", 250_000),
+        (".5", 500_000),
+        (".50", 500_000),
+        (".75", 750_000),
+        (".99", 990_000),
+        (".999", 999_000),
+        (".001", 1_000),
+        (".0009", 900),
+        (".00101", 1_010),
+        (".9999", 999_900),
+    ];
+    let mut rng = Rng(0xF4AC_7105);
+    for case in 0..120 {
+        let integer = case % 3 == 0;
+        let pick = |rng: &mut Rng| (rng.below(2) > 0).then(|| BOUNDS[rng.below(BOUNDS.len())]);
+        let bounds = [
+            ("minimum", pick(&mut rng)),
+            ("exclusiveMinimum", pick(&mut rng)),
+            ("maximum", pick(&mut rng)),
+            ("exclusiveMaximum", pick(&mut rng)),
+        ];
+        if bounds.iter().all(|(_, b)| b.is_none()) {
+            continue;
+        }
+        let mut schema = alloc::format!(
+            r#"{{"type":"{}""#,
+            if integer { "integer" } else { "number" }
+        );
+        for (key, b) in bounds {
+            if let Some((text, _)) = b {
+                schema.push_str(&alloc::format!(r#","{key}":{text}"#));
+            }
+        }
+        schema.push('}');
+        let value = |i: usize| bounds[i].1.map(|(_, v)| v);
+        let in_range = |x: i64| {
+            value(0).is_none_or(|m| x >= m)
+                && value(1).is_none_or(|m| x > m)
+                && value(2).is_none_or(|m| x <= m)
+                && value(3).is_none_or(|m| x < m)
+        };
+        let literals: Vec<(String, i64)> = INTS
+            .iter()
+            .flat_map(|&i| FRACS.iter().map(move |&(f, v)| (i, f, v)))
+            .filter(|(_, f, _)| !integer || f.is_empty())
+            .flat_map(|(i, f, v)| {
+                let x = i * 1_000_000 + v;
+                [
+                    (alloc::format!("{i}{f}"), x),
+                    (alloc::format!("-{i}{f}"), -x),
+                ]
+            })
+            .filter(|(text, x)| !(text.starts_with('-') && *x == 0)) // "-0" may go either way
+            .collect();
+        let gbnf = match schema::to_gbnf(schema.as_bytes()) {
+            Ok(g) => g,
+            Err(e) => {
+                assert!(e.message.as_str().contains("empty"), "{schema}: {e}");
+                let hit = literals.iter().find(|(_, x)| in_range(*x));
+                assert!(hit.is_none(), "{schema}: refused, but {hit:?} is in range");
+                continue;
+            }
+        };
+        let start = Matcher::new(Grammar::parse(&gbnf).unwrap()).unwrap();
+        for (text, x) in &literals {
+            let mut m = start.clone();
+            let accepted = m.accept_bytes(text.as_bytes()).is_ok() && m.can_end();
+            assert_eq!(accepted, in_range(*x), "{schema}: {text}\n{gbnf}");
+        }
+    }
+    // Past the 16 fraction digits a literal can have, and past the 16 integer digits.
+    for (schema, yes, no) in [
+        (
+            r#"{"type":"number","minimum":0.12345678901234567891}"#,
+            &["0.1234567890123457", "0.2", "1"][..],
+            &["0.1234567890123456", "0.12345678901234567", "0"][..],
+        ),
+        (
+            r#"{"type":"number","maximum":-0.12345678901234567891}"#,
+            &["-0.1234567890123457", "-1"][..],
+            &["-0.1234567890123456", "0"][..],
+        ),
+        (
+            r#"{"type":"number","exclusiveMaximum":1e-20,"minimum":-1e-20}"#,
+            &["0", "0.0000000000000000"][..],
+            &["0.0000000000000001", "-0.0000000000000001"][..],
+        ),
+        (
+            r#"{"type":"number","maximum":1e300,"exclusiveMinimum":-1E+300}"#,
+            &["9999999999999999.5", "-9999999999999999", "0"][..],
+            &["10000000000000000"][..],
+        ),
+        (
+            r#"{"type":"integer","minimum":-2.5,"maximum":2.5}"#,
+            &["-2", "0", "2"][..],
+            &["-3", "3", "2.5", "-2.5"][..],
+        ),
+    ] {
+        let gbnf = schema::to_gbnf(schema.as_bytes()).unwrap();
+        let start = Matcher::new(Grammar::parse(&gbnf).unwrap()).unwrap();
+        let accepts = |t: &str| {
+            let mut m = start.clone();
+            m.accept_bytes(t.as_bytes()).is_ok() && m.can_end()
+        };
+        for t in yes {
+            assert!(accepts(t), "{schema}: {t} refused\n{gbnf}");
+        }
+        for t in no {
+            assert!(!accepts(t), "{schema}: {t} accepted\n{gbnf}");
+        }
+    }
+    for schema in [
+        r#"{"type":"number","minimum":1e300}"#,
+        r#"{"type":"integer","minimum":0.5,"maximum":0.9}"#,
+        r#"{"type":"number","minimum":0.5,"exclusiveMaximum":0.5}"#,
+    ] {
+        let e = schema::to_gbnf(schema.as_bytes()).unwrap_err();
+        assert!(e.message.as_str().contains("empty"), "{schema}: {e}");
+    }
+}
+
+#[test]
+fn schema_keywords_without_type_and_values_with_siblings() {
+    for (schema, yes, no) in [
+        // No type: the kinds the keywords constrain (found by the grammar fuzz target:
+        // {"maximum":1} let 68 through).
+        (
+            r#"{"maximum":1}"#,
+            &["1", "-5", "0.5"][..],
+            &["68", "1.5", r#""x""#][..],
+        ),
+        (r#"{"minLength":2}"#, &[r#""ab""#][..], &[r#""a""#, "5"][..]),
+        (
+            r#"{"minimum":0,"maxLength":1}"#,
+            &["3", r#""a""#][..],
+            &["-1", r#""ab""#][..],
+        ),
+        (r#"{"minItems":1}"#, &["[1]"][..], &["[]", "1"][..]),
+        // Values filtered by the type ("integer": whole numbers, 1.0 too).
+        (
+            r#"{"type":["string","null"],"enum":["a",null,3]}"#,
+            &[r#""a""#, "null"][..],
+            &["3"][..],
+        ),
+        (
+            r#"{"type":"integer","enum":[1,1.0,2.5,"x",1e2]}"#,
+            &["1", "1.0", "1e2"][..],
+            &["2.5", r#""x""#][..],
+        ),
+        (
+            r#"{"const":"k","title":"t"}"#,
+            &[r#""k""#][..],
+            &[r#""j""#][..],
+        ),
+    ] {
+        let gbnf = schema::to_gbnf(schema.as_bytes()).unwrap_or_else(|e| panic!("{schema}: {e}"));
+        let start = Matcher::new(Grammar::parse(&gbnf).unwrap()).unwrap();
+        let accepts = |t: &str| {
+            let mut m = start.clone();
+            m.accept_bytes(t.as_bytes()).is_ok() && m.can_end()
+        };
+        for t in yes {
+            assert!(accepts(t), "{schema}: {t} refused\n{gbnf}");
+        }
+        for t in no {
+            assert!(!accepts(t), "{schema}: {t} accepted\n{gbnf}");
+        }
+    }
+    for (schema, want) in [
+        (r#"{"enum":[1,5],"minimum":2}"#, "'minimum' beside enum"),
+        (r#"{"const":"a","maxLength":0}"#, "'maxLength' beside const"),
+        (
+            r#"{"type":"string","anyOf":[{"minLength":1}]}"#,
+            "'type' beside anyOf",
+        ),
+        (
+            r#"{"anyOf":[{"type":"string"}],"oneOf":[{"type":"null"}]}"#,
+            "'oneOf' beside anyOf",
+        ),
+        (
+            r#"{"type":"string","enum":[1,2]}"#,
+            "no enum value of type string",
+        ),
+        (
+            r#"{"type":"null","const":0}"#,
+            "no const value of type null",
+        ),
+        (r#"{"type":"frob","enum":[1]}"#, "unknown type 'frob'"),
+    ] {
+        let e = schema::to_gbnf(schema.as_bytes()).unwrap_err();
+        assert!(e.message.as_str().contains(want), "{schema}: {e}");
+    }
 }
 
 #[test]
