@@ -535,6 +535,22 @@ fn schema_numeric_bounds_match_their_range() {
     assert!(e.message.as_str().contains("empty integer range"), "{e}");
 }
 
+/// Asserts that the grammar of `schema` accepts each of `yes` and none of `no`.
+fn schema_accepts_exactly(schema: &str, yes: &[&str], no: &[&str]) {
+    let gbnf = schema::to_gbnf(schema.as_bytes()).unwrap_or_else(|e| panic!("{schema}: {e}"));
+    let start = Matcher::new(Grammar::parse(&gbnf).unwrap()).unwrap();
+    let accepts = |t: &str| {
+        let mut m = start.clone();
+        m.accept_bytes(t.as_bytes()).is_ok() && m.can_end()
+    };
+    for t in yes {
+        assert!(accepts(t), "{schema}: {t} refused\n{gbnf}");
+    }
+    for t in no {
+        assert!(!accepts(t), "{schema}: {t} accepted\n{gbnf}");
+    }
+}
+
 #[test]
 fn schema_fractional_bounds_match_their_range() {
     // Bounds as written, with their values in millionths (the oracle: no parsing here).
@@ -662,18 +678,7 @@ fn schema_fractional_bounds_match_their_range() {
             &["-3", "3", "2.5", "-2.5"][..],
         ),
     ] {
-        let gbnf = schema::to_gbnf(schema.as_bytes()).unwrap();
-        let start = Matcher::new(Grammar::parse(&gbnf).unwrap()).unwrap();
-        let accepts = |t: &str| {
-            let mut m = start.clone();
-            m.accept_bytes(t.as_bytes()).is_ok() && m.can_end()
-        };
-        for t in yes {
-            assert!(accepts(t), "{schema}: {t} refused\n{gbnf}");
-        }
-        for t in no {
-            assert!(!accepts(t), "{schema}: {t} accepted\n{gbnf}");
-        }
+        schema_accepts_exactly(schema, yes, no);
     }
     for schema in [
         r#"{"type":"number","minimum":1e300}"#,
@@ -719,18 +724,7 @@ fn schema_keywords_without_type_and_values_with_siblings() {
             &[r#""j""#][..],
         ),
     ] {
-        let gbnf = schema::to_gbnf(schema.as_bytes()).unwrap_or_else(|e| panic!("{schema}: {e}"));
-        let start = Matcher::new(Grammar::parse(&gbnf).unwrap()).unwrap();
-        let accepts = |t: &str| {
-            let mut m = start.clone();
-            m.accept_bytes(t.as_bytes()).is_ok() && m.can_end()
-        };
-        for t in yes {
-            assert!(accepts(t), "{schema}: {t} refused\n{gbnf}");
-        }
-        for t in no {
-            assert!(!accepts(t), "{schema}: {t} accepted\n{gbnf}");
-        }
+        schema_accepts_exactly(schema, yes, no);
     }
     for (schema, want) in [
         (r#"{"enum":[1,5],"minimum":2}"#, "'minimum' beside enum"),
