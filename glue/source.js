@@ -12,6 +12,8 @@
 // the next is read. Blobs stream; bytes are one chunk. In Node a path or file: URL streams from
 // the file system (no OPFS there: no cache).
 
+import { within } from './wasmind.js';
+
 export const CACHE_NAME = 'wasmind-models';
 const isNode = typeof process === 'object' && !!process.versions?.node;
 
@@ -231,7 +233,12 @@ export async function* chunks(body, stallMs = STALL_MS) {
     try { reader = body.getReader({ mode: 'byob' }); buffer = new ArrayBuffer(READ_BYTES); } catch { reader = body.getReader(); }
     try {
       for (;;) {
-        const { done, value } = await bounded(buffer ? reader.read(new Uint8Array(buffer)) : reader.read(), stallMs, reader);
+        const read = buffer ? reader.read(new Uint8Array(buffer)) : reader.read();
+        const { done, value } = await within(read, stallMs, () => {
+          const e = new Error(`no data for ${stallMs / 1000} s`);
+          reader.cancel(e).catch(() => {});
+          return e;
+        });
         if (done) return;
         if (buffer) buffer = value.buffer;
         yield value;
@@ -240,15 +247,6 @@ export async function* chunks(body, stallMs = STALL_MS) {
   } else {
     for await (const c of body) yield c instanceof Uint8Array ? c : new Uint8Array(c);
   }
-}
-
-/** `read` (a pending reader.read()), or a rejection after `ms` with `reader` cancelled. */
-function bounded(read, ms, reader) {
-  let timer;
-  const late = new Promise((_, fail) => {
-    timer = setTimeout(() => { const e = new Error(`no data for ${ms / 1000} s`); reader.cancel(e).catch(() => {}); fail(e); }, ms);
-  });
-  return Promise.race([read, late]).finally(() => clearTimeout(timer));
 }
 
 /** Reads a whole (small) source into one Uint8Array: tokenizer.json, config.json. */

@@ -144,12 +144,14 @@ async function spawnHelper() {
     on: (f, fail) => { w.on('message', f); w.on('error', fail); w.on('exit', (c) => fail(new Error(`helper exited (${c})`))); } };
 }
 
-/** `promise`, or a rejection after `ms` (the timer does not outlive it). */
-function within(promise, ms, what) {
+/** `promise`, or a rejection after `ms` with the error `late()` returns (the timer does not
+ *  outlive it). */
+export function within(promise, ms, late) {
   let timer;
-  const late = new Promise((_, fail) => { timer = setTimeout(() => fail(new Error(`${what}: no answer in ${ms} ms`)), ms); });
-  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+  const over = new Promise((_, fail) => { timer = setTimeout(() => fail(late()), ms); });
+  return Promise.race([promise, over]).finally(() => clearTimeout(timer));
 }
+const noAnswer = (what, ms) => () => new Error(`${what}: no answer in ${ms} ms`);
 
 /**
  * Loads the module. Options: `threads` (driver included; default ¾ of the cores, ≤ 16; 1 = no
@@ -207,7 +209,7 @@ export class WasmindModule {
 
   async untilReady(n, timeoutMs = 30000) {
     const t0 = Date.now();
-    await within(Promise.all(this.helpers.map((h) => h.started)), timeoutMs, 'starting helpers');
+    await within(Promise.all(this.helpers.map((h) => h.started)), timeoutMs, noAnswer('starting helpers', timeoutMs));
     while (this.exports.pool_helpers_ready() < n) {
       if (Date.now() - t0 > timeoutMs) throw new Error(`only ${this.exports.pool_helpers_ready()} of ${n} helpers started`);
       await new Promise((r) => setTimeout(r, 1));
@@ -452,7 +454,7 @@ export class WasmindModule {
     const wait = this.poolLost() ? 250 : 10000;
     this.exports.pool_shutdown();
     for (const h of this.helpers.splice(0)) {
-      const left = await within(h.done, wait, 'helper shutdown').then(() => true, () => false);
+      const left = await within(h.done, wait, noAnswer('helper shutdown', wait)).then(() => true, () => false);
       await h.worker.terminate();
       if (left) this.exports.free(h.stack, HELPER_STACK); // else a stuck helper may still use it
     }

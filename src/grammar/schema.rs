@@ -28,8 +28,9 @@
 //! The grammar never lets through a value the schema forbids: bounds no value meets
 //! (`maxItems < minItems`, `maxLength < minLength`, an empty range), keywords beside
 //! `anyOf`/`oneOf`/`const`/`enum` that would have to hold too (`type` beside the values
-//! excepted), and keywords a grammar here cannot enforce (`uniqueItems`, `not`, `if`, `multipleOf`, `patternProperties`,
-//! `minProperties`, ...: [`UNENFORCED`]) are UNSUPPORTED errors, where llama.cpp ignores them.
+//! excepted), and keywords a grammar here cannot enforce (`uniqueItems`, `not`, `if`,
+//! `multipleOf`, `patternProperties`, `minProperties`, ...: [`UNENFORCED`]) are UNSUPPORTED
+//! errors, where llama.cpp ignores them.
 //!
 //! [`json_object`] is `{"type": "json_object"}` mode: any JSON object.
 
@@ -599,6 +600,9 @@ impl<'s> Converter<'s> {
                 (_, Value::Array(values)) => values.iter().collect(),
                 _ => bail!(Status::BadFormat, "schema: enum at {name} is not an array"),
             };
+            if values.is_empty() {
+                bail!(Status::Unsupported, "schema: empty enum at {name}");
+            }
             let values: Vec<&Value> = values.into_iter().filter(|v| of_type(v)).collect();
             if values.is_empty() {
                 let of = types.join(" or ");

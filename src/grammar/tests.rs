@@ -746,6 +746,7 @@ fn schema_keywords_without_type_and_values_with_siblings() {
             "no const value of type null",
         ),
         (r#"{"type":"frob","enum":[1]}"#, "unknown type 'frob'"),
+        (r#"{"enum":[]}"#, "empty enum at root"),
     ] {
         let e = schema::to_gbnf(schema.as_bytes()).unwrap_err();
         assert!(e.message.as_str().contains(want), "{schema}: {e}");
