@@ -35,7 +35,7 @@ use crate::sort::quicksort_by;
 use crate::{bail, err};
 
 pub use pretokenize::PreTokenizer;
-use special::{Fragment, Partitioner, SpecialTokens};
+use special::{Fragment, Partitioner, Special, SpecialTokens};
 use table::{PairTable, Texts, TokenTable};
 
 /// Token attributes (llama.cpp's `llama_token_attr` bits), from `tokenizer.ggml.token_type`.
@@ -46,6 +46,9 @@ pub mod attr {
     pub const CONTROL: u16 = 1 << 3;
     pub const USER_DEFINED: u16 = 1 << 4;
     pub const BYTE: u16 = 1 << 5;
+    /// White space after the token is dropped where the token is found in text (llama.cpp's
+    /// `LLAMA_TOKEN_ATTR_RSTRIP`; files do not carry it: see `mark_stripping_tokens`).
+    pub const RSTRIP: u16 = 1 << 6;
 }
 
 /// Which model turns plain text into ids.
@@ -205,6 +208,7 @@ impl Tokenizer {
         let ids = SpecialIds::from_gguf(g, n, defaults)?;
         let find = |t: &str| by_text.get(&texts, t.as_bytes());
         let (eot, eog) = mark_recognised_tokens(&mut attrs, ids, find);
+        mark_stripping_tokens(g, &mut attrs, find);
         let special = special_matcher(&texts, &attrs);
         let (byte_token, merges) = byte_tokens_and_merges(g, algorithm, &texts, &by_text)?;
         let short_pairs = short_pair_table(algorithm, &texts, &by_text, &scores)?;
@@ -928,9 +932,39 @@ fn mark_recognised_tokens(
     (eot, eog)
 }
 
+/// Step 4: llama.cpp's per-model token attributes, chosen by `general.name`: in a model named
+/// Phi-3 (`phi-3` or `phi3` in the lowercased name) white space after every special token but
+/// `<unk>`, `<s>` and `<|endoftext|>` is dropped, so `<|user|>\nHi` is `<|user|>` `▁Hi`. (Its
+/// other rules are for BERT vocabularies, which are not read here.)
+fn mark_stripping_tokens(g: &Gguf<'_>, attrs: &mut [u16], find: impl Fn(&str) -> Option<u32>) {
+    let name = g.get_str_opt("general.name").ok().flatten().unwrap_or("");
+    let lower = |b: &u8| b.to_ascii_lowercase();
+    let named = |what: &str| {
+        name.as_bytes()
+            .windows(what.len())
+            .any(|w| w.iter().map(lower).eq(what.bytes()))
+    };
+    if !(named("phi-3") || named("phi3")) {
+        return;
+    }
+    for a in attrs.iter_mut() {
+        if *a & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0 {
+            *a |= attr::RSTRIP;
+        }
+    }
+    if let Some(id) = find("</s>") {
+        attrs[id as usize] |= attr::RSTRIP;
+    }
+    for t in ["<unk>", "<s>", "<|endoftext|>"] {
+        if let Some(id) = find(t) {
+            attrs[id as usize] &= !attr::RSTRIP;
+        }
+    }
+}
+
 /// Step 5: the special-token matcher: control, user-defined and unknown tokens.
 fn special_matcher(texts: &Texts, attrs: &[u16]) -> SpecialTokens {
-    let mut specials: Vec<(u32, bool)> = Vec::new();
+    let mut specials: Vec<Special> = Vec::new();
     for (id, &a) in attrs.iter().enumerate() {
         // Texts that are not UTF-8 are left out (never in a real vocabulary): UTF-8 texts
         // found in UTF-8 input start and end on character boundaries, so the plain text
@@ -938,8 +972,11 @@ fn special_matcher(texts: &Texts, attrs: &[u16]) -> SpecialTokens {
         if a & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0
             && core::str::from_utf8(texts.get(id as u32)).is_ok()
         {
-            let always = a & (attr::CONTROL | attr::UNKNOWN) == 0;
-            specials.push((id as u32, always));
+            specials.push(Special {
+                id: id as u32,
+                always: a & (attr::CONTROL | attr::UNKNOWN) == 0,
+                rstrip: a & attr::RSTRIP != 0,
+            });
         }
     }
     SpecialTokens::new(texts, &specials)

@@ -7,7 +7,9 @@
 //! non-overlapping occurrences. The same result, in one pass over the text: find every
 //! occurrence of every candidate (walking a sorted list of their texts from each position
 //! whose byte can start one), then accept occurrences in that priority order — by token,
-//! left to right — when none of their bytes is already taken.
+//! left to right — when none of their bytes is already taken. A token marked `rstrip` also
+//! takes the white space after it (C's `isspace`) up to the next byte already taken, as
+//! llama.cpp trims the text to its right before it looks for the next token.
 
 use alloc::vec::Vec;
 
@@ -16,14 +18,24 @@ use super::table::Texts;
 use crate::error::Result;
 use crate::sort::heapsort_by;
 
+/// A special token as the matcher takes it.
+#[derive(Clone, Copy)]
+pub struct Special {
+    pub id: u32,
+    /// Matched even when special tokens are not parsed (user-defined tokens).
+    pub always: bool,
+    /// White space after it is dropped.
+    pub rstrip: bool,
+}
+
 /// The special tokens of a vocabulary, sorted by text for prefix search.
 pub struct SpecialTokens {
     /// Ids sorted by their text (bytewise).
     by_text: Vec<u32>,
     /// Priority of each entry of `by_text`: 0 is tried first (longest text, then lowest id).
     priority: Vec<u32>,
-    /// `(id, text length)` by priority.
-    by_priority: Vec<(u32, u32)>,
+    /// `(id, text length, rstrip)` by priority.
+    by_priority: Vec<(u32, u32, bool)>,
     /// Whether each entry of `by_text` is matched even when special tokens are not parsed.
     always: Vec<bool>,
     /// Bytes that start some special token's text.
@@ -44,22 +56,22 @@ pub struct Partitioner {
     /// `(priority, position)` of every occurrence.
     found: Vec<(u32, u32)>,
     taken: Vec<bool>,
-    /// Accepted `(position, id, length)`.
+    /// Accepted `(position, id, end)`: `end` past the token and the white space it strips.
     accepted: Vec<(u32, u32, u32)>,
 }
 
 impl SpecialTokens {
-    /// `specials`: `(id, matched even without parse_special)`; texts must be non-empty.
-    pub fn new(texts: &Texts, specials: &[(u32, bool)]) -> SpecialTokens {
-        let mut order: Vec<(u32, bool)> = specials.to_vec();
+    /// `specials`: their texts must be non-empty.
+    pub fn new(texts: &Texts, specials: &[Special]) -> SpecialTokens {
+        let mut order: Vec<Special> = specials.to_vec();
         // Priority: longest text first, then lowest id.
         heapsort_by(&mut order, &mut |a, b| {
-            (texts.get(b.0).len(), a.0) < (texts.get(a.0).len(), b.0)
+            (texts.get(b.id).len(), a.id) < (texts.get(a.id).len(), b.id)
         });
         let mut by_text: Vec<(u32, u32, bool)> = order
             .iter()
             .enumerate()
-            .map(|(p, &(id, always))| (id, p as u32, always))
+            .map(|(p, s)| (s.id, p as u32, s.always))
             .collect();
         // Equal texts (two ids spelled alike) keep their priority order.
         heapsort_by(&mut by_text, &mut |a, b| {
@@ -75,7 +87,7 @@ impl SpecialTokens {
             any_always: by_text.iter().any(|t| t.2),
             by_priority: order
                 .iter()
-                .map(|&(id, _)| (id, texts.get(id).len() as u32))
+                .map(|s| (s.id, texts.get(s.id).len() as u32, s.rstrip))
                 .collect(),
             by_text: by_text.iter().map(|t| t.0).collect(),
             priority: by_text.iter().map(|t| t.1).collect(),
@@ -120,25 +132,33 @@ impl SpecialTokens {
         work.taken.resize(text.len(), false);
         work.accepted.clear();
         for &(priority, pos) in &work.found {
-            let Some(&(id, len)) = self.by_priority.get(priority as usize) else {
+            let Some(&(id, len, rstrip)) = self.by_priority.get(priority as usize) else {
                 continue;
             };
             let span = pos as usize..(pos + len) as usize;
             if work.taken[span.clone()].iter().any(|&t| t) {
                 continue;
             }
-            work.taken[span].iter_mut().for_each(|t| *t = true);
-            work.accepted.push((pos, id, len));
+            let mut end = span.end;
+            if rstrip {
+                while end < text.len() && !work.taken[end] && is_c_space(text[end]) {
+                    end += 1;
+                }
+            }
+            work.taken[span.start..end]
+                .iter_mut()
+                .for_each(|t| *t = true);
+            work.accepted.push((pos, id, end as u32));
         }
         // 3. Fragments in text order.
         heapsort_by(&mut work.accepted, &mut |a, b| a < b);
         let mut at = 0usize;
-        for &(pos, id, len) in &work.accepted {
+        for &(pos, id, end) in &work.accepted {
             if pos as usize > at {
                 out.push(Fragment::Text(at, pos as usize));
             }
             out.push(Fragment::Token(id));
-            at = (pos + len) as usize;
+            at = end as usize;
         }
         if at < text.len() {
             out.push(Fragment::Text(at, text.len()));
@@ -181,4 +201,9 @@ impl SpecialTokens {
         }
         Ok(())
     }
+}
+
+/// C's `isspace` in the "C" locale, which llama.cpp's trimming uses: space, \t, \n, \v, \f, \r.
+fn is_c_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t'..=b'\r')
 }

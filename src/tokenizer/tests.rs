@@ -281,6 +281,68 @@ fn special_tokens_and_bos() {
     assert_eq!(*ids.last().unwrap(), turn);
 }
 
+/// llama.cpp drops the white space after special tokens in a model named Phi-3 (not after
+/// `<unk>`, `<s>`, `<|endoftext|>`; C's `isspace`, so \v too), and only there. The ids are
+/// llama.cpp's (llama-cpp-python 0.3.36) for the same vocabulary written by the `gguf` package.
+#[test]
+fn phi3_drops_white_space_after_special_tokens() {
+    let tokens = [
+        "<unk>",
+        "<s>",
+        "</s>",
+        "<|endoftext|>",
+        "<|user|>",
+        "<|end|>",
+        "▁",
+        "▁Hi",
+        "Hi",
+        "<0x0A>",
+        "<0x09>",
+        "<0x0B>",
+        "H",
+        "i",
+        "▁▁",
+    ];
+    let types = [2, 3, 3, 3, 4, 3, 1, 1, 1, 6, 6, 6, 1, 1, 1];
+    let scores = [
+        0.0f32, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0, -2.0, -3.0, 0.0, 0.0, 0.0, -5.0, -5.0, -4.0,
+    ];
+    let vocab = |name: &str| {
+        let mut f32s = 6u32.to_le_bytes().to_vec();
+        f32s.extend((scores.len() as u64).to_le_bytes());
+        scores.iter().for_each(|x| f32s.extend(x.to_le_bytes()));
+        let file = gguf_file(&[
+            ("general.name", 8, gstr(name)),
+            ("tokenizer.ggml.model", 8, gstr("llama")),
+            ("tokenizer.ggml.tokens", 9, str_array(&tokens)),
+            ("tokenizer.ggml.scores", 9, f32s),
+            ("tokenizer.ggml.token_type", 9, i32_array(&types)),
+        ]);
+        Tokenizer::from_gguf(&Gguf::parse(&file).unwrap()).unwrap()
+    };
+    #[rustfmt::skip]
+    let cases: [(&str, &[u32], &[u32]); 9] = [
+        ("<|user|>\nHi<|end|>\n", &[4, 7, 5], &[4, 6, 9, 8, 5, 6, 9]),
+        ("</s>  Hi", &[2, 7], &[2, 14, 7]),
+        ("<s> Hi", &[1, 6, 7], &[1, 6, 7]),
+        ("<|endoftext|> Hi", &[3, 6, 7], &[3, 6, 7]),
+        ("<unk> Hi", &[0, 6, 7], &[0, 6, 7]),
+        ("Hi <|user|>", &[7, 6, 4], &[7, 6, 4]),
+        ("<|user|>\n<|end|>", &[4, 5], &[4, 6, 9, 5]),
+        ("<|user|> \t\n\x0bHi", &[4, 7], &[4, 14, 10, 9, 11, 8]),
+        ("Hi</s>\n\n", &[7, 2], &[7, 2, 6, 9, 9]),
+    ];
+    let (phi3, other) = (vocab("Phi-3 mini"), vocab("other"));
+    let mut ids = Vec::new();
+    for (text, want_phi3, want_other) in cases {
+        for (tok, want) in [(&phi3, want_phi3), (&other, want_other)] {
+            ids.clear();
+            tok.encode(text, false, true, &mut ids).unwrap();
+            assert_eq!(ids, want, "{text:?}");
+        }
+    }
+}
+
 /// A piece that ends inside a character is held back until the character completes.
 #[test]
 fn stream_decoder_holds_back_partial_utf8() {
