@@ -11,6 +11,10 @@
 //! - `fuzz`: the fuzz targets of host-tests/fuzz (cargo fuzz, nightly), N seconds each.
 //! - `soak`: load/chat/embed/unload cycles (100 by default; wasmtime and Node): the heap must
 //!   come back each time; replies equal across thread counts; a small context refilled.
+//! - `crosscheck`: wasmind against a fresh llama.cpp (llama-cpp-python, installed into
+//!   target/crosscheck/venv on first use) on model shapes, vocabularies, templates, chat
+//!   prompts, greedy replies and tokenizer strings drawn from a new seed
+//!   (host-tests/crosscheck/crosscheck.py).
 //! - `serve`: the demos (chat, semantic search) with COOP/COEP; `--no-isolation` without.
 
 mod bench;
@@ -30,9 +34,10 @@ fn main() -> ExitCode {
         Some("soak") => soak(&args[1..]),
         Some("fuzz") => fuzz(&args[1..]),
         Some("serve") => serve(&args[1..]),
+        Some("crosscheck") => crosscheck(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask dist | lint | test | bench [--only llm,grammar,tokenize,embed] [--no-peers] | soak [--cycles N] | fuzz [--seconds N] [TARGET] | serve [--no-isolation] [--port N]"
+                "usage: cargo xtask dist | lint | test | bench [--only llm,grammar,tokenize,embed] [--no-peers] | soak [--cycles N] | fuzz [--seconds N] [TARGET] | serve [--no-isolation] [--port N] | crosscheck [--seed N] [--parts {CROSSCHECK_PARTS}]"
             );
             return ExitCode::from(2);
         }
@@ -183,6 +188,124 @@ const FUZZ_TARGETS: [(&str, &[&str]); 8] = [
     ("decimal", &[]),
     ("grammar", &[]),
 ];
+
+/// What `cargo xtask crosscheck` can run (host-tests/crosscheck/crosscheck.py has all but
+/// `tokenizer`: the tokenizer_fuzz test on a corpus drawn from the seed).
+const CROSSCHECK_PARTS: &str = "shapes,vocab,templates,chat,greedy,tokenizer";
+
+/// `cargo xtask crosscheck [--seed N] [--parts P,...]`: wasmind against llama.cpp on inputs no
+/// fixture holds, drawn from N (default: the clock; printed, so a failure can be repeated).
+/// Needs python3 and a C++ compiler: the first run builds llama-cpp-python 0.3.36 (the
+/// references' version) into target/crosscheck/venv, about 6-10 minutes on 2 cores.
+fn crosscheck(args: &[String]) -> Result<(), String> {
+    let usage = format!("usage: cargo xtask crosscheck [--seed N] [--parts {CROSSCHECK_PARTS}]");
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_secs() % 1_000_000);
+    let mut parts: Vec<String> = CROSSCHECK_PARTS.split(',').map(String::from).collect();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match (a.as_str(), it.next()) {
+            ("--seed", Some(n)) => seed = n.parse().map_err(|_| usage.clone())?,
+            ("--parts", Some(p)) => parts = p.split(',').map(String::from).collect(),
+            _ => return Err(usage),
+        }
+    }
+    if let Some(p) = parts
+        .iter()
+        .find(|p| !CROSSCHECK_PARTS.split(',').any(|k| k == *p))
+    {
+        return Err(format!("crosscheck: unknown part {p:?}; {usage}"));
+    }
+    let root = workspace_root();
+    let work = root.join("target/crosscheck");
+    let venv = work.join("venv");
+    let python = venv.join("bin/python");
+    if !python.is_file() {
+        run(
+            "crosscheck: a Python environment in target/crosscheck/venv",
+            Command::new("python3").arg("-m").arg("venv").arg(&venv),
+        )
+        .map_err(|e| format!("{e} (needs python3 with venv: apt-get install python3-venv)"))?;
+    }
+    let ready = Command::new(&python)
+        .args(["-c", "import llama_cpp, gguf, numpy, tokenizers"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ready {
+        run(
+            "crosscheck: pip install llama-cpp-python==0.3.36 (built from source: 6-10 minutes)",
+            Command::new(&python)
+                .args(["-m", "pip", "install", "llama-cpp-python==0.3.36", "gguf", "numpy"])
+                .arg("tokenizers==0.23.3")
+                .env("CMAKE_ARGS", "-DGGML_NATIVE=OFF"),
+        )
+        .map_err(|e| format!("{e} (needs a C++ compiler and cmake's build tools: apt-get install build-essential)"))?;
+    }
+    run(
+        "crosscheck: the wasmind CLI",
+        cargo(&root).args([
+            "build",
+            "--release",
+            "--package",
+            "host-tests",
+            "--bin",
+            "wasmind",
+        ]),
+    )?;
+    let shared = root.join("../shared");
+    println!("\ncrosscheck seed {seed} (repeat with --seed {seed})");
+    let script: Vec<&str> = parts
+        .iter()
+        .map(String::as_str)
+        .filter(|p| *p != "tokenizer")
+        .collect();
+    let mut failed = vec![];
+    if !script.is_empty() {
+        let cli = root.join("target/release/wasmind");
+        if let Err(e) = run(
+            &format!("crosscheck {}", script.join(",")),
+            Command::new(&python)
+                .arg(root.join("host-tests/crosscheck/crosscheck.py"))
+                .arg(&cli)
+                .arg(&shared)
+                .arg(work.join("files"))
+                .arg(seed.to_string())
+                .arg(script.join(",")),
+        ) {
+            failed.push(e);
+        }
+    }
+    if parts.iter().any(|p| p == "tokenizer") {
+        let corpus = work.join(format!("tokenizer-{seed}.json.zst"));
+        run(
+            "crosscheck tokenizer: random strings through llama.cpp and HF tokenizers",
+            Command::new(&python)
+                .arg(root.join("host-tests/testdata/gen_tokenizer_fuzz.py"))
+                .arg(&shared)
+                .arg(&corpus)
+                .arg(seed.to_string())
+                .arg("1"),
+        )?;
+        if let Err(e) = run(
+            "crosscheck tokenizer: the same strings through wasmind (tokenizer_fuzz)",
+            cargo(&root)
+                .args(["test", "--release", "--package", "host-tests"])
+                .args(["--test", "tokenizer_fuzz", "--", "--nocapture"])
+                .env("WASMIND_TOKENIZER_FUZZ", &corpus),
+        ) {
+            failed.push(e);
+        }
+        let _ = std::fs::remove_file(&corpus);
+    }
+    if failed.is_empty() {
+        println!("\ncrosscheck seed {seed}: passed");
+        Ok(())
+    } else {
+        Err(format!("crosscheck seed {seed}: {}", failed.join("; ")))
+    }
+}
 
 /// `cargo xtask fuzz [--seconds N] [TARGET]`: runs each target (or one) for N seconds (default
 /// 60), its corpus in host-tests/fuzz/corpus/TARGET seeded from ../shared; a crash is saved in

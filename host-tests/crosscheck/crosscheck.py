@@ -1,0 +1,453 @@
+"""Cross-checks wasmind against a fresh llama.cpp on inputs no fixture holds, drawn from a seed:
+model shapes, vocabularies, conversations and prompts the tests never saw. It hunts for a fit to
+the fixtures; the suite (`cargo xtask test`) stays the gate.
+
+usage: crosscheck.py WASMIND_CLI SHARED_DIR WORK_DIR SEED PART[,PART...]
+(run it through `cargo xtask crosscheck`, which makes the Python environment and the CLI.)
+needs: llama-cpp-python==0.3.36 (the version of ../shared/reference), gguf, numpy
+
+Parts, each a line per case and a verdict:
+- shapes: tiny random-weight models of all five architectures in shapes drawn from the seed
+  (widths that are and are not multiples of 32 and 256, 1-8 heads, grouped and not, head widths
+  16-256, partial RoPE for phi3, linear RoPE scaling, tied outputs, 1-7 layers, sliding windows
+  of 1-40), F32 and two other types each (quantized, F16, BF16) as llama-quantize writes them;
+  llama.cpp's logits over 48 ids against `wasmind logits` with the single-threaded module, which must equal
+  the threaded module's on 2 threads bit for bit.
+  F32 files: every argmax where llama.cpp's top-two margin is >= 0.5, and the last 4 rows
+  within 0.15. Other files (their activations are rounded too, to bf16, f16 or 8 bits, so a
+  last-bit difference before the rounding becomes a whole step): the same argmaxes within 0.75
+  (the suite's tolerances), or, in a model whose
+  logits swing with any rounding (random deep nets can: exact float math on the dequantized
+  weights lands further from llama.cpp than we do), rms error <= 0.15 x the logits' spread and
+  every argmax whose margin is >= 1.0.
+- vocab: the vocabulary-only GGUF files of llama.cpp's own tokenizer tests (from the
+  llama-cpp-python source package: Llama 2/3 SPM and BPE, Phi-3, Qwen2, GPT-2, MPT, StarCoder,
+  Command R, ...) on the shared corpus, llama.cpp's test inputs and random strings, plain and
+  with special tokens parsed. A vocabulary wasmind does not support must be refused by name.
+- templates: random conversations (roles in any order, tricky contents) through every template
+  `wasmind template` knows, against llama_chat_apply_template.
+- chat: tiny models carrying the real vocabularies above (and a template: the file's own, else
+  the one its family uses) take random single-turn chats (a system message or not; corpus texts
+  and random strings) through `wasmind generate --chat`: the prompt ids must be llama.cpp's for
+  llama_chat_apply_template's text, tokenized with special tokens parsed and its BOS rule.
+- greedy: the real models (../shared's SmolLM2, models/'s Gemma 3 270M when fetched) on prompts
+  drawn from the corpus: the same prompt ids, and no greedy divergence where llama.cpp's margin
+  is >= 0.5.
+"""
+import ctypes, glob, json, os, random, subprocess, sys, tarfile, urllib.request
+
+import numpy as np
+import gguf
+import llama_cpp
+from llama_cpp import Llama
+
+CLI, SHARED, WORK, SEED, PARTS = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5].split(",")
+os.makedirs(WORK, exist_ok=True)
+rng = random.Random(SEED)
+failures = []
+DECISIVE, FLOAT_TOL, QUANT_TOL = 0.5, 0.15, 0.75
+
+
+def wasmind(*args, stdin=None):
+    p = subprocess.run([CLI, *args], input=stdin, capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr.strip()
+
+
+def verdict(ok, line):
+    print(("  ok   " if ok else "  FAIL ") + line, flush=True)
+    if not ok:
+        failures.append(line)
+
+
+# ---- shapes ---------------------------------------------------------------------------------
+
+ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "phi3"]
+QUANTS = {"Q8_0": 7, "Q4_0": 2, "Q4_1": 3, "Q5_0": 8, "Q5_1": 9, "Q4_K": 15, "Q5_K": 17, "Q6_K": 18,
+          "F16": 1, "BF16": 32}
+
+
+def draw_shape(arch):
+    """Hyper-parameters llama.cpp accepts for `arch` (llama and qwen2 need head width = dim /
+    heads and RoPE over all of it)."""
+    h = rng.choice([1, 2, 3, 4, 6, 8])
+    hkv = rng.choice([d for d in range(1, h + 1) if h % d == 0])
+    hd = rng.choice([16, 32, 40, 64, 96, 128, 256])
+    if arch in ("qwen3", "gemma3"):
+        d = rng.choice([128, 200, 256, 320, 384, 512, 640])
+    else:
+        hd = min(hd, 128)
+        d = h * hd
+    s = dict(arch=arch, V=rng.randint(256, 3000), D=d, H=h, HKV=hkv, HD=hd,
+             FF=rng.choice([128, 256, 520, 768, 1024, 1536]), L=rng.randint(1, 4))
+    if arch == "gemma3":
+        s.update(L=rng.randint(2, 7), SWA=rng.randint(1, 40))
+    if arch == "phi3" and rng.random() < 0.5:
+        s["rope_dims"] = rng.choice([r for r in range(8, hd + 1, 8) if r % 2 == 0])
+    if arch != "gemma3" and rng.random() < 0.3:
+        s["tied"] = True
+    if rng.random() < 0.25:
+        s["linear"] = rng.choice([2.0, 4.0, 8.0])
+    return s
+
+
+def write_model(path, s, w_rng):
+    arch, V, D, H, HKV, FF, L = s["arch"], s["V"], s["D"], s["H"], s["HKV"], s["FF"], s["L"]
+    hd = s["HD"] if arch in ("qwen3", "gemma3") else D // H
+    w = gguf.GGUFWriter(path, arch)
+    w.add_block_count(L); w.add_context_length(256); w.add_embedding_length(D)
+    w.add_feed_forward_length(FF); w.add_head_count(H); w.add_head_count_kv(HKV)
+    w.add_layer_norm_rms_eps(1e-6); w.add_vocab_size(V); w.add_tokenizer_model("none"); w.add_file_type(0)
+    if arch in ("qwen3", "gemma3"):
+        w.add_key_length(hd); w.add_value_length(hd); w.add_rope_freq_base(1e6)
+    else:
+        w.add_rope_freq_base(1e4); w.add_rope_dimension_count(s.get("rope_dims", hd))
+    if arch == "gemma3":
+        w.add_sliding_window(s["SWA"])
+    if "linear" in s:
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR); w.add_rope_scaling_factor(s["linear"])
+    qd, kvd = H * hd, HKV * hd
+
+    def t(name, shape, scale):
+        w.add_tensor(name, (w_rng.standard_normal(shape) * scale).astype(np.float32))
+
+    def norm(name, n, scale=1.0):
+        w.add_tensor(name, ((1.0 + 0.1 * w_rng.standard_normal(n)) * scale).astype(np.float32))
+
+    t("token_embd.weight", (V, D), 0.05 if arch == "gemma3" else 0.5)
+    norm("output_norm.weight", D, 4.0 if arch == "gemma3" else 1.0)
+    if arch != "gemma3" and not s.get("tied"):
+        t("output.weight", (V, D), 0.2)
+    for i in range(L):
+        p = f"blk.{i}."
+        norm(p + "attn_norm.weight", D)
+        if arch == "phi3":
+            t(p + "attn_qkv.weight", (qd + 2 * kvd, D), 0.08)
+        else:
+            t(p + "attn_q.weight", (qd, D), 0.08); t(p + "attn_k.weight", (kvd, D), 0.08)
+            t(p + "attn_v.weight", (kvd, D), 0.08)
+        if arch == "qwen2":
+            for n, k in (("q", qd), ("k", kvd), ("v", kvd)):
+                t(p + f"attn_{n}.bias", (k,), 0.1)
+        if arch in ("qwen3", "gemma3"):
+            norm(p + "attn_q_norm.weight", hd); norm(p + "attn_k_norm.weight", hd)
+        t(p + "attn_output.weight", (D, qd), 0.08)
+        if arch == "gemma3":
+            norm(p + "post_attention_norm.weight", D)
+        norm(p + "ffn_norm.weight", D)
+        if arch == "phi3":
+            t(p + "ffn_up.weight", (2 * FF, D), 0.06)
+        else:
+            t(p + "ffn_gate.weight", (FF, D), 0.06); t(p + "ffn_up.weight", (FF, D), 0.06)
+        t(p + "ffn_down.weight", (D, FF), 0.04)
+        if arch == "gemma3":
+            norm(p + "post_ffw_norm.weight", D)
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+
+
+def quantize(src, dst, ftype):
+    p = llama_cpp.llama_model_quantize_default_params()
+    p.ftype = ftype; p.pure = True; p.allow_requantize = True; p.nthread = 2
+    return llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(p)) == 0
+
+
+def check_logits(path, name, ids, rounded):
+    llm = Llama(model_path=path, n_ctx=256, n_threads=2, n_batch=64, logits_all=True, verbose=False)
+    llm.eval(ids)
+    ref = np.array(llm.scores[: len(ids)], dtype=np.float64)
+    del llm
+    arg = ",".join(map(str, ids))
+    runs = [wasmind("logits", "--model", path, "--ids", arg, "--threads", n) for n in ("0", "2")]
+    if runs[0][0] != 0:
+        return verdict(False, f"{name}: wasmind logits failed: {runs[0][2][:200]}")
+    if runs[1][1] != runs[0][1]:
+        return verdict(False, f"{name}: 2 threads differ from the single-threaded module")
+    out = json.loads(runs[0][1])
+    top = [r[0] for r in out["top5"]]
+    srt = np.sort(ref, axis=1)
+    margins = srt[:, -1] - srt[:, -2]
+    ours = np.array(out["last_logits"], dtype=np.float64)
+    diff = np.abs(ours - ref[-4:])
+    agree = lambda m: all(top[i] == int(np.argmax(ref[i])) for i in range(len(ids)) if margins[i] >= m)
+    decisive = int((margins >= DECISIVE).sum())
+    wrong = sum(top[i] != int(np.argmax(ref[i])) for i in range(len(ids)) if margins[i] >= DECISIVE)
+    rms, spread = float(np.sqrt((diff ** 2).mean())), float(ref[-4:].std())
+    line = (f"{name:34} argmax {decisive - wrong}/{decisive} decisive, last-4 max|d| {diff.max():.3f} "
+            f"rms {rms:.3f} (logits' spread {spread:.2f})")
+    if not rounded:
+        return verdict(agree(DECISIVE) and diff.max() <= FLOAT_TOL, line)
+    if agree(DECISIVE) and diff.max() <= QUANT_TOL:
+        return verdict(True, line)
+    return verdict(rms <= 0.15 * spread and agree(1.0), line + " [swinging model: rms/spread and margin >= 1.0]")
+
+
+def shapes():
+    print("\n== shapes: random model shapes, llama.cpp's logits")
+    for n in range(int(os.environ.get("CROSSCHECK_SHAPES", "10"))):
+        s = draw_shape(ARCHS[n % len(ARCHS)])
+        tag = f"{s['arch']}-{n}"
+        print(f"{tag}: {json.dumps(s)}", flush=True)
+        src = os.path.join(WORK, f"{tag}-F32.gguf")
+        write_model(src, s, np.random.default_rng(SEED * 100 + n))
+        ids = [rng.randrange(s["V"]) for _ in range(48)]
+        check_logits(src, os.path.basename(src), ids, False)
+        for q in rng.sample(sorted(QUANTS), 2):
+            dst = os.path.join(WORK, f"{tag}-{q}.gguf")
+            if not quantize(src, dst, QUANTS[q]):
+                print(f"  skip {os.path.basename(dst)}: llama-quantize refused this shape")
+                continue
+            check_logits(dst, os.path.basename(dst), ids, True)
+        for f in glob.glob(os.path.join(WORK, f"{tag}-*.gguf")):
+            os.remove(f)
+
+
+# ---- vocab ----------------------------------------------------------------------------------
+
+def vocab_files():
+    """llama.cpp's test vocabularies, from the llama-cpp-python source package (PyPI)."""
+    out = os.path.join(WORK, "vocab")
+    if glob.glob(os.path.join(out, "ggml-vocab-*.gguf")):
+        return sorted(glob.glob(os.path.join(out, "ggml-vocab-*.gguf")))
+    os.makedirs(out, exist_ok=True)
+    index = urllib.request.urlopen("https://pypi.org/simple/llama-cpp-python/").read().decode()
+    name = f"llama_cpp_python-{llama_cpp.__version__}.tar.gz"
+    at = index.index(name)
+    url = index[index.rindex('href="', 0, at) + 6: index.index('"', at)].split("#")[0]
+    tgz = os.path.join(WORK, name)
+    urllib.request.urlretrieve(url, tgz)
+    with tarfile.open(tgz) as t:
+        for m in t.getmembers():
+            if "/vendor/llama.cpp/models/ggml-vocab-" in m.name:
+                m.name = os.path.basename(m.name)
+                t.extract(m, out)
+    os.remove(tgz)
+    return sorted(glob.glob(os.path.join(out, "ggml-vocab-*.gguf")))
+
+
+def random_text():
+    pools = ["abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ", "0123456789", " \t\n\r\u00a0\u3000",
+             ".,;:!?'\"()[]{}<>-_/\\|@#$%^&*+=~`", "éèêëàâäôöûüçñßøåæœ", "абвгдежзийклмнопрстуфхцчшщъыьэюя",
+             "的一是不了人我在有他这中大来上国个到说们为子和你地出道也时年", "あいうえおかきくけこアイウエオカキクケコ", "가나다라마바사아자차카타파하",
+             "अआइईउऊएऐओऔकखगघ", "ابتثجحخدذرزسشصضطظعغفقكلمنهوي", "😀🎉👍🏽🇫🇷👨‍👩‍👧", "\u0301\u0308\u200b\u200d\ufeff"]
+    words = ["the", " the", "don't", "I'm", "you'll", "    ", "\n\n", "<s>", "</s>", "<|im_start|>", "<|endoftext|>",
+             "[INST]", "<unk>", "123456789", "3.14159", "http://x.org/a?b=c", "▁", "Ġ", "ĊĊ", "def f(x):\n    return x"]
+    parts = []
+    for _ in range(rng.randint(1, 12)):
+        if rng.random() < 0.4:
+            parts.append(rng.choice(words))
+        else:
+            pool = rng.choice(pools)
+            parts.append("".join(rng.choice(pool) for _ in range(rng.randint(1, 8))))
+    return "".join(parts)
+
+
+def vocab():
+    print("\n== vocab: llama.cpp's test vocabularies")
+    corpus = json.load(open(os.path.join(SHARED, "reference/corpus.json")))
+    randoms = [random_text() for _ in range(int(os.environ.get("CROSSCHECK_TEXTS", "2000")))]
+    for f in vocab_files():
+        name = os.path.basename(f)
+        inputs = open(f + ".inp", encoding="utf-8").read().split("\n__ggml_vocab_test__\n") if os.path.exists(f + ".inp") else []
+        texts = corpus + inputs + randoms
+        tok = None
+        counts = []
+        for special in (False, True):
+            rc, out, err = wasmind("tokenize", "--model", f, "--no-add-special", "--jsonl", *(["--special"] if special else []),
+                                   stdin="".join(json.dumps(t) + "\n" for t in texts))
+            if rc != 0:
+                ok = "not supported" in err
+                verdict(ok, f"{name:34} refused: {err[:150]}")
+                break
+            tok = tok or Llama(model_path=f, vocab_only=True, verbose=False)
+            ours = [json.loads(line) for line in out.splitlines()]
+            bad = [i for i, t in enumerate(texts) if tok.tokenize(t.encode(), add_bos=False, special=special) != ours[i]]
+            counts.append((len(texts) - len(bad), bad))
+        else:
+            bad = counts[0][1] + counts[1][1]
+            verdict(not bad, f"{name:34} plain {counts[0][0]}/{len(texts)}, special tokens parsed {counts[1][0]}/{len(texts)}"
+                    + (f"; first mismatch {texts[bad[0]][:60]!r}" if bad else ""))
+        del tok
+
+
+# ---- templates ------------------------------------------------------------------------------
+
+def templates():
+    print("\n== templates: random conversations")
+    contents = ["Hello!", "", "  padded  ", "\n\nnewlines\n", "Ünïcödé 漢字 🤖", "<|im_start|>user\n[INST] <s>",
+                "a\tb", "What is 2+2?", "Line one\nline two", "\u00a0nbsp\u3000", "</s><end_of_turn>"]
+    n = llama_cpp.llama_chat_builtin_templates(None, 0)
+    arr = (ctypes.c_char_p * n)()
+    llama_cpp.llama_chat_builtin_templates(arr, n)
+    names = sorted(a.decode() for a in arr)
+    convs = []
+    for _ in range(int(os.environ.get("CROSSCHECK_CONVERSATIONS", "40"))):
+        conv = [(rng.choice(["system", "user", "user", "assistant"]), rng.choice(contents)) for _ in range(rng.randint(1, 6))]
+        convs.append((conv, rng.random() < 0.7))
+    for t in names:
+        checked = bad = 0
+        first = ""
+        for conv, add_ass in convs:
+            rc, out, err = wasmind("template", t, stdin=json.dumps(
+                {"messages": [{"role": r, "content": c} for r, c in conv], "add_assistant": add_ass}))
+            if rc != 0 and "unknown chat template" in err:
+                break  # a template wasmind does not implement
+            msgs = (llama_cpp.llama_chat_message * len(conv))()
+            keep = []
+            for i, (r, c) in enumerate(conv):
+                keep += [r.encode(), c.encode()]
+                msgs[i].role, msgs[i].content = keep[-2], keep[-1]
+            buf = ctypes.create_string_buffer(1 << 16)
+            k = llama_cpp.llama_chat_apply_template(t.encode(), msgs, len(conv), add_ass, buf, len(buf))
+            checked += 1
+            want = buf.raw[:k].decode("utf-8") if k >= 0 else None
+            if (want is None) != (rc != 0) or (want is not None and out != want):
+                bad += 1
+                first = first or f"; first: {conv} add_ass={add_ass}: want {want!r}, got {out!r} {err[:80]}"
+        if checked:
+            verdict(not bad, f"{t:20} {checked - bad}/{checked} conversations{first}")
+        else:
+            print(f"  --   {t:20} not implemented by wasmind")
+
+
+# ---- chat -----------------------------------------------------------------------------------
+
+# Vocabularies (llama.cpp's test files) that make a chat model wasmind runs: (architecture,
+# template for a file without its own).
+CHAT_VOCABS = {"phi-3": ("phi3", None), "qwen2": ("qwen2", None), "llama-bpe": ("llama", "llama3"),
+               "llama-spm": ("llama", "llama2-sys"), "command-r": ("llama", None), "gpt-2": ("llama", "chatml")}
+
+
+def field_value(f):
+    t = f.types[0]
+    if t == gguf.GGUFValueType.ARRAY:
+        if f.types[1] == gguf.GGUFValueType.STRING:
+            return [bytes(f.parts[i]).decode("utf-8", "surrogateescape") for i in f.data]
+        return [f.parts[i][0].item() for i in f.data]
+    if t == gguf.GGUFValueType.STRING:
+        return bytes(f.parts[f.data[0]]).decode("utf-8")
+    return f.parts[f.data[0]][0].item()
+
+
+def model_with_vocab(vocab_path, arch, out):
+    """A one-layer random model of `arch` (dim 64) whose tokenizer.* and general.name are the
+    vocabulary file's."""
+    r = gguf.GGUFReader(vocab_path)
+    w = gguf.GGUFWriter(out, arch)
+    for name, f in r.fields.items():
+        if name.startswith("tokenizer.") or name == "general.name":
+            v = field_value(f)
+            t = f.types[0]
+            if t == gguf.GGUFValueType.ARRAY:
+                w.add_array(name, v)
+            elif t == gguf.GGUFValueType.STRING:
+                w.add_string(name, v)
+            else:
+                w.add_key_value(name, v, t)
+    V = len(field_value(r.fields["tokenizer.ggml.tokens"]))
+    D, H, FF = 64, 2, 128
+    w.add_block_count(1); w.add_context_length(2048); w.add_embedding_length(D); w.add_feed_forward_length(FF)
+    w.add_head_count(H); w.add_head_count_kv(H); w.add_layer_norm_rms_eps(1e-6); w.add_rope_freq_base(1e4)
+    w.add_rope_dimension_count(D // H)
+    g = np.random.default_rng(SEED)
+    t = lambda name, shape: w.add_tensor(name, (g.standard_normal(shape) * 0.1).astype(np.float32))
+    t("token_embd.weight", (V, D)); w.add_tensor("output_norm.weight", np.ones(D, np.float32))
+    w.add_tensor("blk.0.attn_norm.weight", np.ones(D, np.float32)); w.add_tensor("blk.0.ffn_norm.weight", np.ones(D, np.float32))
+    if arch == "phi3":
+        t("blk.0.attn_qkv.weight", (3 * D, D)); t("blk.0.ffn_up.weight", (2 * FF, D))
+    else:
+        t("blk.0.attn_q.weight", (D, D)); t("blk.0.attn_k.weight", (D, D)); t("blk.0.attn_v.weight", (D, D))
+        t("blk.0.ffn_gate.weight", (FF, D)); t("blk.0.ffn_up.weight", (FF, D))
+    if arch == "qwen2":
+        for n in "qkv":
+            w.add_tensor(f"blk.0.attn_{n}.bias", np.zeros(D, np.float32))
+    t("blk.0.attn_output.weight", (D, D)); t("blk.0.ffn_down.weight", (D, FF))
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    return r
+
+
+def chat():
+    print("\n== chat: prompt ids of tiny models with real vocabularies")
+    corpus = [t for t in json.load(open(os.path.join(SHARED, "reference/corpus.json"))) if 0 < len(t) < 200]
+    n = int(os.environ.get("CROSSCHECK_CHATS", "20"))
+    for f in vocab_files():
+        key = os.path.basename(f)[len("ggml-vocab-"):-len(".gguf")]
+        if key not in CHAT_VOCABS:
+            continue
+        arch, fallback = CHAT_VOCABS[key]
+        path = os.path.join(WORK, f"chat-{key}.gguf")
+        r = model_with_vocab(f, arch, path)
+        own = field_value(r.fields["tokenizer.chat_template"]) if "tokenizer.chat_template" in r.fields else None
+        tmpl = (own or fallback).encode()
+        llm = Llama(model_path=path, vocab_only=True, verbose=False)
+        add_bos = llama_cpp.llama_vocab_get_add_bos(llama_cpp.llama_model_get_vocab(llm.model))
+        bad, first = 0, ""
+        for _ in range(n):
+            user = rng.choice(corpus) if rng.random() < 0.5 else random_text()
+            system = (rng.choice(corpus) if rng.random() < 0.5 else random_text()) if rng.random() < 0.4 else None
+            conv = ([("system", system)] if system is not None else []) + [("user", user)]
+            msgs = (llama_cpp.llama_chat_message * len(conv))()
+            keep = []
+            for i, (role, c) in enumerate(conv):
+                keep += [role.encode(), c.encode()]
+                msgs[i].role, msgs[i].content = keep[-2], keep[-1]
+            buf = ctypes.create_string_buffer(1 << 16)
+            k = llama_cpp.llama_chat_apply_template(tmpl, msgs, len(conv), True, buf, len(buf))
+            want = llm.tokenize(buf.raw[:k], add_bos=add_bos, special=True)
+            args = ["generate", "--model", path, "--chat", user, "-n", "1", "--temp", "0", "--json"]
+            args += (["--system", system] if system is not None else []) + ([] if own else ["--template", fallback])
+            rc, out, err = wasmind(*args)
+            got = json.loads(out)["prompt_ids"] if rc == 0 else err[:120]
+            if got != want:
+                bad += 1
+                first = first or f"; first: {conv}: want {want[:24]}, got {got if isinstance(got, str) else got[:24]}"
+        del llm
+        os.remove(path)
+        verdict(not bad, f"{key:10} ({arch}, template {'its own' if own else fallback}) {n - bad}/{n} prompts{first}")
+
+
+# ---- greedy ---------------------------------------------------------------------------------
+
+def greedy():
+    print("\n== greedy: real models, prompts from the corpus")
+    corpus = [t for t in json.load(open(os.path.join(SHARED, "reference/corpus.json"))) if 0 < len(t) < 300]
+    models = [(os.path.join(SHARED, "models/SmolLM2-135M-Instruct.Q4_1.gguf"), "chatml")]
+    gemma = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../models/gemma-3-270m-Q4_K_M.gguf")
+    if os.path.exists(gemma):  # python3 models/fetch.py --model gemma3-270m
+        models.append((gemma, "gemma"))
+    prompts = rng.sample(corpus, int(os.environ.get("CROSSCHECK_PROMPTS", "8")))
+    for path, template in models:
+        llm = Llama(model_path=path, n_ctx=1024, n_threads=2, n_batch=512, logits_all=True, verbose=False, seed=0)
+        end = "<end_of_turn>" if template == "gemma" else "<|im_end|>"
+        stops = {llm.token_eos(), llm.tokenize(end.encode(), add_bos=False, special=True)[0]}
+        for user in prompts:
+            text = (f"<start_of_turn>user\n{user}<end_of_turn>\n<start_of_turn>model\n" if template == "gemma"
+                    else f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n")
+            ids = llm.tokenize(text.encode(), add_bos=template == "gemma", special=True)
+            llm.reset()
+            gen, margins = [], []
+            for t in llm.generate(ids, temp=0.0, top_k=1, top_p=1.0, repeat_penalty=1.0, reset=True):
+                row = np.sort(np.array(llm.scores[llm.n_tokens - 1]))
+                margins.append(float(row[-1] - row[-2])); gen.append(t)
+                if len(gen) >= 32 or t in stops:
+                    break
+            rc, out, err = wasmind("generate", "--model", path, "--prompt", text, "-n", str(len(gen)), "--temp", "0",
+                                   "--json", "--threads", "2")
+            name = f"{os.path.basename(path)[:18]} {user[:30]!r}"
+            if rc != 0:
+                verdict(False, f"{name}: wasmind generate failed: {err[:200]}")
+                continue
+            o = json.loads(out)
+            at = next((i for i, (a, b) in enumerate(zip(o["ids"], gen)) if a != b), None)
+            same_prompt = o["prompt_ids"] == ids
+            how = "the same ids" if at is None else f"first differs at {at} (llama.cpp's margin {margins[at]:.3f})"
+            verdict(same_prompt and (at is None or margins[at] < DECISIVE),
+                    f"{name:52} prompt ids {'equal' if same_prompt else 'DIFFER'}, {len(gen)} tokens: {how}")
+        del llm
+
+
+print(f"crosscheck seed {SEED}, llama-cpp-python {llama_cpp.__version__}, parts {','.join(PARTS)}")
+for part in PARTS:
+    {"shapes": shapes, "vocab": vocab, "templates": templates, "chat": chat, "greedy": greedy}[part]()
+print(f"\ncrosscheck seed {SEED}: {len(failures)} failure(s)")
+for f in failures:
+    print("  " + f)
+sys.exit(1 if failures else 0)
