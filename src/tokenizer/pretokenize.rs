@@ -13,6 +13,7 @@
 //! | `llama-bpe` (Llama 3), ...      | Llama 3 (digits in runs of up to 3) |
 //! | `qwen2`, ...                    | Llama 3 with single digits |
 //! | `default`, missing              | `[\p{P}$+<=>^~|]+`; GPT-2; `\p{N}+`; `[0-9]{3}` |
+//! | `deepseek-coder`                | `[\r\n]`; `\s?\p{L}+`; `\s?\p{P}+`; `[一-龥ࠀ-一가-퟿]+`; `\p{N}` |
 //!
 //! GPT-2: `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`.
 //! Llama 3: `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
@@ -24,7 +25,8 @@
 //! Unicode version (`unicode::ASSIGNED_UNICODE_VERSION`; code points added later are
 //! unassigned there); marks, symbols,
 //! separators, controls, private use and unassigned code points are all "other" for these
-//! patterns. The `qwen2` and `default` patterns are not special-cased by llama.cpp but run
+//! patterns. The `qwen2`, `default` and `deepseek-coder` patterns are not special-cased by
+//! llama.cpp but run
 //! through `std::regex` over a text in which each non-ASCII code point is collapsed to one
 //! byte standing for its class; the matchers here reproduce that engine's result.
 
@@ -122,6 +124,9 @@ pub enum PreTokenizer {
     Qwen2,
     /// llama.cpp's fallback: punctuation runs, GPT-2, number runs, ASCII digit triples.
     Default,
+    /// DeepSeek Coder: line breaks, letter runs and punctuation runs (each with one white space
+    /// before it), runs of CJK and Hangul, then each number alone.
+    DeepseekCoder,
 }
 
 impl PreTokenizer {
@@ -142,6 +147,7 @@ impl PreTokenizer {
             "dbrx" | "smaug-bpe" | "glm4" | "chatglm-bpe" => (PreTokenizer::Llama3, false),
             "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "stablelm2" | "megrez"
             | "hunyuan" | "solar-open" => (PreTokenizer::Qwen2, false),
+            "deepseek-coder" => (PreTokenizer::DeepseekCoder, false),
             _ => return None,
         })
     }
@@ -197,6 +203,15 @@ impl Splitter {
                 self.stage(gpt2);
                 self.stage(|c, s, e, o| matches_and_gaps(c, s, e, o, number_run));
                 self.stage(|c, s, e, o| matches_and_gaps(c, s, e, o, ascii_digit_triple));
+            }
+            PreTokenizer::DeepseekCoder => {
+                self.stage(|c, s, e, o| matches_and_gaps(c, s, e, o, line_break));
+                let letters = |seg: &Seg, pos| space_then_run(seg, pos, Class::Letter);
+                self.stage(|c, s, e, o| matches_and_gaps(c, s, e, o, letters));
+                let puncts = |seg: &Seg, pos| space_then_run(seg, pos, Class::Punct);
+                self.stage(|c, s, e, o| matches_and_gaps(c, s, e, o, puncts));
+                self.stage(|c, s, e, o| matches_and_gaps(c, s, e, o, cjk_run));
+                self.stage(|c, s, e, o| matches_and_gaps(c, s, e, o, each_number));
             }
         }
         for &(s, e) in &self.segs {
@@ -485,6 +500,44 @@ fn punct_run(seg: &Seg, pos: usize) -> Option<usize> {
         }
         Some(_) => seg.is(i, Class::Punct),
         None => false,
+    };
+    let mut e = pos;
+    while is(e) {
+        e += 1;
+    }
+    (e > pos).then_some(e)
+}
+
+/// `[\r\n]`.
+#[inline]
+fn line_break(seg: &Seg, pos: usize) -> Option<usize> {
+    matches!(seg.cp(pos), Some(0x0A | 0x0D)).then_some(pos + 1)
+}
+
+/// `\s?X+` for the class X (`\p{L}` or `\p{P}`): a white space joins the run after it.
+#[inline]
+fn space_then_run(seg: &Seg, pos: usize, class: Class) -> Option<usize> {
+    let first = if seg.is(pos, Class::Space) && seg.is(pos + 1, class) {
+        pos + 1
+    } else {
+        pos
+    };
+    let mut e = first;
+    while seg.is(e, class) {
+        e += 1;
+    }
+    (e > first).then_some(e)
+}
+
+/// `[一-龥ࠀ-一가-퟿]+` (U+0800..U+9FA5 and U+AC00..U+D7FF) as llama.cpp's `std::wregex` sees
+/// it: non-ASCII white space is replaced by U+000B first, so U+3000 and its kin never match.
+#[inline]
+fn cjk_run(seg: &Seg, pos: usize) -> Option<usize> {
+    let is = |i: usize| {
+        seg.at(i).is_some_and(|c| {
+            (matches!(c.cp, 0x0800..=0x9FA5) || matches!(c.cp, 0xAC00..=0xD7FF))
+                && c.class != Class::Space
+        })
     };
     let mut e = pos;
     while is(e) {

@@ -343,6 +343,64 @@ fn phi3_drops_white_space_after_special_tokens() {
     }
 }
 
+/// DeepSeek Coder's split (`tokenizer.ggml.pre = deepseek-coder`): a byte-level vocabulary
+/// whose merges join every two of 24 bytes shows where the pieces end. The ids are llama.cpp's
+/// (llama-cpp-python 0.3.36) for the same vocabulary written by the `gguf` package.
+#[test]
+fn deepseek_coder_splits_as_llama_cpp() {
+    let alphabet: Vec<u8> =
+        " ab12.,\r\n\t中가ि१\u{3000}\u{a0}"
+            .bytes()
+            .fold(Vec::new(), |mut v, b| {
+                if !v.contains(&b) {
+                    v.push(b);
+                }
+                v
+            });
+    assert_eq!(alphabet.len(), 24);
+    let ch = |b: u8| char::from_u32(super::bpe::BYTE_TO_CHAR[b as usize] as u32).unwrap();
+    let mut tokens: Vec<String> = (0..=255u8).map(|b| String::from(ch(b))).collect();
+    let mut merges = Vec::new();
+    for &x in &alphabet {
+        for &y in &alphabet {
+            merges.push(std::format!("{} {}", ch(x), ch(y)));
+            tokens.push(std::format!("{}{}", ch(x), ch(y)));
+        }
+    }
+    let strs = |v: &[String]| str_array(&v.iter().map(String::as_str).collect::<Vec<_>>());
+    let file = gguf_file(&[
+        ("tokenizer.ggml.model", 8, gstr("gpt2")),
+        ("tokenizer.ggml.pre", 8, gstr("deepseek-coder")),
+        ("tokenizer.ggml.tokens", 9, strs(&tokens)),
+        (
+            "tokenizer.ggml.token_type",
+            9,
+            i32_array(&vec![1; tokens.len()]),
+        ),
+        ("tokenizer.ggml.merges", 9, strs(&merges)),
+    ]);
+    let tok = Tokenizer::from_gguf(&Gguf::parse(&file).unwrap()).unwrap();
+    #[rustfmt::skip]
+    let cases: [(&str, &[u32]); 10] = [
+        ("a b\r\n1 2", &[97, 258, 13, 10, 49, 32, 50]),
+        (" ab. ,a\tb", &[257, 98, 46, 262, 97, 474]),
+        ("a1b2 12", &[97, 49, 98, 50, 32, 49, 50]),
+        ("中가 中a", &[507, 557, 607, 32, 507, 173, 97]),
+        ("\u{3000}中 ि१a", &[227, 631, 507, 173, 32, 657, 191, 659, 167, 97]),
+        ("ab\u{a0}.a", &[282, 807, 46, 97]),
+        ("1१2\r\r\n\n", &[49, 659, 167, 50, 13, 13, 10, 10]),
+        (" \t.\t a, ,.b", &[32, 477, 9, 257, 44, 262, 46, 98]),
+        ("가ि\u{3000}ि", &[582, 128, 657, 191, 227, 631, 657, 191]),
+        ("\u{a0}\u{a0}ab  ..12", &[807, 807, 282, 32, 261, 46, 49, 50]),
+    ];
+    let mut ids = Vec::new();
+    for (text, want) in cases {
+        ids.clear();
+        tok.encode(text, false, false, &mut ids).unwrap();
+        assert_eq!(ids, want, "{text:?}");
+    }
+}
+
 /// A piece that ends inside a character is held back until the character completes.
 #[test]
 fn stream_decoder_holds_back_partial_utf8() {
