@@ -126,7 +126,7 @@ WASMIND_API int32_t     embed_ids(wasmind_ptr text, uint32_t len, wasmind_ptr ou
  * 1 chatml, 2 llama3, 3 gemma, 4 llama2-sys, 5 mistral-v1, 6 llama2, 7 llama2-sys-bos,
  * 8 llama2-sys-strip, 9 mistral-v3, 10 mistral-v3-tekken, 11 mistral-v7, 12 mistral-v7-tekken,
  * 13 phi3, 14 phi4, 15 zephyr, 16 vicuna, 17 deepseek3, 18 granite, 19 smolvlm, 20 falcon3,
- * 21 command-r, 22 exaone3, 23 llama4, 24 hunyuan-dense, 25 qwen3 */
+ * 21 command-r, 22 exaone3, 23 llama4, 24 hunyuan-dense, 25 qwen3, 26 deepseek (DeepSeek Coder) */
 #define WASMIND_TEMPLATE_AUTO    0
 WASMIND_API int32_t     chat_reset(void);                  /* forget the conversation and the KV cache */
 WASMIND_API int32_t     chat_add(uint32_t role, wasmind_ptr text, uint32_t len); /* returns the message count */

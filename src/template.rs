@@ -410,6 +410,15 @@ const SPECS: &[Spec] = &[
             "<|im_start|>",
         )
     },
+    // DeepSeek Coder: system text as it is, then instruction and response blocks.
+    Spec::roles(
+        "deepseek",
+        keep("", ""),
+        keep("### Instruction:\n", "\n"),
+        keep("### Response:\n", "\n<|EOT|>\n"),
+        "### Response:\n",
+        "<|EOT|>",
+    ),
 ];
 
 /// llama.cpp's recognition rules after the ChatML and `[INST]` families, in its order: a
@@ -885,12 +894,12 @@ mod tests {
     }
 
     /// Conversations templates.json does not hold (role orders, empty and white-space text,
-    /// Unicode, system messages alone or several), for 24 templates.
+    /// Unicode, system messages alone or several), for 25 templates.
     #[test]
     fn unseen_conversations_render_as_llama_cpp() {
         let n = check_file("host-tests/testdata/templates-extra.json");
         std::println!("{n} more renderings byte-identical to llama.cpp's");
-        assert_eq!(n, 24 * 18 * 2);
+        assert_eq!(n, 25 * 18 * 2);
     }
 
     /// The template programs gen_templates.py gave llama.cpp: we recognise each as it did.

@@ -15,7 +15,7 @@ import llama_cpp
 NAMES = ["chatml", "llama3", "llama2", "llama2-sys", "llama2-sys-bos", "llama2-sys-strip",
          "mistral-v1", "mistral-v3", "mistral-v3-tekken", "mistral-v7", "mistral-v7-tekken",
          "gemma", "phi3", "phi4", "zephyr", "vicuna", "deepseek3", "granite", "smolvlm", "falcon3",
-         "command-r", "exaone3", "llama4", "hunyuan-dense"]
+         "command-r", "exaone3", "llama4", "hunyuan-dense", "deepseek"]
 
 CONVS = [
     # a system message only
