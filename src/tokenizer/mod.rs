@@ -932,7 +932,7 @@ fn mark_recognised_tokens(
     (eot, eog)
 }
 
-/// Step 4: llama.cpp's per-model token attributes, chosen by `general.name`: in a model named
+/// Step 4b: llama.cpp's per-model token attributes, chosen by `general.name`: in a model named
 /// Phi-3 (`phi-3` or `phi3` in the lowercased name) white space after every special token but
 /// `<unk>`, `<s>` and `<|endoftext|>` is dropped, so `<|user|>\nHi` is `<|user|>` `▁Hi`. (Its
 /// other rules are for BERT vocabularies, which are not read here.)
