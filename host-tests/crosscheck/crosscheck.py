@@ -4,7 +4,7 @@ the fixtures; the suite (`cargo xtask test`) stays the gate.
 
 usage: crosscheck.py WASMIND_CLI SHARED_DIR WORK_DIR SEED PART[,PART...]
 (run it through `cargo xtask crosscheck`, which makes the Python environment and the CLI.)
-needs: llama-cpp-python==0.3.36 (the version of ../shared/reference), gguf, numpy
+needs: llama-cpp-python==0.3.36 (the version of ../shared/reference), gguf, numpy, model2vec==0.10.0
 
 Parts, each a line per case and a verdict:
 - shapes: tiny random-weight models of all five architectures in shapes drawn from the seed
@@ -30,6 +30,9 @@ Parts, each a line per case and a verdict:
   the one its family uses) take random single-turn chats (a system message or not; corpus texts
   and random strings) through `wasmind generate --chat`: the prompt ids must be llama.cpp's for
   llama_chat_apply_template's text, tokenized with special tokens parsed and its BOS rule.
+- embed: the shared Model2Vec models on random strings and long joins of corpus texts against
+  the `model2vec` package (0.10.0, the references' version): the same pooled ids, cosine
+  >= 0.99999 (computed in float64: the package's vectors are float16).
 - greedy: the real models (../shared's SmolLM2, models/'s Gemma 3 270M when fetched) on prompts
   drawn from the corpus: the same prompt ids, and a greedy reply that leaves llama.cpp's only
   where its top-two margin is < 0.5 or within its own spread there (its logits for that step
@@ -407,6 +410,33 @@ def chat():
         verdict(not bad, f"{key:10} ({arch}, template {'its own' if own else fallback}) {n - bad}/{n} prompts{first}")
 
 
+# ---- embed ----------------------------------------------------------------------------------
+
+def embed():
+    print("\n== embed: Model2Vec against the model2vec package")
+    from model2vec import StaticModel
+    corpus = json.load(open(os.path.join(SHARED, "reference/corpus.json")))
+    n = int(os.environ.get("CROSSCHECK_EMBEDS", "1000"))
+    texts = [random_text() for _ in range(n)] + [" ".join(rng.sample(corpus, rng.randint(2, 30))) for _ in range(n // 4)]
+    for d in sorted(glob.glob(os.path.join(SHARED, "models/m2v-*"))):
+        m = StaticModel.from_pretrained(d)
+        want = m.encode(texts).astype(np.float64)  # the package computes in the file's float16
+        want_ids = m.tokenize(texts)
+        rc, out, err = wasmind("embed", "--model", d, "--json", stdin="".join(json.dumps(t) + "\n" for t in texts))
+        if rc != 0:
+            verdict(False, f"{os.path.basename(d)}: wasmind embed failed: {err[:200]}")
+            continue
+        rows = [json.loads(line) for line in out.splitlines()]
+        worst, bad_ids = 1.0, 0
+        for row, w, ids in zip(rows, want, want_ids):
+            v = np.array(row["embedding"], dtype=np.float64)
+            bad_ids += row["ids"] != ids
+            nv, nw = np.linalg.norm(v), np.linalg.norm(w)
+            worst = min(worst, 1.0 if nv == nw == 0 else float(v @ w / (nv * nw)) if nv and nw else 0.0)
+        verdict(bad_ids == 0 and worst >= 0.99999 and len(rows) == len(texts),
+                f"{os.path.basename(d):18} {len(texts)} texts: pooled ids differ for {bad_ids}, worst cosine {worst:.9f}")
+
+
 # ---- greedy ---------------------------------------------------------------------------------
 
 def greedy():
@@ -462,7 +492,7 @@ def greedy():
 print(f"crosscheck seed {SEED}, llama-cpp-python {llama_cpp.__version__}, parts {','.join(PARTS)}")
 for part in PARTS:
     rng = random.Random(f"{SEED}-{part}")  # each part draws the same with or without the others
-    {"shapes": shapes, "vocab": vocab, "templates": templates, "chat": chat, "greedy": greedy}[part]()
+    {"shapes": shapes, "vocab": vocab, "templates": templates, "chat": chat, "embed": embed, "greedy": greedy}[part]()
 print(f"\ncrosscheck seed {SEED}: {len(failures)} failure(s)")
 for f in failures:
     print("  " + f)

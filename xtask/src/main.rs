@@ -12,8 +12,9 @@
 //! - `soak`: load/chat/embed/unload cycles (100 by default; wasmtime and Node): the heap must
 //!   come back each time; replies equal across thread counts; a small context refilled.
 //! - `crosscheck`: wasmind against a fresh llama.cpp (llama-cpp-python, installed into
-//!   target/crosscheck/venv on first use) on model shapes, vocabularies, templates, chat
-//!   prompts, greedy replies and tokenizer strings drawn from a new seed
+//!   target/crosscheck/venv on first use) and the model2vec package on model shapes,
+//!   vocabularies, templates, chat prompts, embeddings, greedy replies and tokenizer strings
+//!   drawn from a new seed
 //!   (host-tests/crosscheck/crosscheck.py).
 //! - `serve`: the demos (chat, semantic search) with COOP/COEP; `--no-isolation` without.
 
@@ -191,7 +192,7 @@ const FUZZ_TARGETS: [(&str, &[&str]); 8] = [
 
 /// What `cargo xtask crosscheck` can run (host-tests/crosscheck/crosscheck.py has all but
 /// `tokenizer`: the tokenizer_fuzz test on a corpus drawn from the seed).
-const CROSSCHECK_PARTS: &str = "shapes,vocab,templates,chat,greedy,tokenizer";
+const CROSSCHECK_PARTS: &str = "shapes,vocab,templates,chat,embed,greedy,tokenizer";
 
 /// `cargo xtask crosscheck [--seed N] [--parts P,...]`: wasmind against llama.cpp on inputs no
 /// fixture holds, drawn from N (default: the clock; printed, so a failure can be repeated).
@@ -229,7 +230,7 @@ fn crosscheck(args: &[String]) -> Result<(), String> {
         .map_err(|e| format!("{e} (needs python3 with venv: apt-get install python3-venv)"))?;
     }
     let ready = Command::new(&python)
-        .args(["-c", "import llama_cpp, gguf, numpy, tokenizers"])
+        .args(["-c", "import llama_cpp, gguf, numpy, tokenizers, model2vec"])
         .stderr(std::process::Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
@@ -238,7 +239,7 @@ fn crosscheck(args: &[String]) -> Result<(), String> {
             "crosscheck: pip install llama-cpp-python==0.3.36 (built from source: 6-10 minutes)",
             Command::new(&python)
                 .args(["-m", "pip", "install", "llama-cpp-python==0.3.36", "gguf", "numpy"])
-                .arg("tokenizers==0.23.3")
+                .args(["tokenizers==0.23.3", "model2vec==0.10.0"])
                 .env("CMAKE_ARGS", "-DGGML_NATIVE=OFF"),
         )
         .map_err(|e| format!("{e} (needs a C++ compiler and cmake's build tools: apt-get install build-essential)"))?;
