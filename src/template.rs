@@ -571,9 +571,9 @@ fn detect_name(s: &str) -> Option<&str> {
         .map(|&(_, name)| name)
 }
 
-/// C `isspace` (what llama.cpp trims): space, \t, \n, \v, \f, \r — not Unicode spaces.
+/// Without C `isspace` white space at either end (what llama.cpp trims), not Unicode spaces.
 fn trim_c(s: &str) -> &str {
-    s.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\x0b' | '\x0c' | '\r'))
+    s.trim_matches(|c| crate::unicode::is_c_space(c as u32))
 }
 
 fn put(out: &mut String, live: bool, parts: &[&str]) {

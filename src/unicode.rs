@@ -114,6 +114,13 @@ pub fn group(cp: u32) -> Group {
     Group::ALL.get(v as usize).copied().unwrap_or(Group::Other)
 }
 
+/// C's `isspace` in the "C" locale, which llama.cpp trims and strips with: space, \t, \n, \v,
+/// \f, \r; no other code point.
+#[inline]
+pub fn is_c_space(cp: u32) -> bool {
+    matches!(cp, 0x20 | 0x09..=0x0D)
+}
+
 /// The White_Space property (as Rust's `char::is_whitespace`).
 #[inline]
 pub fn is_white_space(cp: u32) -> bool {

@@ -17,6 +17,7 @@ use super::reserve;
 use super::table::Texts;
 use crate::error::Result;
 use crate::sort::heapsort_by;
+use crate::unicode::is_c_space;
 
 /// A special token as the matcher takes it.
 #[derive(Clone, Copy)]
@@ -141,7 +142,7 @@ impl SpecialTokens {
             }
             let mut end = span.end;
             if rstrip {
-                while end < text.len() && !work.taken[end] && is_c_space(text[end]) {
+                while end < text.len() && !work.taken[end] && is_c_space(text[end] as u32) {
                     end += 1;
                 }
             }
@@ -201,9 +202,4 @@ impl SpecialTokens {
         }
         Ok(())
     }
-}
-
-/// C's `isspace` in the "C" locale, which llama.cpp's trimming uses: space, \t, \n, \v, \f, \r.
-fn is_c_space(b: u8) -> bool {
-    matches!(b, b' ' | b'\t'..=b'\r')
 }
