@@ -301,6 +301,18 @@ def vocab():
 
 # ---- templates ------------------------------------------------------------------------------
 
+def apply_template(tmpl, conv, add_ass):
+    """llama_chat_apply_template's bytes for `conv` ([(role, content)]), or None when it fails."""
+    msgs = (llama_cpp.llama_chat_message * len(conv))()
+    keep = []  # the bytes the C structs point into
+    for i, (role, content) in enumerate(conv):
+        keep += [role.encode(), content.encode()]
+        msgs[i].role, msgs[i].content = keep[-2], keep[-1]
+    buf = ctypes.create_string_buffer(1 << 16)
+    k = llama_cpp.llama_chat_apply_template(tmpl, msgs, len(conv), add_ass, buf, len(buf))
+    return buf.raw[:k] if k >= 0 else None
+
+
 def templates():
     print("\n== templates: random conversations")
     contents = ["Hello!", "", "  padded  ", "\n\nnewlines\n", "Ünïcödé 漢字 🤖", "<|im_start|>user\n[INST] <s>",
@@ -321,15 +333,9 @@ def templates():
                 {"messages": [{"role": r, "content": c} for r, c in conv], "add_assistant": add_ass}))
             if rc != 0 and "unknown chat template" in err:
                 break  # a template wasmind does not implement
-            msgs = (llama_cpp.llama_chat_message * len(conv))()
-            keep = []
-            for i, (r, c) in enumerate(conv):
-                keep += [r.encode(), c.encode()]
-                msgs[i].role, msgs[i].content = keep[-2], keep[-1]
-            buf = ctypes.create_string_buffer(1 << 16)
-            k = llama_cpp.llama_chat_apply_template(t.encode(), msgs, len(conv), add_ass, buf, len(buf))
             checked += 1
-            want = buf.raw[:k].decode("utf-8") if k >= 0 else None
+            want = apply_template(t.encode(), conv, add_ass)
+            want = want.decode("utf-8") if want is not None else None
             if (want is None) != (rc != 0) or (want is not None and out != want):
                 bad += 1
                 first = first or f"; first: {conv} add_ass={add_ass}: want {want!r}, got {out!r} {err[:80]}"
@@ -416,14 +422,7 @@ def chat():
             user = rng.choice(corpus) if rng.random() < 0.5 else random_text()
             system = (rng.choice(corpus) if rng.random() < 0.5 else random_text()) if rng.random() < 0.4 else None
             conv = ([("system", system)] if system is not None else []) + [("user", user)]
-            msgs = (llama_cpp.llama_chat_message * len(conv))()
-            keep = []
-            for i, (role, c) in enumerate(conv):
-                keep += [role.encode(), c.encode()]
-                msgs[i].role, msgs[i].content = keep[-2], keep[-1]
-            buf = ctypes.create_string_buffer(1 << 16)
-            k = llama_cpp.llama_chat_apply_template(tmpl, msgs, len(conv), True, buf, len(buf))
-            want = llm.tokenize(buf.raw[:k], add_bos=add_bos, special=True)
+            want = llm.tokenize(apply_template(tmpl, conv, True), add_bos=add_bos, special=True)
             args = ["generate", "--model", path, "--chat", user, "-n", "1", "--temp", "0", "--json"]
             args += (["--system", system] if system is not None else []) + ([] if own else ["--template", fallback])
             rc, out, err = wasmind(*args)
