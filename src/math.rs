@@ -591,6 +591,13 @@ pub fn expf(x: f32) -> f32 {
     y * s1 * s2
 }
 
+/// tanh in f32, as `1 - 2 / (e^2x + 1)` with [`expf`]: exact limits at both ends (e^2x is 0 or
+/// inf there); near 0 its error is absolute (about 1e-7), not relative.
+#[inline]
+pub fn tanhf(x: f32) -> f32 {
+    1.0 - 2.0 / (expf(2.0 * x) + 1.0)
+}
+
 /// [`expf`] on 4 lanes: the scalar reference of the SIMD kernel.
 #[inline]
 pub fn exp4_ref(x: [f32; 4]) -> [f32; 4] {

@@ -7,10 +7,11 @@ usage: crosscheck.py WASMIND_CLI SHARED_DIR WORK_DIR SEED PART[,PART...]
 needs: llama-cpp-python==0.3.36 (the version of ../shared/reference), gguf, numpy, model2vec==0.10.0
 
 Parts, each a line per case and a verdict:
-- shapes: tiny random-weight models of all five architectures in shapes drawn from the seed
+- shapes: tiny random-weight models of all eight architectures in shapes drawn from the seed
   (widths that are and are not multiples of 32 and 256, 1-8 heads, grouped and not, head widths
-  16-256, partial RoPE for phi3, linear RoPE scaling, tied outputs, 1-7 layers, sliding windows
-  of 1-40), F32 and two other types each (quantized, F16, BF16) as llama-quantize writes them;
+  16-256, partial RoPE for phi3, linear RoPE scaling, tied outputs, 1-8 layers, sliding windows
+  of 1-40, gemma2's soft caps, granite's four scales and RoPE switched off), F32 and two other
+  types each (quantized, F16, BF16) as llama-quantize writes them;
   llama.cpp's logits over 48 ids against `wasmind logits` with the single-threaded module, which must equal
   the threaded module's on 2 threads bit for bit.
   F32 files: every argmax where llama.cpp's top-two margin is >= 0.5, and the last 4 rows
@@ -49,6 +50,8 @@ import gguf
 import llama_cpp
 from llama_cpp import Llama
 
+from tinymodel import write_model
+
 CLI, SHARED, WORK, SEED, PARTS = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5].split(",")
 os.makedirs(WORK, exist_ok=True)
 rng = random.Random(SEED)
@@ -69,7 +72,7 @@ def verdict(ok, line):
 
 # ---- shapes ---------------------------------------------------------------------------------
 
-ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "phi3"]
+ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "phi3", "gemma2", "granite", "smollm3"]
 QUANTS = {"Q8_0": 7, "Q4_0": 2, "Q4_1": 3, "Q5_0": 8, "Q5_1": 9, "Q4_K": 15, "Q5_K": 17, "Q6_K": 18,
           "F16": 1, "BF16": 32}
 
@@ -80,76 +83,31 @@ def draw_shape(arch):
     h = rng.choice([1, 2, 3, 4, 6, 8])
     hkv = rng.choice([d for d in range(1, h + 1) if h % d == 0])
     hd = rng.choice([16, 32, 40, 64, 96, 128, 256])
-    if arch in ("qwen3", "gemma3"):
+    if arch in ("qwen3", "gemma2", "gemma3"):
         d = rng.choice([128, 200, 256, 320, 384, 512, 640])
     else:
         hd = min(hd, 128)
         d = h * hd
     s = dict(arch=arch, V=rng.randint(256, 3000), D=d, H=h, HKV=hkv, HD=hd,
              FF=rng.choice([128, 256, 520, 768, 1024, 1536]), L=rng.randint(1, 4))
-    if arch == "gemma3":
+    if arch in ("gemma2", "gemma3"):
         s.update(L=rng.randint(2, 7), SWA=rng.randint(1, 40))
+    if arch == "gemma2":
+        s.update(attn_softcap=round(rng.uniform(1.0, 50.0), 2), final_softcap=round(rng.uniform(3.0, 30.0), 2))
+    if arch == "granite":
+        s.update(embedding_scale=round(rng.uniform(0.2, 12.0), 3), residual_scale=round(rng.uniform(0.1, 1.0), 3),
+                 attention_scale=round(rng.uniform(0.02, 0.3), 4), logit_scale=round(rng.uniform(1.0, 16.0), 3))
+        if rng.random() < 0.15:
+            s["no_rope"] = True
+    if arch == "smollm3":
+        s["L"] = rng.randint(1, 8)
     if arch == "phi3" and rng.random() < 0.5:
         s["rope_dims"] = rng.choice([r for r in range(8, hd + 1, 8) if r % 2 == 0])
-    if arch != "gemma3" and rng.random() < 0.3:
+    if arch not in ("gemma2", "gemma3") and rng.random() < 0.3:
         s["tied"] = True
     if rng.random() < 0.25:
         s["linear"] = rng.choice([2.0, 4.0, 8.0])
     return s
-
-
-def write_model(path, s, w_rng):
-    arch, V, D, H, HKV, FF, L = s["arch"], s["V"], s["D"], s["H"], s["HKV"], s["FF"], s["L"]
-    hd = s["HD"] if arch in ("qwen3", "gemma3") else D // H
-    w = gguf.GGUFWriter(path, arch)
-    w.add_block_count(L); w.add_context_length(256); w.add_embedding_length(D)
-    w.add_feed_forward_length(FF); w.add_head_count(H); w.add_head_count_kv(HKV)
-    w.add_layer_norm_rms_eps(1e-6); w.add_vocab_size(V); w.add_tokenizer_model("none"); w.add_file_type(0)
-    if arch in ("qwen3", "gemma3"):
-        w.add_key_length(hd); w.add_value_length(hd); w.add_rope_freq_base(1e6)
-    else:
-        w.add_rope_freq_base(1e4); w.add_rope_dimension_count(s.get("rope_dims", hd))
-    if arch == "gemma3":
-        w.add_sliding_window(s["SWA"])
-    if "linear" in s:
-        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR); w.add_rope_scaling_factor(s["linear"])
-    qd, kvd = H * hd, HKV * hd
-
-    def t(name, shape, scale):
-        w.add_tensor(name, (w_rng.standard_normal(shape) * scale).astype(np.float32))
-
-    def norm(name, n, scale=1.0):
-        w.add_tensor(name, ((1.0 + 0.1 * w_rng.standard_normal(n)) * scale).astype(np.float32))
-
-    t("token_embd.weight", (V, D), 0.05 if arch == "gemma3" else 0.5)
-    norm("output_norm.weight", D, 4.0 if arch == "gemma3" else 1.0)
-    if arch != "gemma3" and not s.get("tied"):
-        t("output.weight", (V, D), 0.2)
-    for i in range(L):
-        p = f"blk.{i}."
-        norm(p + "attn_norm.weight", D)
-        if arch == "phi3":
-            t(p + "attn_qkv.weight", (qd + 2 * kvd, D), 0.08)
-        else:
-            t(p + "attn_q.weight", (qd, D), 0.08); t(p + "attn_k.weight", (kvd, D), 0.08)
-            t(p + "attn_v.weight", (kvd, D), 0.08)
-        if arch == "qwen2":
-            for n, k in (("q", qd), ("k", kvd), ("v", kvd)):
-                t(p + f"attn_{n}.bias", (k,), 0.1)
-        if arch in ("qwen3", "gemma3"):
-            norm(p + "attn_q_norm.weight", hd); norm(p + "attn_k_norm.weight", hd)
-        t(p + "attn_output.weight", (D, qd), 0.08)
-        if arch == "gemma3":
-            norm(p + "post_attention_norm.weight", D)
-        norm(p + "ffn_norm.weight", D)
-        if arch == "phi3":
-            t(p + "ffn_up.weight", (2 * FF, D), 0.06)
-        else:
-            t(p + "ffn_gate.weight", (FF, D), 0.06); t(p + "ffn_up.weight", (FF, D), 0.06)
-        t(p + "ffn_down.weight", (D, FF), 0.04)
-        if arch == "gemma3":
-            norm(p + "post_ffw_norm.weight", D)
-    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
 
 
 def quantize(src, dst, ftype):
@@ -210,7 +168,7 @@ def check_logits(path, name, ids, rounded, exact_ok=False):
 
 def shapes():
     print("\n== shapes: random model shapes, llama.cpp's logits")
-    for n in range(int(os.environ.get("CROSSCHECK_SHAPES", "10"))):
+    for n in range(int(os.environ.get("CROSSCHECK_SHAPES", "16"))):
         s = draw_shape(ARCHS[n % len(ARCHS)])
         tag = f"{s['arch']}-{n}"
         print(f"{tag}: {json.dumps(s)}", flush=True)

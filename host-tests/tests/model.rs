@@ -361,6 +361,56 @@ fn qwen3_gemma3_phi3_match_llama_cpp_inside_the_module() {
     assert!(failures.is_empty(), "differ from llama.cpp: {failures:?}");
 }
 
+/// gemma2, granite and smollm3 (this repository's tiny models, `testdata/arch/`) in the real
+/// modules: llama.cpp's argmaxes and last-4 logits with every build, F16 as committed and
+/// quantized to Q8_0 at load, the last position as a decode step; the same bits on 0, 1 and
+/// 2 threads.
+#[test]
+fn gemma2_granite_smollm3_match_llama_cpp_inside_the_module() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/arch");
+    let r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("reference.json")).unwrap()).unwrap();
+    let ids = u32s(&r["tokens"]);
+    let mut failures = vec![];
+    for (file, m) in r["models"].as_object().unwrap() {
+        let quantize = if file.contains("Q8_0") { 8 } else { 0 };
+        let path = dir.join(file.replace("Q8_0", "F16"));
+        let run = |build: Build, threads: u32| {
+            let mut w = Wasmind::with_build(build, threads).unwrap();
+            w.set_quantize(quantize).unwrap();
+            w.load_model_file(&path, 64).unwrap();
+            let mut rows = w.prefill_logits(&ids[..ids.len() - 1]).unwrap();
+            let vocab = rows[0].len();
+            rows.push(w.step(ids[ids.len() - 1], vocab).unwrap());
+            rows
+        };
+        let tol = if quantize == 0 {
+            FLOAT_TOLERANCE
+        } else {
+            QUANT_TOLERANCE
+        };
+        for build in Build::ALL {
+            let one = run(build, 0);
+            let (agree, decisive, max_diff) = arch_agreement(m, &one);
+            println!(
+                "{} {file:24} decisive argmax {agree}/{decisive}, last-4 max |dlogit| {max_diff:.4} (tolerance {tol})",
+                build.name()
+            );
+            if agree != decisive || max_diff > tol {
+                failures.push(format!("{file} ({})", build.name()));
+            }
+            for threads in [1, 2] {
+                assert!(
+                    run(build, threads) == one,
+                    "{file} ({}): {threads} threads differ from the single-threaded module",
+                    build.name()
+                );
+            }
+        }
+    }
+    assert!(failures.is_empty(), "differ from llama.cpp: {failures:?}");
+}
+
 #[test]
 fn set_quantize_refuses_types_it_cannot_write() {
     let mut w = Wasmind::single_threaded().unwrap();

@@ -243,6 +243,22 @@ impl LlmEngine {
                 o.uint("sliding_window", c.sliding_window as u64)
                     .float32("rope_base_local", c.rope_base_local);
             }
+            // What sets the architecture apart, where it applies: Gemma 2's soft caps,
+            // Granite's scales, SmolLM3's layers without RoPE (every n-th).
+            for (key, v, unset) in [
+                ("attn_softcap", c.attn_softcap, 0.0),
+                ("final_softcap", c.final_softcap, 0.0),
+                ("embed_scale", c.embed_scale, 1.0),
+                ("residual_scale", c.residual_scale, 1.0),
+                ("logit_scale", c.logit_scale, 1.0),
+            ] {
+                if v != unset {
+                    o.float32(key, v);
+                }
+            }
+            if c.no_rope_step > 0 {
+                o.uint("no_rope_every", c.no_rope_step as u64);
+            }
             o.string(
                 "activation",
                 match c.activation {

@@ -22,24 +22,52 @@ pub enum Arch {
     /// Qwen3: no biases, an RMS norm on each head of q and k before RoPE, NeoX RoPE, a head
     /// width (`attention.key_length`) independent of `dim / heads`.
     Qwen3,
+    /// Gemma 2: Gemma 3's shape without the q/k head norms, every other layer a sliding-window
+    /// one, and soft caps (`cap * tanh(x / cap)`) on the attention scores and on the logits.
+    Gemma2,
     /// Gemma 3: embeddings scaled by sqrt(dim), q/k head norms, norms after attention and after
     /// the feed-forward too, GELU (tanh) gating, output tied to the embeddings, and five
     /// sliding-window layers for each global one, each kind with its own RoPE base.
     Gemma3,
+    /// IBM Granite 3 and the dense Granite 4: llama with four scales from the file (of the
+    /// embeddings, the attention scores, each block's output before it joins the residual
+    /// stream, and the logits).
+    Granite,
     /// Phi-3 / 3.5: q, k, v in one fused `attn_qkv` matrix, gate and up in one `ffn_up` (gate
     /// rows first), NeoX RoPE.
     Phi3,
+    /// SmolLM3: llama without RoPE in every fourth layer.
+    Smollm3,
 }
 
 impl Arch {
+    /// Every architecture, as `general.architecture` names it.
+    pub const ALL: [Arch; 8] = [
+        Arch::Llama,
+        Arch::Qwen2,
+        Arch::Qwen3,
+        Arch::Gemma2,
+        Arch::Gemma3,
+        Arch::Granite,
+        Arch::Phi3,
+        Arch::Smollm3,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Gemma2 => "gemma2",
             Arch::Gemma3 => "gemma3",
+            Arch::Granite => "granite",
             Arch::Phi3 => "phi3",
+            Arch::Smollm3 => "smollm3",
         }
+    }
+
+    fn is_gemma(self) -> bool {
+        matches!(self, Arch::Gemma2 | Arch::Gemma3)
     }
 }
 
@@ -92,26 +120,40 @@ pub struct Config {
     pub rope_style: RopeStyle,
     /// Linear RoPE scaling of global layers (`rope.scaling.type = linear`): angles divided by it.
     pub rope_linear_factor: f32,
-    /// Gemma 3: the RoPE base of the sliding-window layers (llama.cpp fixes it at 10000).
+    /// The RoPE base of the sliding-window layers (`rope.freq_base_swa`; without it Gemma 3's
+    /// is 10000 and Gemma 2's the global base, as in llama.cpp).
     pub rope_base_local: f32,
+    /// Their linear RoPE scaling (Gemma 2: the global one; Gemma 3: none).
+    pub rope_linear_factor_local: f32,
     /// Positions a local layer sees (0: no local layers).
     pub sliding_window: usize,
-    /// Every `swa_pattern`-th layer is global, the others local (0: all global).
+    /// Every `swa_pattern`-th layer is global, the others local (0: all local, as llama.cpp
+    /// reads it).
     pub swa_pattern: usize,
     /// Scores are `q · k * attn_scale`.
     pub attn_scale: f32,
-    /// Embedding rows are multiplied by this (Gemma: sqrt(dim)).
+    /// Gemma 2: scores become `cap * tanh(score / cap)` before the softmax (0: no cap).
+    pub attn_softcap: f32,
+    /// Embedding rows are multiplied by this (Gemma: sqrt(dim); Granite: the file's).
     pub embed_scale: f32,
+    /// Each block's output is multiplied by this before it joins the residual stream (Granite).
+    pub residual_scale: f32,
+    /// The logits are multiplied by this (Granite: 1 / its `logit_scale`).
+    pub logit_scale: f32,
+    /// Then they become `cap * tanh(logit / cap)` (Gemma 2; Gemma 3 if its file asks; 0: no cap).
+    pub final_softcap: f32,
+    /// Layers without RoPE: those with `(l + 1) % no_rope_step == 0` (0: none; SmolLM3: every
+    /// fourth; 1: all, a Granite file whose `rope.scaling.finetuned` is false).
+    pub no_rope_step: usize,
     pub activation: Activation,
     /// RMS norms on each q and k head (`attn_q_norm`, `attn_k_norm`).
     pub qk_norm: bool,
     /// Gemma's norms of the attention and feed-forward outputs (`post_attention_norm`,
     /// `post_ffw_norm`) before they join the residual stream.
     pub post_norms: bool,
-    /// Biases on q, k, v (qwen2).
-    pub qkv_bias: bool,
-    /// q, k, v in one `attn_qkv` and gate|up in one `ffn_up` (phi3).
-    pub fused: bool,
+    /// gate|up in one `ffn_up` (phi3). (Biases on q, k, v, and q|k|v in one `attn_qkv`, go by
+    /// the tensors a file has, as in llama.cpp.)
+    pub fused_gate_up: bool,
 }
 
 impl Config {
@@ -134,8 +176,7 @@ impl Config {
     /// Whether layer `l` attends globally or through the sliding window.
     pub fn layer_kind(&self, l: usize) -> LayerKind {
         if self.sliding_window > 0
-            && self.swa_pattern > 0
-            && l % self.swa_pattern < self.swa_pattern - 1
+            && (self.swa_pattern == 0 || l % self.swa_pattern < self.swa_pattern - 1)
         {
             LayerKind::Local
         } else {
@@ -143,19 +184,20 @@ impl Config {
         }
     }
 
+    /// Whether layer `l` rotates q and k.
+    pub fn has_rope(&self, l: usize) -> bool {
+        // (n.is_multiple_of(0) is n == 0: no layer)
+        !(l + 1).is_multiple_of(self.no_rope_step)
+    }
+
     pub fn from_gguf(g: &Gguf<'_>) -> Result<Config> {
         let arch_name = g.get_str("general.architecture")?;
-        let arch = match arch_name {
-            "llama" => Arch::Llama,
-            "qwen2" => Arch::Qwen2,
-            "qwen3" => Arch::Qwen3,
-            "gemma3" => Arch::Gemma3,
-            "phi3" => Arch::Phi3,
-            other => bail!(
+        let Some(arch) = Arch::ALL.into_iter().find(|a| a.name() == arch_name) else {
+            bail!(
                 Status::Unsupported,
-                "architecture {:?} (supported: llama, qwen2, qwen3, gemma3, phi3)",
-                other
-            ),
+                "architecture {:?} (supported: llama, qwen2, qwen3, gemma2, gemma3, granite, phi3, smollm3)",
+                arch_name
+            );
         };
         let key = |suffix: &str| {
             let mut k = alloc::string::String::new();
@@ -283,11 +325,60 @@ impl Config {
                 "phi3 with LongRoPE factors (the 128k-context variants)"
             );
         }
-        let (sliding_window, swa_pattern) = if arch == Arch::Gemma3 {
-            let w = bounded("attention.sliding_window", MAX_CONTEXT)?;
-            (w, 6)
-        } else {
-            (0, 0)
+        // A scale or cap from the file: absent or 0 is "not set", as llama.cpp reads them.
+        let factor = |suffix: &str| -> Result<Option<f32>> {
+            match g.get_f32_opt(&key(suffix))? {
+                None => Ok(None),
+                Some(0.0) => Ok(None),
+                Some(v) if v.is_finite() && v > 0.0 => Ok(Some(v)),
+                Some(v) => bail!(
+                    Status::BadFormat,
+                    "{}.{} = {} is out of range",
+                    arch_name,
+                    suffix,
+                    Shortest::from(v)
+                ),
+            }
+        };
+        let gemma = arch.is_gemma();
+        let sliding_window = match (arch, g.get_u32_opt(&key("attention.sliding_window"))?) {
+            (Arch::Gemma2 | Arch::Gemma3, Some(w)) if w > MAX_CONTEXT => bail!(
+                Status::BadFormat,
+                "{}.attention.sliding_window = {} is out of range",
+                arch_name,
+                w
+            ),
+            (Arch::Gemma2, Some(0)) => bail!(
+                Status::BadFormat,
+                "gemma2.attention.sliding_window = 0 is out of range"
+            ),
+            (Arch::Gemma2 | Arch::Gemma3, Some(w)) => w as usize,
+            (Arch::Gemma2, None) => 4096,
+            // Gemma 3 without a window attends to everything in every layer; the others have none
+            _ => 0,
+        };
+        let swa_pattern = match g.get(&key("attention.sliding_window_pattern")) {
+            None if arch == Arch::Gemma2 => 2,
+            None => 6,
+            Some(v) => match v.as_i128() {
+                Some(p) if (0..=MAX_LAYERS as i128).contains(&p) => p as usize,
+                _ => bail!(
+                    Status::Unsupported,
+                    "{}.attention.sliding_window_pattern: only a layer count is supported, \
+                     not a list of layers",
+                    arch_name
+                ),
+            },
+        };
+        let rope_base_local = match g.get_f32_opt(&key("rope.freq_base_swa"))? {
+            Some(b) if b.is_finite() && b > 1.0 => b,
+            Some(b) => bail!(
+                Status::BadFormat,
+                "bad sliding-window rope base {}",
+                Shortest::from(b)
+            ),
+            None if arch == Arch::Gemma2 => rope_base,
+            None => 10_000.0,
         };
         // The vocabulary size is the embedding's row count (checked in the weights).
         let embd = g
@@ -295,18 +386,65 @@ impl Config {
             .ok_or_else(|| err!(Status::BadFormat, "tensor token_embd.weight is missing"))?;
         let vocab = embd.dims[1] as usize;
         let rope_style = match arch {
-            Arch::Llama => RopeStyle::AdjacentPairs,
-            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma3 | Arch::Phi3 => RopeStyle::Halves,
+            Arch::Llama | Arch::Granite | Arch::Smollm3 => RopeStyle::AdjacentPairs,
+            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma2 | Arch::Gemma3 | Arch::Phi3 => {
+                RopeStyle::Halves
+            }
         };
-        // llama.cpp: Gemma 3 27B (62 layers) scales by dim / heads, every other model by the
-        // head width.
-        let scale_width = if arch == Arch::Gemma3 && n_layers == 62 {
-            dim / n_heads
-        } else {
-            head_dim
+        // llama.cpp: the 27B Gemmas (Gemma 2: 46 layers, Gemma 3: 62) scale by dim / heads,
+        // every other model by the head width (Granite: by its file's scale, when it has one).
+        let scale_width = match (arch, n_layers) {
+            (Arch::Gemma2, 46) | (Arch::Gemma3, 62) => dim / n_heads,
+            _ => head_dim,
         };
-        let attn_scale = 1.0 / super::ops::sqrtf(scale_width as f32);
-        let gemma = arch == Arch::Gemma3;
+        let mut attn_scale = 1.0 / super::ops::sqrtf(scale_width as f32);
+        let (mut embed_scale, mut residual_scale, mut logit_scale) = (1.0, 1.0, 1.0);
+        let mut no_rope_step = 0;
+        if gemma {
+            embed_scale = super::ops::sqrtf(dim as f32);
+        }
+        if arch == Arch::Smollm3 {
+            no_rope_step = 4;
+        }
+        if arch == Arch::Granite {
+            if g.get(&key("deepstack_mapping")).is_some() {
+                bail!(
+                    Status::Unsupported,
+                    "granite vision models (deepstack_mapping)"
+                );
+            }
+            if g.get_u32_opt(&key("expert_count"))?.unwrap_or(0) > 0 {
+                bail!(
+                    Status::Unsupported,
+                    "granite with experts (mixture of experts)"
+                );
+            }
+            let logits = g.get_f32(&key("logit_scale"))?;
+            if !(logits.is_finite() && logits > 0.0) {
+                bail!(
+                    Status::BadFormat,
+                    "granite.logit_scale = {} is out of range",
+                    Shortest::from(logits)
+                );
+            }
+            // as llama.cpp: a multiplication by the reciprocal, rounded to f32
+            logit_scale = 1.0 / logits;
+            embed_scale = factor("embedding_scale")?.unwrap_or(1.0);
+            residual_scale = factor("residual_scale")?.unwrap_or(1.0);
+            attn_scale = factor("attention.scale")?.unwrap_or(attn_scale);
+            // Granite reads `finetuned` as "RoPE on" (default on)
+            if g.get_bool_opt(&key("rope.scaling.finetuned"))? == Some(false) {
+                no_rope_step = 1;
+            }
+        }
+        let (attn_softcap, final_softcap) = match arch {
+            Arch::Gemma2 => (
+                factor("attn_logit_softcapping")?.unwrap_or(50.0),
+                factor("final_logit_softcapping")?.unwrap_or(30.0),
+            ),
+            Arch::Gemma3 => (0.0, factor("final_logit_softcapping")?.unwrap_or(0.0)),
+            _ => (0.0, 0.0),
+        };
         Ok(Config {
             arch,
             dim,
@@ -322,15 +460,21 @@ impl Config {
             rope_dims,
             rope_style,
             rope_linear_factor,
-            rope_base_local: 10_000.0,
+            rope_base_local,
+            // Gemma 2's sliding-window layers scale as the others do; Gemma 3's do not
+            rope_linear_factor_local: match arch {
+                Arch::Gemma2 => rope_linear_factor,
+                _ => 1.0,
+            },
             sliding_window,
             swa_pattern,
             attn_scale,
-            embed_scale: if gemma {
-                super::ops::sqrtf(dim as f32)
-            } else {
-                1.0
-            },
+            attn_softcap,
+            embed_scale,
+            residual_scale,
+            logit_scale,
+            final_softcap,
+            no_rope_step,
             activation: if gemma {
                 Activation::GeluTanh
             } else {
@@ -338,8 +482,7 @@ impl Config {
             },
             qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3),
             post_norms: gemma,
-            qkv_bias: arch == Arch::Qwen2,
-            fused: arch == Arch::Phi3,
+            fused_gate_up: arch == Arch::Phi3,
         })
     }
 }

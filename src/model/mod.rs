@@ -1,22 +1,25 @@
-//! The llama-family forward pass (llama, qwen2, qwen3, gemma3, phi3): weights where they lie in
-//! the GGUF file (or quantized to Q8_0 as they are read), a KV cache, and a batched step that
-//! turns token ids into logits.
+//! The llama-family forward pass (llama, qwen2, qwen3, gemma2, gemma3, granite, phi3,
+//! smollm3): weights where they lie in the GGUF file (or quantized to Q8_0 as they are read), a
+//! KV cache, and a batched step that turns token ids into logits.
 //!
 //! One token, top to bottom (shapes per token; `B` tokens go through together in a batch;
 //! bracketed steps belong to some architectures only):
 //! ```text
-//! x = token_embd[id] [* sqrt(dim)]                     (dim,)           [gemma3]
+//! x = token_embd[id] [* embed_scale]                   (dim,)   [gemma: sqrt(dim), granite]
 //! for each layer:
 //!     xb = rmsnorm(x) * attn_norm                      (dim,)
-//!     q, k, v = Wq xb (+bq), Wk xb (+bk), Wv xb (+bv)  (q_dim,), (kv_dim,), (kv_dim,)
+//!     q, k, v = Wq xb [+bq], Wk xb [+bk], Wv xb [+bv]  (q_dim,), (kv_dim,), (kv_dim,)
 //!     [q_h, k_h = rmsnorm(q_h) * q_norm, rmsnorm(k_h) * k_norm]         [qwen3, gemma3]
-//!     rope(q, k, pos); k, v -> cache[layer][pos]       (f16-rounded, as llama.cpp's cache)
-//!     per head h: att = softmax(q_h · K[lo..=pos] * scale); o_h = att · V[lo..=pos]
+//!     [rope(q, k, pos)]; k, v -> cache[layer][pos]     (f16-rounded, as llama.cpp's cache)
+//!     per head h: s = q_h · K[lo..=pos] * scale        [s = cap tanh(s / cap): gemma2]
+//!                 o_h = softmax(s) · V[lo..=pos]
 //!                 (lo = 0, or pos + 1 - window in a sliding-window layer)
-//!     x += [post_attn_norm *] Wo o                     (dim,)
+//!     x += [post_attn_norm *] Wo o [* residual_scale]  (dim,)          [gemma; granite]
 //!     xb = rmsnorm(x) * ffn_norm
-//!     x += [post_ffn_norm *] Wdown (act(Wgate xb) * (Wup xb))  act: silu, or gelu [gemma3]
-//! logits = Wout (rmsnorm(x) * output_norm)             (vocab,)
+//!     x += [post_ffn_norm *] Wdown (act(Wgate xb) * (Wup xb)) [* residual_scale]
+//!                                                      act: silu, or gelu [gemma]
+//! logits = Wout (rmsnorm(x) * output_norm) [* logit_scale]          [granite]
+//! [logits = cap tanh(logits / cap)]                                 [gemma2]
 //! ```
 //! phi3 stores Wq|Wk|Wv as one matrix and Wgate|Wup as another: the loader takes row ranges of
 //! them as separate matrices, so the pass is the same.
@@ -113,18 +116,20 @@ struct Layer<'a> {
     wq: Matrix<'a>,
     wk: Matrix<'a>,
     wv: Matrix<'a>,
-    /// qwen2 only: biases of q, k, v.
-    bias: Option<[Vec<f32>; 3]>,
+    /// Whether q and k are rotated (not in SmolLM3's every fourth layer).
+    rope: bool,
+    /// Biases of q, k and v, where the file has them (qwen2's always).
+    bias: [Option<Vec<f32>>; 3],
     /// qwen3, gemma3: the norms of each q head and each k head, `(head_dim,)` each.
     qk_norm: Option<[Vec<f32>; 2]>,
     wo: Matrix<'a>,
-    /// gemma3: the norm of the attention output.
+    /// gemma2, gemma3: the norm of the attention output.
     post_attn_norm: Option<Vec<f32>>,
     ffn_norm: Vec<f32>,
     w_gate: Matrix<'a>,
     w_up: Matrix<'a>,
     w_down: Matrix<'a>,
-    /// gemma3: the norm of the feed-forward output.
+    /// gemma2, gemma3: the norm of the feed-forward output.
     post_ffn_norm: Option<Vec<f32>>,
 }
 
@@ -188,7 +193,7 @@ impl Scratch {
         }
     }
 
-    /// x += [post_norm *] W y over the first `n` positions, y being the attention's output
+    /// x += [post_norm *] W y [* residual_scale] over the first `n` positions, y being the attention's output
     /// (W = Wo) or the gated feed-forward (W = Wdown): the end of a block. W y goes through xb.
     fn add_block_output(
         &mut self,
@@ -196,7 +201,7 @@ impl Scratch {
         y: BlockOutput,
         n: usize,
         post_norm: Option<&[f32]>,
-        eps: f32,
+        cfg: &Config,
     ) -> Result<()> {
         let dim = w.rows;
         let y = match y {
@@ -206,10 +211,11 @@ impl Scratch {
         matmul_group(&mut [(w, &mut self.xb[..n * dim])], y, n, &mut self.acts)?;
         if let Some(norm) = post_norm {
             for xb in self.xb[..n * dim].chunks_exact_mut(dim) {
-                rmsnorm_in_place(xb, norm, eps);
+                rmsnorm_in_place(xb, norm, cfg.rms_eps);
             }
         }
-        ops::axpy(&mut self.x[..n * dim], 1.0, &self.xb[..n * dim]);
+        let (x, xb) = (&mut self.x[..n * dim], &self.xb[..n * dim]);
+        ops::axpy(x, cfg.residual_scale, xb);
         Ok(())
     }
 }
@@ -254,10 +260,8 @@ pub struct Model<'a> {
 }
 
 /// Reads a 1-D f32 (or f16) tensor of `n` values into a Vec.
-fn vector(g: &Gguf<'_>, name: &str, n: usize) -> Result<Vec<f32>> {
-    let t = g
-        .tensor(name)
-        .ok_or_else(|| err!(Status::BadFormat, "tensor {} is missing", name))?;
+fn vector(t: &TensorInfo<'_>, n: usize) -> Result<Vec<f32>> {
+    let name = t.name;
     check_shape(t, &[n as u64])?;
     let mut out = try_vec(n)?;
     match t.ty {
@@ -274,21 +278,66 @@ fn vector(g: &Gguf<'_>, name: &str, n: usize) -> Result<Vec<f32>> {
     Ok(out)
 }
 
-/// Reads the matrices of a file, quantizing them when asked; owns what it quantized.
+/// Reads the tensors of a file, quantizing matrices when asked; owns what it quantized, and
+/// knows which tensors it read.
 struct Loader<'g, 'a> {
     g: &'g Gguf<'a>,
     quantize: Option<GgmlType>,
     owned: Vec<Vec<u8>>,
     quantized_bytes: usize,
+    /// Names of the tensors read so far.
+    used: Vec<&'a str>,
 }
 
 impl<'a> Loader<'_, 'a> {
+    /// Tensor `name`, if the file has it (then it counts as read).
+    fn optional(&mut self, name: &str) -> Result<Option<&TensorInfo<'a>>> {
+        let Some(t) = self.g.tensor(name) else {
+            return Ok(None);
+        };
+        self.used
+            .try_reserve(1)
+            .map_err(|_| err!(Status::OutOfMemory, "tensor names"))?;
+        self.used.push(t.name);
+        Ok(Some(t))
+    }
+
+    fn tensor(&mut self, name: &str) -> Result<&TensorInfo<'a>> {
+        self.optional(name)?
+            .ok_or_else(|| err!(Status::BadFormat, "tensor {} is missing", name))
+    }
+
+    /// The 1-D tensor `name` of `n` values.
+    fn vector(&mut self, name: &str, n: usize) -> Result<Vec<f32>> {
+        vector(self.tensor(name)?, n)
+    }
+
+    /// The 1-D tensor `name` of `n` values, if the file has it.
+    fn optional_vector(&mut self, name: &str, n: usize) -> Result<Option<Vec<f32>>> {
+        self.optional(name)?.map(|t| vector(t, n)).transpose()
+    }
+
+    /// Refuses a file with a tensor the forward pass did not read (a bias or a norm of a variant
+    /// we do not run would otherwise be ignored, and the logits silently wrong); llama.cpp
+    /// refuses such files too.
+    fn check_all_used(&mut self) -> Result<()> {
+        self.used.sort_unstable();
+        for t in self.g.tensors() {
+            if self.used.binary_search(&t.name).is_err() {
+                bail!(
+                    Status::Unsupported,
+                    "tensor {} is not part of the {} forward pass implemented here",
+                    t.name,
+                    self.g.get_str("general.architecture").unwrap_or("?")
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// The `rows x cols` matrix `name`, checked against that shape.
     fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<Matrix<'a>> {
-        let t = self
-            .g
-            .tensor(name)
-            .ok_or_else(|| err!(Status::BadFormat, "tensor {} is missing", name))?;
+        let t = self.tensor(name)?;
         let m = Matrix::from_tensor(t, rows, cols)?;
         let m = match self.quantize {
             Some(GgmlType::Q8_0)
@@ -390,6 +439,7 @@ impl<'a> Model<'a> {
             quantize: opts.quantize,
             owned: Vec::new(),
             quantized_bytes: 0,
+            used: Vec::new(),
         };
         let (dim, q_dim, kv_dim, ffn, hd) = cfg.widths();
         let token_embd = ld.matrix("token_embd.weight", cfg.vocab, dim)?;
@@ -403,72 +453,93 @@ impl<'a> Model<'a> {
             .map_err(|_| err!(Status::OutOfMemory, "layers"))?;
         for l in 0..cfg.n_layers {
             let nm = |suffix: &str| alloc::format!("blk.{l}.{suffix}");
-            let bias = if cfg.qkv_bias {
-                Some([
-                    vector(g, &nm("attn_q.bias"), q_dim)?,
-                    vector(g, &nm("attn_k.bias"), kv_dim)?,
-                    vector(g, &nm("attn_v.bias"), kv_dim)?,
-                ])
-            } else {
-                None
-            };
-            let qk_norm = if cfg.qk_norm {
-                Some([
-                    vector(g, &nm("attn_q_norm.weight"), hd)?,
-                    vector(g, &nm("attn_k_norm.weight"), hd)?,
-                ])
-            } else {
-                None
-            };
-            let post = |name: &str| -> Result<Option<Vec<f32>>> {
-                match cfg.post_norms {
-                    true => Ok(Some(vector(g, &nm(name), dim)?)),
-                    false => Ok(None),
-                }
-            };
-            let (wq, wk, wv, w_gate, w_up);
-            if cfg.fused {
-                // Rows: q, then k, then v; gate, then up (ggml's swiglu takes the first half
-                // as the gate).
+            let attn_norm = ld.vector(&nm("attn_norm.weight"), dim)?;
+            // q, k, v: one matrix each, or rows of one `attn_qkv` (phi3 always): as llama.cpp,
+            // by the tensors the file has; the same for their biases.
+            let (wq, wk, wv);
+            let mut bias = [None, None, None];
+            if g.tensor(&nm("attn_qkv.weight")).is_some() {
                 let qkv = ld.matrix(&nm("attn_qkv.weight"), q_dim + 2 * kv_dim, dim)?;
                 wq = qkv.rows(0..q_dim);
                 wk = qkv.rows(q_dim..q_dim + kv_dim);
                 wv = qkv.rows(q_dim + kv_dim..q_dim + 2 * kv_dim);
-                let gate_up = ld.matrix(&nm("ffn_up.weight"), 2 * ffn, dim)?;
-                w_gate = gate_up.rows(0..ffn);
-                w_up = gate_up.rows(ffn..2 * ffn);
+                if let Some(b) = ld.optional_vector(&nm("attn_qkv.bias"), q_dim + 2 * kv_dim)? {
+                    let (bq, bkv) = b.split_at(q_dim);
+                    let (bk, bv) = bkv.split_at(kv_dim);
+                    bias = [bq, bk, bv].map(|b| Some(b.to_vec()));
+                }
             } else {
                 wq = ld.matrix(&nm("attn_q.weight"), q_dim, dim)?;
                 wk = ld.matrix(&nm("attn_k.weight"), kv_dim, dim)?;
                 wv = ld.matrix(&nm("attn_v.weight"), kv_dim, dim)?;
+            }
+            if bias[0].is_none() {
+                bias = [
+                    ld.optional_vector(&nm("attn_q.bias"), q_dim)?,
+                    ld.optional_vector(&nm("attn_k.bias"), kv_dim)?,
+                    ld.optional_vector(&nm("attn_v.bias"), kv_dim)?,
+                ];
+            }
+            if cfg.arch == Arch::Qwen2 && bias.iter().any(Option::is_none) {
+                bail!(
+                    Status::BadFormat,
+                    "qwen2 layer {} lacks a bias of q, k or v",
+                    l
+                );
+            }
+            let qk_norm = if cfg.qk_norm {
+                Some([
+                    ld.vector(&nm("attn_q_norm.weight"), hd)?,
+                    ld.vector(&nm("attn_k_norm.weight"), hd)?,
+                ])
+            } else {
+                None
+            };
+            let wo = ld.matrix(&nm("attn_output.weight"), dim, q_dim)?;
+            let post_attn_norm = match cfg.post_norms {
+                true => Some(ld.vector(&nm("post_attention_norm.weight"), dim)?),
+                false => None,
+            };
+            let ffn_norm = ld.vector(&nm("ffn_norm.weight"), dim)?;
+            let (w_gate, w_up);
+            if cfg.fused_gate_up {
+                // gate rows, then up rows (ggml's swiglu takes the first half as the gate)
+                let gate_up = ld.matrix(&nm("ffn_up.weight"), 2 * ffn, dim)?;
+                w_gate = gate_up.rows(0..ffn);
+                w_up = gate_up.rows(ffn..2 * ffn);
+            } else {
                 w_gate = ld.matrix(&nm("ffn_gate.weight"), ffn, dim)?;
                 w_up = ld.matrix(&nm("ffn_up.weight"), ffn, dim)?;
             }
+            let w_down = ld.matrix(&nm("ffn_down.weight"), dim, ffn)?;
+            let post_ffn_norm = match cfg.post_norms {
+                true => Some(ld.vector(&nm("post_ffw_norm.weight"), dim)?),
+                false => None,
+            };
             layers.push(Layer {
                 kind: cfg.layer_kind(l),
-                attn_norm: vector(g, &nm("attn_norm.weight"), dim)?,
+                rope: cfg.has_rope(l),
+                attn_norm,
                 wq,
                 wk,
                 wv,
                 bias,
                 qk_norm,
-                wo: ld.matrix(&nm("attn_output.weight"), dim, q_dim)?,
-                post_attn_norm: post("post_attention_norm.weight")?,
-                ffn_norm: vector(g, &nm("ffn_norm.weight"), dim)?,
+                wo,
+                post_attn_norm,
+                ffn_norm,
                 w_gate,
                 w_up,
-                w_down: ld.matrix(&nm("ffn_down.weight"), dim, ffn)?,
-                post_ffn_norm: post("post_ffw_norm.weight")?,
+                w_down,
+                post_ffn_norm,
             });
         }
-        let output_norm = vector(g, "output_norm.weight", dim)?;
-        let factors = match g.tensor("rope_freqs.weight") {
-            Some(_) => Some(vector(g, "rope_freqs.weight", cfg.rope_dims / 2)?),
-            None => None,
-        };
+        let output_norm = ld.vector("output_norm.weight", dim)?;
+        let factors = ld.optional_vector("rope_freqs.weight", cfg.rope_dims / 2)?;
+        ld.check_all_used()?;
         let linear = 1.0 / cfg.rope_linear_factor as f64;
         let rope = RopeTable::new(&cfg, context, factors.as_deref(), cfg.rope_base, linear)?;
-        // llama.cpp: sliding-window layers have their own base and no scaling.
+        // llama.cpp: sliding-window layers have their own base (and Gemma 3's no scaling).
         let rope_local = match cfg.sliding_window {
             0 => None,
             _ => Some(RopeTable::new(
@@ -476,7 +547,7 @@ impl<'a> Model<'a> {
                 context,
                 factors.as_deref(),
                 cfg.rope_base_local,
-                1.0,
+                1.0 / cfg.rope_linear_factor_local as f64,
             )?),
         };
         let mut cache = Vec::new();
@@ -565,7 +636,7 @@ impl<'a> Model<'a> {
                     + norms(&[&l.attn_norm, &l.ffn_norm])
                     + l.post_attn_norm.as_ref().map_or(0, |n| n.len() * 4)
                     + l.post_ffn_norm.as_ref().map_or(0, |n| n.len() * 4)
-                    + l.bias.as_ref().map_or(0, |b| norms(&[&b[0], &b[1], &b[2]]))
+                    + l.bias.iter().flatten().map(|b| b.len() * 4).sum::<usize>()
                     + l.qk_norm.as_ref().map_or(0, |q| norms(&[&q[0], &q[1]]))
             })
             .sum();
@@ -707,10 +778,10 @@ impl<'a> Model<'a> {
                     &mut s.k[t * kv_dim..(t + 1) * kv_dim],
                     &mut s.v[t * kv_dim..(t + 1) * kv_dim],
                 );
-                if let Some([bq, bk, bv]) = &layer.bias {
-                    ops::axpy(q, 1.0, bq);
-                    ops::axpy(k, 1.0, bk);
-                    ops::axpy(v, 1.0, bv);
+                for (y, b) in [&mut *q, &mut *k, &mut *v].into_iter().zip(&layer.bias) {
+                    if let Some(b) = b {
+                        ops::axpy(y, 1.0, b);
+                    }
                 }
                 if let Some([nq, nk]) = &layer.qk_norm {
                     for head in q.chunks_exact_mut(hd) {
@@ -724,8 +795,10 @@ impl<'a> Model<'a> {
                     (LayerKind::Local, Some(r)) => r,
                     _ => &self.rope,
                 };
-                rope.apply(q, hd, pos0 + t);
-                rope.apply(k, hd, pos0 + t);
+                if layer.rope {
+                    rope.apply(q, hd, pos0 + t);
+                    rope.apply(k, hd, pos0 + t);
+                }
                 let c = &self.cache[l];
                 let slot = (pos0 + t) % c.slots;
                 self.written = self.written.max(pos0 + t + 1);
@@ -742,7 +815,7 @@ impl<'a> Model<'a> {
             let layer = &self.layers[l];
             let s = &mut self.scratch;
             let post_norm = layer.post_attn_norm.as_deref();
-            s.add_block_output(&layer.wo, BlockOutput::Attention, n, post_norm, cfg.rms_eps)?;
+            s.add_block_output(&layer.wo, BlockOutput::Attention, n, post_norm, &cfg)?;
             s.norm_rows(0..n, dim, &layer.ffn_norm, cfg.rms_eps);
             matmul_group(
                 &mut [
@@ -760,13 +833,7 @@ impl<'a> Model<'a> {
                 }
             }
             let post_norm = layer.post_ffn_norm.as_deref();
-            s.add_block_output(
-                &layer.w_down,
-                BlockOutput::FeedForward,
-                n,
-                post_norm,
-                cfg.rms_eps,
-            )?;
+            s.add_block_output(&layer.w_down, BlockOutput::FeedForward, n, post_norm, &cfg)?;
         }
         self.pos += n;
         if !all_logits && !last_logits {
@@ -784,6 +851,13 @@ impl<'a> Model<'a> {
                 1,
                 &mut s.acts,
             )?;
+            let logits = &mut self.logits[..vocab];
+            if cfg.logit_scale != 1.0 {
+                logits.iter_mut().for_each(|v| *v *= cfg.logit_scale);
+            }
+            if cfg.final_softcap > 0.0 {
+                ops::softcap_in_place(logits, cfg.final_softcap);
+            }
             if all_logits {
                 on_logits(t, &self.logits);
             }
@@ -814,6 +888,7 @@ impl<'a> Model<'a> {
             n,
             pos0,
             scale: cfg.attn_scale,
+            softcap: cfg.attn_softcap,
             window: match self.layers[l].kind {
                 LayerKind::Local => cfg.sliding_window,
                 LayerKind::Global => usize::MAX,
@@ -854,6 +929,8 @@ struct AttentionArgs<'a> {
     n: usize,
     pos0: usize,
     scale: f32,
+    /// Scores become `softcap * tanh(score / softcap)` (0: not).
+    softcap: f32,
     /// Positions each query sees, itself included (`usize::MAX`: all).
     window: usize,
 }
@@ -926,6 +1003,9 @@ fn attend<const Q: usize>(a: &AttentionArgs<'_>, t0: usize, h: usize) {
     for i in 0..Q {
         for p in own(i).into_iter().flatten().chain(shared4..shared_end) {
             scores[i][p - lo[i]] = ops::dot(q[i], key(p)) * a.scale;
+        }
+        if a.softcap > 0.0 {
+            ops::softcap_in_place(scores[i], a.softcap);
         }
         math::softmax_in_place(scores[i]);
         out[i].fill(0.0);

@@ -35,9 +35,16 @@ pub fn gelu_tanh(x: f32) -> f32 {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
     const COEF_A: f32 = 0.044_715;
     let u = SQRT_2_OVER_PI * x * (1.0 + COEF_A * x * x);
-    // tanh(u) = 1 - 2 / (e^2u + 1): exact limits at both ends (e^2u is 0 or inf there).
-    let t = 1.0 - 2.0 / (math::expf(2.0 * u) + 1.0);
-    0.5 * x * (1.0 + t)
+    0.5 * x * (1.0 + math::tanhf(u))
+}
+
+/// `x = cap * tanh(x / cap)` (Gemma 2's soft cap of scores and logits), as ggml computes it: a
+/// multiplication by `1 / cap`, tanh, a multiplication by `cap`.
+pub fn softcap_in_place(xs: &mut [f32], cap: f32) {
+    let inv = 1.0 / cap;
+    for x in xs {
+        *x = math::tanhf(*x * inv) * cap;
+    }
 }
 
 /// `gate[i] = gelu(gate[i]) * up[i]` as ggml's CPU backend computes it (`GGML_GELU_FP16`): the

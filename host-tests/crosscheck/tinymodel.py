@@ -1,0 +1,81 @@
+"""Random-weight GGUF models of every architecture wasmind runs, as llama.cpp's converter lays
+them out (its tensor names, metadata keys and tied outputs). Shared by crosscheck.py (random
+shapes) and host-tests/testdata/gen_tiny_arch.py (the suite's fixed fixtures).
+
+`s` is a shape: arch, V (vocabulary), D (width), H, HKV (heads), HD (head width: its own key for
+qwen3, gemma2 and gemma3, D / H for the others), FF, L (layers), and per architecture:
+- gemma2, gemma3: SWA (sliding window); gemma2: attn_softcap, final_softcap;
+- granite: embedding_scale, residual_scale, attention_scale, logit_scale, no_rope (its
+  `rope.scaling.finetuned` false: no RoPE in any layer);
+- phi3: rope_dims (partial RoPE); any: tied (no output.weight), linear (RoPE scaling factor),
+  out_scale (of the final norm: 4 for Gemma, 1 for the others by default).
+"""
+import gguf
+import numpy as np
+
+OWN_HEAD_WIDTH = ("qwen3", "gemma2", "gemma3")
+GEMMA = ("gemma2", "gemma3")
+
+
+def write_model(path, s, w_rng):
+    arch, V, D, H, HKV, FF, L = s["arch"], s["V"], s["D"], s["H"], s["HKV"], s["FF"], s["L"]
+    hd = s["HD"] if arch in OWN_HEAD_WIDTH else D // H
+    w = gguf.GGUFWriter(path, arch)
+    w.add_block_count(L); w.add_context_length(256); w.add_embedding_length(D)
+    w.add_feed_forward_length(FF); w.add_head_count(H); w.add_head_count_kv(HKV)
+    w.add_layer_norm_rms_eps(1e-6); w.add_vocab_size(V); w.add_tokenizer_model("none"); w.add_file_type(0)
+    if arch in OWN_HEAD_WIDTH:
+        w.add_key_length(hd); w.add_value_length(hd)
+        w.add_rope_freq_base(1e4 if arch == "gemma2" else 1e6)
+    else:
+        w.add_rope_freq_base(1e4); w.add_rope_dimension_count(s.get("rope_dims", hd))
+    if arch in GEMMA:
+        w.add_sliding_window(s["SWA"])
+    if arch == "gemma2":
+        w.add_attn_logit_softcapping(s["attn_softcap"]); w.add_final_logit_softcapping(s["final_softcap"])
+    if arch == "granite":
+        w.add_embedding_scale(s["embedding_scale"]); w.add_residual_scale(s["residual_scale"])
+        w.add_attention_scale(s["attention_scale"]); w.add_logit_scale(s["logit_scale"])
+        if s.get("no_rope"):
+            w.add_rope_scaling_finetuned(False)
+    if "linear" in s:
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR); w.add_rope_scaling_factor(s["linear"])
+    qd, kvd = H * hd, HKV * hd
+
+    def t(name, shape, scale):
+        w.add_tensor(name, (w_rng.standard_normal(shape) * scale).astype(np.float32))
+
+    def norm(name, n, scale=1.0):
+        w.add_tensor(name, ((1.0 + 0.1 * w_rng.standard_normal(n)) * scale).astype(np.float32))
+
+    # Gemma scales its embeddings by sqrt(D) and ties the output to them: small embeddings, and
+    # a larger final norm so that more positions are decisive.
+    t("token_embd.weight", (V, D), 0.05 if arch in GEMMA else 0.5)
+    norm("output_norm.weight", D, s.get("out_scale", 4.0 if arch in GEMMA else 1.0))
+    if arch not in GEMMA and not s.get("tied"):
+        t("output.weight", (V, D), 0.2)
+    for i in range(L):
+        p = f"blk.{i}."
+        norm(p + "attn_norm.weight", D)
+        if arch == "phi3":
+            t(p + "attn_qkv.weight", (qd + 2 * kvd, D), 0.08)
+        else:
+            t(p + "attn_q.weight", (qd, D), 0.08); t(p + "attn_k.weight", (kvd, D), 0.08)
+            t(p + "attn_v.weight", (kvd, D), 0.08)
+        if arch == "qwen2":
+            for n, k in (("q", qd), ("k", kvd), ("v", kvd)):
+                t(p + f"attn_{n}.bias", (k,), 0.1)
+        if arch in ("qwen3", "gemma3"):
+            norm(p + "attn_q_norm.weight", hd); norm(p + "attn_k_norm.weight", hd)
+        t(p + "attn_output.weight", (D, qd), 0.08)
+        if arch in GEMMA:
+            norm(p + "post_attention_norm.weight", D)
+        norm(p + "ffn_norm.weight", D)
+        if arch == "phi3":
+            t(p + "ffn_up.weight", (2 * FF, D), 0.06)
+        else:
+            t(p + "ffn_gate.weight", (FF, D), 0.06); t(p + "ffn_up.weight", (FF, D), 0.06)
+        t(p + "ffn_down.weight", (D, FF), 0.04)
+        if arch in GEMMA:
+            norm(p + "post_ffw_norm.weight", D)
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
