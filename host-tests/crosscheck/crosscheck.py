@@ -7,10 +7,11 @@ usage: crosscheck.py WASMIND_CLI SHARED_DIR WORK_DIR SEED PART[,PART...]
 needs: llama-cpp-python==0.3.36 (the version of ../shared/reference), gguf, numpy, model2vec==0.10.0
 
 Parts, each a line per case and a verdict:
-- shapes: tiny random-weight models of all eight architectures in shapes drawn from the seed
+- shapes: tiny random-weight models of all nine architectures in shapes drawn from the seed
   (widths that are and are not multiples of 32 and 256, 1-8 heads, grouped and not, head widths
   16-256, partial RoPE for phi3, linear RoPE scaling, tied outputs, 1-8 layers, sliding windows
-  of 1-40, gemma2's soft caps, granite's four scales and RoPE switched off), F32 and two other
+  of 1-40, gemma2's soft caps, granite's four scales and RoPE switched off, lfm2's convolution
+  and attention layers in any order, convolutions of 2-5 positions), F32 and two other
   types each (quantized, F16, BF16) as llama-quantize writes them;
   llama.cpp's logits over 48 ids against `wasmind logits` with the single-threaded module, which must equal
   the threaded module's on 2 threads bit for bit.
@@ -73,7 +74,7 @@ def verdict(ok, line):
 
 # ---- shapes ---------------------------------------------------------------------------------
 
-ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "phi3", "gemma2", "granite", "smollm3"]
+ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "phi3", "gemma2", "granite", "smollm3", "lfm2"]
 QUANTS = {"Q8_0": 7, "Q4_0": 2, "Q4_1": 3, "Q5_0": 8, "Q5_1": 9, "Q4_K": 15, "Q5_K": 17, "Q6_K": 18,
           "F16": 1, "BF16": 32}
 
@@ -103,6 +104,11 @@ def draw_shape(arch):
             s["no_rope"] = True
     if arch == "smollm3":
         s["L"] = rng.randint(1, 8)
+    if arch == "lfm2":
+        s["L"] = rng.randint(1, 8)
+        s.update(kinds="".join(rng.choice("cca") for _ in range(s["L"])), conv_taps=rng.randint(2, 5))
+        if rng.random() < 0.3:
+            s["SWA"] = rng.randint(1, 40)
     if arch == "phi3" and rng.random() < 0.5:
         s["rope_dims"] = rng.choice([r for r in range(8, hd + 1, 8) if r % 2 == 0])
     if arch not in ("gemma2", "gemma3") and rng.random() < 0.3:
@@ -173,7 +179,7 @@ def check_logits(path, name, ids, rounded, exact_ok=False):
 
 def shapes():
     print("\n== shapes: random model shapes, llama.cpp's logits")
-    for n in range(int(os.environ.get("CROSSCHECK_SHAPES", "16"))):
+    for n in range(int(os.environ.get("CROSSCHECK_SHAPES", "18"))):
         s = draw_shape(ARCHS[n % len(ARCHS)])
         tag = f"{s['arch']}-{n}"
         print(f"{tag}: {json.dumps(s)}", flush=True)

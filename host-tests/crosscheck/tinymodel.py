@@ -7,6 +7,8 @@ qwen3, gemma2 and gemma3, D / H for the others), FF, L (layers), and per archite
 - gemma2, gemma3: SWA (sliding window); gemma2: attn_softcap, final_softcap;
 - granite: embedding_scale, residual_scale, attention_scale, logit_scale, no_rope (its
   `rope.scaling.finetuned` false: no RoPE in any layer);
+- lfm2: kinds (a letter a layer: "c" a short convolution of conv_taps positions, "a"
+  attention), SWA (a window for its attention layers, optional);
 - phi3: rope_dims (partial RoPE); any: tied (no output.weight), linear (RoPE scaling factor),
   out_scale (of the final norm: 4 for Gemma, 1 for the others by default).
 """
@@ -22,14 +24,18 @@ def write_model(path, s, w_rng):
     hd = s["HD"] if arch in OWN_HEAD_WIDTH else D // H
     w = gguf.GGUFWriter(path, arch)
     w.add_block_count(L); w.add_context_length(256); w.add_embedding_length(D)
-    w.add_feed_forward_length(FF); w.add_head_count(H); w.add_head_count_kv(HKV)
+    w.add_feed_forward_length(FF); w.add_head_count(H)
+    conv = [k == "c" for k in s["kinds"]] if arch == "lfm2" else [False] * L
+    w.add_head_count_kv([0 if c else HKV for c in conv] if arch == "lfm2" else HKV)
+    if arch == "lfm2":
+        w.add_shortconv_l_cache(s["conv_taps"])
     w.add_layer_norm_rms_eps(1e-6); w.add_vocab_size(V); w.add_tokenizer_model("none"); w.add_file_type(0)
     if arch in OWN_HEAD_WIDTH:
         w.add_key_length(hd); w.add_value_length(hd)
         w.add_rope_freq_base(1e4 if arch == "gemma2" else 1e6)
     else:
-        w.add_rope_freq_base(1e4); w.add_rope_dimension_count(s.get("rope_dims", hd))
-    if arch in GEMMA:
+        w.add_rope_freq_base(1e6 if arch == "lfm2" else 1e4); w.add_rope_dimension_count(s.get("rope_dims", hd))
+    if arch in GEMMA or (arch == "lfm2" and "SWA" in s):
         w.add_sliding_window(s["SWA"])
     if arch == "gemma2":
         w.add_attn_logit_softcapping(s["attn_softcap"]); w.add_final_logit_softcapping(s["final_softcap"])
@@ -51,13 +57,19 @@ def write_model(path, s, w_rng):
     # Gemma scales its embeddings by sqrt(D) and ties the output to them: small embeddings, and
     # a larger final norm so that more positions are decisive.
     t("token_embd.weight", (V, D), 0.05 if arch in GEMMA else 0.5)
-    norm("output_norm.weight", D, s.get("out_scale", 4.0 if arch in GEMMA else 1.0))
+    # (llama.cpp's converter names LFM2's final norm token_embd_norm)
+    norm("token_embd_norm.weight" if arch == "lfm2" else "output_norm.weight", D,
+         s.get("out_scale", 4.0 if arch in GEMMA else 1.0))
     if arch not in GEMMA and not s.get("tied"):
         t("output.weight", (V, D), 0.2)
     for i in range(L):
         p = f"blk.{i}."
         norm(p + "attn_norm.weight", D)
-        if arch == "phi3":
+        if conv[i]:
+            t(p + "shortconv.conv.weight", (D, s["conv_taps"]), 0.5)
+            t(p + "shortconv.in_proj.weight", (3 * D, D), 0.15)
+            t(p + "shortconv.out_proj.weight", (D, D), 0.08)
+        elif arch == "phi3":
             t(p + "attn_qkv.weight", (qd + 2 * kvd, D), 0.08)
         else:
             t(p + "attn_q.weight", (qd, D), 0.08); t(p + "attn_k.weight", (kvd, D), 0.08)
@@ -65,9 +77,10 @@ def write_model(path, s, w_rng):
         if arch == "qwen2":
             for n, k in (("q", qd), ("k", kvd), ("v", kvd)):
                 t(p + f"attn_{n}.bias", (k,), 0.1)
-        if arch in ("qwen3", "gemma3"):
+        if arch in ("qwen3", "gemma3", "lfm2") and not conv[i]:
             norm(p + "attn_q_norm.weight", hd); norm(p + "attn_k_norm.weight", hd)
-        t(p + "attn_output.weight", (D, qd), 0.08)
+        if not conv[i]:
+            t(p + "attn_output.weight", (D, qd), 0.08)
         if arch in GEMMA:
             norm(p + "post_attention_norm.weight", D)
         norm(p + "ffn_norm.weight", D)

@@ -1,12 +1,14 @@
 """The suite's tiny models of the architectures ../shared has no fixture for (gemma2, granite,
-smollm3), and llama.cpp's logits for them: arch/tiny-<arch>-F16.gguf and arch/reference.json.
+smollm3, lfm2), and llama.cpp's logits for them: arch/tiny-<arch>-F16.gguf and
+arch/reference.json.
 
 usage: python gen_tiny_arch.py   (needs llama-cpp-python==0.3.36, gguf, numpy; writes next to itself)
 
 Each model is random (seed 2026), small enough to commit, and shaped to exercise what is its
 own: gemma2's head width apart from D / H, sliding window crossed by the 48 ids, and soft caps
 low enough to bend its scores and logits; granite's four scales and MQA; smollm3's layer
-without RoPE (every fourth). Types: F16 as committed, and Q8_0 as llama-quantize writes it from
+without RoPE (every fourth); lfm2's convolution layers between its attention layers (the 48
+ids go through in a batch of 32 and one of 16, so the convolutions cross a batch). Types: F16 as committed, and Q8_0 as llama-quantize writes it from
 that F16 file (the test quantizes the F16 file at load instead: the same Q8_0 blocks).
 The reference has the shape of ../shared/models/tiny/tiny-arch-reference.json: the ids, and per
 file llama.cpp's top-5 and top-two margin at every position and its logits at the last 4.
@@ -27,6 +29,7 @@ SHAPES = [
     dict(arch="granite", V=320, D=64, H=4, HKV=1, FF=128, L=3, tied=True, embedding_scale=0.3,
          residual_scale=0.22, attention_scale=0.09, logit_scale=2.5),
     dict(arch="smollm3", V=320, D=64, H=4, HKV=2, FF=128, L=4, tied=True),
+    dict(arch="lfm2", V=320, D=64, H=4, HKV=2, FF=128, L=6, kinds="ccacac", conv_taps=3, tied=True),
 ]
 assert llama_cpp.__version__ == "0.3.36", llama_cpp.__version__
 

@@ -237,6 +237,7 @@ impl LlmEngine {
                 (0..c.n_layers).map(|l| match c.layer_kind(l) {
                     LayerKind::Local => "local",
                     LayerKind::Global => "global",
+                    LayerKind::Conv => "conv",
                 }),
             );
             if c.sliding_window > 0 {
@@ -258,6 +259,9 @@ impl LlmEngine {
             }
             if c.no_rope_step > 0 {
                 o.uint("no_rope_every", c.no_rope_step as u64);
+            }
+            if c.conv_taps > 0 {
+                o.uint("conv_taps", c.conv_taps as u64);
             }
             o.string(
                 "activation",

@@ -1,6 +1,8 @@
 //! Hyper-parameters of a llama-family model, read from GGUF metadata. Nothing about a model is
 //! compiled in: every size comes from here, and every tensor is checked against these sizes.
 
+use alloc::vec::Vec;
+
 use crate::decimal::Shortest;
 use crate::error::{Result, Status};
 use crate::gguf::Gguf;
@@ -33,6 +35,10 @@ pub enum Arch {
     /// embeddings, the attention scores, each block's output before it joins the residual
     /// stream, and the logits).
     Granite,
+    /// LFM2 (Liquid): most layers mix tokens by a short causal convolution, gated before and
+    /// after (`shortconv`), the others by attention with q/k head norms and NeoX RoPE; the
+    /// final norm is stored as `token_embd_norm`.
+    Lfm2,
     /// Phi-3 / 3.5: q, k, v in one fused `attn_qkv` matrix, gate and up in one `ffn_up` (gate
     /// rows first), NeoX RoPE.
     Phi3,
@@ -42,13 +48,14 @@ pub enum Arch {
 
 impl Arch {
     /// Every architecture, as `general.architecture` names it.
-    pub const ALL: [Arch; 8] = [
+    pub const ALL: [Arch; 9] = [
         Arch::Llama,
         Arch::Qwen2,
         Arch::Qwen3,
         Arch::Gemma2,
         Arch::Gemma3,
         Arch::Granite,
+        Arch::Lfm2,
         Arch::Phi3,
         Arch::Smollm3,
     ];
@@ -61,6 +68,7 @@ impl Arch {
             Arch::Gemma2 => "gemma2",
             Arch::Gemma3 => "gemma3",
             Arch::Granite => "granite",
+            Arch::Lfm2 => "lfm2",
             Arch::Phi3 => "phi3",
             Arch::Smollm3 => "smollm3",
         }
@@ -80,14 +88,16 @@ pub enum Activation {
     GeluTanh,
 }
 
-/// Which positions a layer attends to.
+/// How a layer mixes positions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LayerKind {
-    /// Every earlier position.
+    /// Attention to every earlier position.
     Global,
-    /// The last `sliding_window` positions, the current one included (llama.cpp's "standard"
-    /// SWA: key `k` is visible from query `q` when `q - k < window`).
+    /// Attention to the last `sliding_window` positions, the current one included (llama.cpp's
+    /// "standard" SWA: key `k` is visible from query `q` when `q - k < window`).
     Local,
+    /// LFM2's short convolution over the last `conv_taps` positions, the current one included.
+    Conv,
 }
 
 /// Which elements RoPE rotates together.
@@ -121,15 +131,20 @@ pub struct Config {
     /// Linear RoPE scaling of global layers (`rope.scaling.type = linear`): angles divided by it.
     pub rope_linear_factor: f32,
     /// The RoPE base of the sliding-window layers (`rope.freq_base_swa`; without it Gemma 3's
-    /// is 10000 and Gemma 2's the global base, as in llama.cpp).
+    /// is 10000 and Gemma 2's the global base; LFM2's is always the global base: as llama.cpp).
     pub rope_base_local: f32,
-    /// Their linear RoPE scaling (Gemma 2: the global one; Gemma 3: none).
+    /// Their linear RoPE scaling (Gemma 2, LFM2: the global one; Gemma 3: none).
     pub rope_linear_factor_local: f32,
     /// Positions a local layer sees (0: no local layers).
     pub sliding_window: usize,
     /// Every `swa_pattern`-th layer is global, the others local (0: all local, as llama.cpp
     /// reads it).
     pub swa_pattern: usize,
+    /// LFM2: the layers that convolve instead of attending (their `attention.head_count_kv`
+    /// entry is 0); empty for the others.
+    pub conv_layers: Vec<bool>,
+    /// LFM2: the positions each convolution spans (`shortconv.l_cache`).
+    pub conv_taps: usize,
     /// Scores are `q · k * attn_scale`.
     pub attn_scale: f32,
     /// Gemma 2: scores become `cap * tanh(score / cap)` before the softmax (0: no cap).
@@ -173,14 +188,25 @@ impl Config {
             self.head_dim,
         )
     }
-    /// Whether layer `l` attends globally or through the sliding window.
+    /// Whether layer `l` attends globally or through the sliding window, or convolves.
     pub fn layer_kind(&self, l: usize) -> LayerKind {
-        if self.sliding_window > 0
+        if self.conv_layers.get(l) == Some(&true) {
+            LayerKind::Conv
+        } else if self.sliding_window > 0
             && (self.swa_pattern == 0 || l % self.swa_pattern < self.swa_pattern - 1)
         {
             LayerKind::Local
         } else {
             LayerKind::Global
+        }
+    }
+
+    /// The positions layer `l` reads back to, the current one included (`usize::MAX`: all).
+    pub fn span(&self, l: usize) -> usize {
+        match self.layer_kind(l) {
+            LayerKind::Global => usize::MAX,
+            LayerKind::Local => self.sliding_window,
+            LayerKind::Conv => self.conv_taps,
         }
     }
 
@@ -223,14 +249,45 @@ impl Config {
         let dim = bounded("embedding_length", MAX_DIM)?;
         let n_layers = bounded("block_count", MAX_LAYERS)?;
         let n_heads = bounded("attention.head_count", MAX_HEADS)?;
-        let n_kv_heads = match g.get_u32_opt(&key("attention.head_count_kv"))? {
+        // One count, or one per layer (LFM2: 0 for its convolution layers; every attention
+        // layer must have the same count here).
+        let mut conv_layers = Vec::new();
+        let kv_key = key("attention.head_count_kv");
+        let kv = match g.get(&kv_key) {
+            Some(crate::gguf::Value::Array(a)) => {
+                let counts: Vec<u32> = match (a.u32s(), a.i32s()) {
+                    (Some(v), _) => v.collect(),
+                    (_, Some(v)) => v.map(|n| u32::try_from(n).unwrap_or(u32::MAX)).collect(),
+                    _ => bail!(Status::BadFormat, "{} is not a list of integers", kv_key),
+                };
+                if counts.len() != n_layers {
+                    bail!(
+                        Status::BadFormat,
+                        "{} has {} entries for {} layers",
+                        kv_key,
+                        counts.len(),
+                        n_layers
+                    );
+                }
+                if arch == Arch::Lfm2 {
+                    conv_layers = counts.iter().map(|&c| c == 0).collect();
+                }
+                let mut attention = counts.iter().filter(|&&c| c != 0 || arch != Arch::Lfm2);
+                let first = attention.next().copied();
+                if attention.any(|&c| Some(c) != first) {
+                    bail!(
+                        Status::Unsupported,
+                        "{} differs from layer to layer",
+                        kv_key
+                    );
+                }
+                first
+            }
+            _ => g.get_u32_opt(&kv_key)?,
+        };
+        let n_kv_heads = match kv {
             Some(v) if v == 0 || v > n_heads as u32 => {
-                bail!(
-                    Status::BadFormat,
-                    "{}.attention.head_count_kv = {} is out of range",
-                    arch_name,
-                    v
-                )
+                bail!(Status::BadFormat, "{} = {} is out of range", kv_key, v)
             }
             Some(v) => v as usize,
             None => n_heads,
@@ -354,11 +411,14 @@ impl Config {
             ),
             (Arch::Gemma2 | Arch::Gemma3, Some(w)) => w as usize,
             (Arch::Gemma2, None) => 4096,
+            // LFM2 with a window: in every attention layer
+            (Arch::Lfm2, Some(w)) if w <= MAX_CONTEXT => w as usize,
             // Gemma 3 without a window attends to everything in every layer; the others have none
             _ => 0,
         };
         let swa_pattern = match g.get(&key("attention.sliding_window_pattern")) {
             None if arch == Arch::Gemma2 => 2,
+            None if arch == Arch::Lfm2 => 0,
             None => 6,
             Some(v) => match v.as_i128() {
                 Some(p) if (0..=MAX_LAYERS as i128).contains(&p) => p as usize,
@@ -370,15 +430,17 @@ impl Config {
                 ),
             },
         };
-        let rope_base_local = match g.get_f32_opt(&key("rope.freq_base_swa"))? {
-            Some(b) if b.is_finite() && b > 1.0 => b,
-            Some(b) => bail!(
+        let rope_base_local = match (arch, g.get_f32_opt(&key("rope.freq_base_swa"))?) {
+            // LFM2 rotates every layer alike (llama.cpp reads no such key for it)
+            (Arch::Lfm2, _) => rope_base,
+            (_, Some(b)) if b.is_finite() && b > 1.0 => b,
+            (_, Some(b)) => bail!(
                 Status::BadFormat,
                 "bad sliding-window rope base {}",
                 Shortest::from(b)
             ),
-            None if arch == Arch::Gemma2 => rope_base,
-            None => 10_000.0,
+            (Arch::Gemma2, None) => rope_base,
+            (_, None) => 10_000.0,
         };
         // The vocabulary size is the embedding's row count (checked in the weights).
         let embd = g
@@ -387,7 +449,7 @@ impl Config {
         let vocab = embd.dims[1] as usize;
         let rope_style = match arch {
             Arch::Llama | Arch::Granite | Arch::Smollm3 => RopeStyle::AdjacentPairs,
-            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma2 | Arch::Gemma3 | Arch::Phi3 => {
+            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma2 | Arch::Gemma3 | Arch::Lfm2 | Arch::Phi3 => {
                 RopeStyle::Halves
             }
         };
@@ -437,6 +499,20 @@ impl Config {
                 no_rope_step = 1;
             }
         }
+        let mut conv_taps = 0;
+        if arch == Arch::Lfm2 {
+            conv_taps = bounded("shortconv.l_cache", 64)?;
+            if conv_taps < 2 || n_heads * head_dim != dim {
+                bail!(
+                    Status::BadFormat,
+                    "lfm2: shortconv.l_cache {} (at least 2) or heads {} x width {} != {}",
+                    conv_taps,
+                    n_heads,
+                    head_dim,
+                    dim
+                );
+            }
+        }
         let (attn_softcap, final_softcap) = match arch {
             Arch::Gemma2 => (
                 factor("attn_logit_softcapping")?.unwrap_or(50.0),
@@ -461,13 +537,15 @@ impl Config {
             rope_style,
             rope_linear_factor,
             rope_base_local,
-            // Gemma 2's sliding-window layers scale as the others do; Gemma 3's do not
+            // Gemma 2's and LFM2's sliding-window layers scale as the others do; Gemma 3's do not
             rope_linear_factor_local: match arch {
-                Arch::Gemma2 => rope_linear_factor,
+                Arch::Gemma2 | Arch::Lfm2 => rope_linear_factor,
                 _ => 1.0,
             },
             sliding_window,
             swa_pattern,
+            conv_layers,
+            conv_taps,
             attn_scale,
             attn_softcap,
             embed_scale,
@@ -480,7 +558,7 @@ impl Config {
             } else {
                 Activation::Silu
             },
-            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3),
+            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3 | Arch::Lfm2),
             post_norms: gemma,
             fused_gate_up: arch == Arch::Phi3,
         })

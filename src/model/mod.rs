@@ -1,4 +1,4 @@
-//! The llama-family forward pass (llama, qwen2, qwen3, gemma2, gemma3, granite, phi3,
+//! The llama-family forward pass (llama, qwen2, qwen3, gemma2, gemma3, granite, lfm2, phi3,
 //! smollm3): weights where they lie in the GGUF file (or quantized to Q8_0 as they are read), a
 //! KV cache, and a batched step that turns token ids into logits.
 //!
@@ -15,6 +15,8 @@
 //!                 o_h = softmax(s) · V[lo..=pos]
 //!                 (lo = 0, or pos + 1 - window in a sliding-window layer)
 //!     x += [post_attn_norm *] Wo o [* residual_scale]  (dim,)          [gemma; granite]
+//!     (lfm2's convolution layers instead: b, c, u = Win xb; bu -> cache[layer][pos];
+//!      o = c * sum_k w_k bu[pos - taps + 1 + k]; x += Wout o)
 //!     xb = rmsnorm(x) * ffn_norm
 //!     x += [post_ffn_norm *] Wdown (act(Wgate xb) * (Wup xb)) [* residual_scale]
 //!                                                      act: silu, or gelu [gemma]
@@ -113,16 +115,7 @@ fn check_shape(t: &TensorInfo<'_>, want: &[u64]) -> Result<()> {
 struct Layer<'a> {
     kind: LayerKind,
     attn_norm: Vec<f32>,
-    wq: Matrix<'a>,
-    wk: Matrix<'a>,
-    wv: Matrix<'a>,
-    /// Whether q and k are rotated (not in SmolLM3's every fourth layer).
-    rope: bool,
-    /// Biases of q, k and v, where the file has them (qwen2's always).
-    bias: [Option<Vec<f32>>; 3],
-    /// qwen3, gemma3: the norms of each q head and each k head, `(head_dim,)` each.
-    qk_norm: Option<[Vec<f32>; 2]>,
-    wo: Matrix<'a>,
+    mixer: Mixer<'a>,
     /// gemma2, gemma3: the norm of the attention output.
     post_attn_norm: Option<Vec<f32>>,
     ffn_norm: Vec<f32>,
@@ -131,6 +124,63 @@ struct Layer<'a> {
     w_down: Matrix<'a>,
     /// gemma2, gemma3: the norm of the feed-forward output.
     post_ffn_norm: Option<Vec<f32>>,
+}
+
+/// How a layer mixes positions: its output, `(n, q_dim)` in `att_out`, goes through
+/// [`Mixer::output`].
+enum Mixer<'a> {
+    Attention(Attention<'a>),
+    Conv(ShortConv<'a>),
+}
+
+struct Attention<'a> {
+    wq: Matrix<'a>,
+    wk: Matrix<'a>,
+    wv: Matrix<'a>,
+    /// Whether q and k are rotated (not in SmolLM3's every fourth layer).
+    rope: bool,
+    /// Biases of q, k and v, where the file has them (qwen2's always).
+    bias: [Option<Vec<f32>>; 3],
+    /// qwen3, gemma3, lfm2: the norms of each q head and each k head, `(head_dim,)` each.
+    qk_norm: Option<[Vec<f32>; 2]>,
+    wo: Matrix<'a>,
+}
+
+/// LFM2's gated short convolution: `b, c, u = in_proj xb` (three `dim` blocks of rows), and
+/// per channel `y = c * sum_k kernel[k] * (b * u)[pos - taps + 1 + k]` over the layer's last
+/// `taps` positions (before position 0: zeros); then `out_proj y`.
+struct ShortConv<'a> {
+    /// (3 dim, dim)
+    in_proj: Matrix<'a>,
+    /// (dim, taps): each channel's taps, the oldest position's first.
+    kernel: Vec<f32>,
+    /// (dim, dim)
+    out_proj: Matrix<'a>,
+}
+
+impl<'a> Mixer<'a> {
+    /// The projection of the mixed positions back to the residual stream.
+    fn output(&self) -> &Matrix<'a> {
+        match self {
+            Mixer::Attention(a) => &a.wo,
+            Mixer::Conv(c) => &c.out_proj,
+        }
+    }
+
+    /// Its matrices, and the bytes of its vectors.
+    fn weights(&self) -> (Vec<&Matrix<'a>>, usize) {
+        let bytes = |v: &[f32]| v.len() * 4;
+        match self {
+            Mixer::Attention(a) => (
+                alloc::vec![&a.wq, &a.wk, &a.wv, &a.wo],
+                a.bias.iter().flatten().map(|b| bytes(b)).sum::<usize>()
+                    + a.qk_norm
+                        .as_ref()
+                        .map_or(0, |q| bytes(&q[0]) + bytes(&q[1])),
+            ),
+            Mixer::Conv(c) => (alloc::vec![&c.in_proj, &c.out_proj], bytes(&c.kernel)),
+        }
+    }
 }
 
 /// How to load a model.
@@ -146,11 +196,13 @@ pub struct LoadOptions {
 /// Called with each position's index in the batch and its logits, when all are wanted.
 pub type OnLogits<'f> = Option<&'f mut dyn FnMut(usize, &[f32])>;
 
-/// Where a layer's K and V rows are in the caches.
+/// Where a layer's positions are in the caches: an attention layer's K and V, `(n_kv_heads,
+/// slots, head_dim)` each; a convolution layer's `b * u`, `(slots, dim)` in `k_cache` only.
 struct LayerCache {
-    /// First row.
-    offset: usize,
-    /// Rows: `context`, or a sliding window plus a batch.
+    /// First float in `k_cache`, and in `v_cache`.
+    k_at: usize,
+    v_at: usize,
+    /// Positions: `context`, or what the layer reads back to plus a batch.
     slots: usize,
 }
 
@@ -164,6 +216,8 @@ struct Scratch {
     att_out: Vec<f32>,
     gate: Vec<f32>,
     up: Vec<f32>,
+    /// (MAX_BATCH, 3 dim): a convolution layer's `b | c | u` rows (empty without such layers).
+    conv: Vec<f32>,
     /// (MAX_BATCH * n_heads, context + SCORE_ROW_PAD): one score row per (token, head).
     scores: Vec<f32>,
     /// The rows about to be multiplied, rounded for the weights' type; a group whose matrices
@@ -237,12 +291,11 @@ pub struct Model<'a> {
     _owned: Vec<Vec<u8>>,
     /// Bytes of weights quantized at load (in `_owned`).
     pub quantized_bytes: usize,
-    /// Every layer's K and V, layer after layer: layer `l` has `cache[l].slots` rows of
-    /// `kv_dim` from `cache[l].offset` (rows, not floats), laid out `(n_kv_heads, slots,
-    /// head_dim)` so that one head's keys (and values) are one contiguous run, read front to
-    /// back by attention. Position `p` lives in slot `p % slots`: a global layer has `context`
-    /// slots (no wrap), a sliding-window layer only its window plus a batch (a ring: each batch
-    /// writes its keys before any of its queries reads).
+    /// Every layer's K and V, layer after layer (see [`LayerCache`]), laid out `(n_kv_heads,
+    /// slots, head_dim)` so that one head's keys (and values) are one contiguous run, read
+    /// front to back by attention. Position `p` lives in slot `p % slots`: a global layer has
+    /// `context` slots (no wrap), a sliding-window or convolution layer only what it reads back
+    /// to plus a batch (a ring: each batch writes its positions before any of them is read).
     k_cache: Vec<f32>,
     v_cache: Vec<f32>,
     cache: Vec<LayerCache>,
@@ -261,9 +314,14 @@ pub struct Model<'a> {
 
 /// Reads a 1-D f32 (or f16) tensor of `n` values into a Vec.
 fn vector(t: &TensorInfo<'_>, n: usize) -> Result<Vec<f32>> {
+    values(t, &[n as u64])
+}
+
+/// Reads an f32 (or f16) tensor of shape `shape` (ggml's order) into a Vec.
+fn values(t: &TensorInfo<'_>, shape: &[u64]) -> Result<Vec<f32>> {
     let name = t.name;
-    check_shape(t, &[n as u64])?;
-    let mut out = try_vec(n)?;
+    check_shape(t, shape)?;
+    let mut out = try_vec(shape.iter().product::<u64>() as usize)?;
     match t.ty {
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
             quant::dequantize_row(t.ty, t.data, &mut out)?
@@ -396,6 +454,65 @@ impl<'a> Loader<'_, 'a> {
     }
 }
 
+impl<'a> Attention<'a> {
+    /// Layer `l`'s q, k, v (and their biases and head norms) and output matrices.
+    fn load(ld: &mut Loader<'_, 'a>, cfg: &Config, l: usize) -> Result<Attention<'a>> {
+        let (dim, q_dim, kv_dim, _, hd) = cfg.widths();
+        let nm = |suffix: &str| alloc::format!("blk.{l}.{suffix}");
+        let g = ld.g;
+        // q, k, v: one matrix each, or rows of one `attn_qkv` (phi3 always): as llama.cpp,
+        // by the tensors the file has; the same for their biases.
+        let (wq, wk, wv);
+        let mut bias = [None, None, None];
+        if g.tensor(&nm("attn_qkv.weight")).is_some() {
+            let qkv = ld.matrix(&nm("attn_qkv.weight"), q_dim + 2 * kv_dim, dim)?;
+            wq = qkv.rows(0..q_dim);
+            wk = qkv.rows(q_dim..q_dim + kv_dim);
+            wv = qkv.rows(q_dim + kv_dim..q_dim + 2 * kv_dim);
+            if let Some(b) = ld.optional_vector(&nm("attn_qkv.bias"), q_dim + 2 * kv_dim)? {
+                let (bq, bkv) = b.split_at(q_dim);
+                let (bk, bv) = bkv.split_at(kv_dim);
+                bias = [bq, bk, bv].map(|b| Some(b.to_vec()));
+            }
+        } else {
+            wq = ld.matrix(&nm("attn_q.weight"), q_dim, dim)?;
+            wk = ld.matrix(&nm("attn_k.weight"), kv_dim, dim)?;
+            wv = ld.matrix(&nm("attn_v.weight"), kv_dim, dim)?;
+        }
+        if bias[0].is_none() {
+            bias = [
+                ld.optional_vector(&nm("attn_q.bias"), q_dim)?,
+                ld.optional_vector(&nm("attn_k.bias"), kv_dim)?,
+                ld.optional_vector(&nm("attn_v.bias"), kv_dim)?,
+            ];
+        }
+        if cfg.arch == Arch::Qwen2 && bias.iter().any(Option::is_none) {
+            bail!(
+                Status::BadFormat,
+                "qwen2 layer {} lacks a bias of q, k or v",
+                l
+            );
+        }
+        let qk_norm = if cfg.qk_norm {
+            Some([
+                ld.vector(&nm("attn_q_norm.weight"), hd)?,
+                ld.vector(&nm("attn_k_norm.weight"), hd)?,
+            ])
+        } else {
+            None
+        };
+        Ok(Attention {
+            wq,
+            wk,
+            wv,
+            rope: cfg.has_rope(l),
+            bias,
+            qk_norm,
+            wo: ld.matrix(&nm("attn_output.weight"), dim, q_dim)?,
+        })
+    }
+}
+
 impl<'a> Model<'a> {
     /// Builds a model over a file parsed with [`Gguf::parse_for_model`]. `context` is the KV
     /// cache length (0: the model's own, capped at 4096).
@@ -441,7 +558,7 @@ impl<'a> Model<'a> {
             quantized_bytes: 0,
             used: Vec::new(),
         };
-        let (dim, q_dim, kv_dim, ffn, hd) = cfg.widths();
+        let (dim, q_dim, kv_dim, ffn, _) = cfg.widths();
         let token_embd = ld.matrix("token_embd.weight", cfg.vocab, dim)?;
         let output = match g.tensor("output.weight") {
             Some(_) => ld.matrix("output.weight", cfg.vocab, dim)?,
@@ -454,48 +571,19 @@ impl<'a> Model<'a> {
         for l in 0..cfg.n_layers {
             let nm = |suffix: &str| alloc::format!("blk.{l}.{suffix}");
             let attn_norm = ld.vector(&nm("attn_norm.weight"), dim)?;
-            // q, k, v: one matrix each, or rows of one `attn_qkv` (phi3 always): as llama.cpp,
-            // by the tensors the file has; the same for their biases.
-            let (wq, wk, wv);
-            let mut bias = [None, None, None];
-            if g.tensor(&nm("attn_qkv.weight")).is_some() {
-                let qkv = ld.matrix(&nm("attn_qkv.weight"), q_dim + 2 * kv_dim, dim)?;
-                wq = qkv.rows(0..q_dim);
-                wk = qkv.rows(q_dim..q_dim + kv_dim);
-                wv = qkv.rows(q_dim + kv_dim..q_dim + 2 * kv_dim);
-                if let Some(b) = ld.optional_vector(&nm("attn_qkv.bias"), q_dim + 2 * kv_dim)? {
-                    let (bq, bkv) = b.split_at(q_dim);
-                    let (bk, bv) = bkv.split_at(kv_dim);
-                    bias = [bq, bk, bv].map(|b| Some(b.to_vec()));
+            let mixer = match cfg.layer_kind(l) {
+                LayerKind::Conv => Mixer::Conv(ShortConv {
+                    in_proj: ld.matrix(&nm("shortconv.in_proj.weight"), 3 * dim, dim)?,
+                    kernel: values(
+                        ld.tensor(&nm("shortconv.conv.weight"))?,
+                        &[cfg.conv_taps as u64, dim as u64],
+                    )?,
+                    out_proj: ld.matrix(&nm("shortconv.out_proj.weight"), dim, dim)?,
+                }),
+                LayerKind::Global | LayerKind::Local => {
+                    Mixer::Attention(Attention::load(&mut ld, &cfg, l)?)
                 }
-            } else {
-                wq = ld.matrix(&nm("attn_q.weight"), q_dim, dim)?;
-                wk = ld.matrix(&nm("attn_k.weight"), kv_dim, dim)?;
-                wv = ld.matrix(&nm("attn_v.weight"), kv_dim, dim)?;
-            }
-            if bias[0].is_none() {
-                bias = [
-                    ld.optional_vector(&nm("attn_q.bias"), q_dim)?,
-                    ld.optional_vector(&nm("attn_k.bias"), kv_dim)?,
-                    ld.optional_vector(&nm("attn_v.bias"), kv_dim)?,
-                ];
-            }
-            if cfg.arch == Arch::Qwen2 && bias.iter().any(Option::is_none) {
-                bail!(
-                    Status::BadFormat,
-                    "qwen2 layer {} lacks a bias of q, k or v",
-                    l
-                );
-            }
-            let qk_norm = if cfg.qk_norm {
-                Some([
-                    ld.vector(&nm("attn_q_norm.weight"), hd)?,
-                    ld.vector(&nm("attn_k_norm.weight"), hd)?,
-                ])
-            } else {
-                None
             };
-            let wo = ld.matrix(&nm("attn_output.weight"), dim, q_dim)?;
             let post_attn_norm = match cfg.post_norms {
                 true => Some(ld.vector(&nm("post_attention_norm.weight"), dim)?),
                 false => None,
@@ -518,14 +606,8 @@ impl<'a> Model<'a> {
             };
             layers.push(Layer {
                 kind: cfg.layer_kind(l),
-                rope: cfg.has_rope(l),
                 attn_norm,
-                wq,
-                wk,
-                wv,
-                bias,
-                qk_norm,
-                wo,
+                mixer,
                 post_attn_norm,
                 ffn_norm,
                 w_gate,
@@ -534,7 +616,11 @@ impl<'a> Model<'a> {
                 post_ffn_norm,
             });
         }
-        let output_norm = ld.vector("output_norm.weight", dim)?;
+        // (llama.cpp's converter names LFM2's final norm after the embeddings)
+        let output_norm = match cfg.arch {
+            Arch::Lfm2 => ld.vector("token_embd_norm.weight", dim)?,
+            _ => ld.vector("output_norm.weight", dim)?,
+        };
         let factors = ld.optional_vector("rope_freqs.weight", cfg.rope_dims / 2)?;
         ld.check_all_used()?;
         let linear = 1.0 / cfg.rope_linear_factor as f64;
@@ -554,25 +640,30 @@ impl<'a> Model<'a> {
         cache
             .try_reserve_exact(cfg.n_layers)
             .map_err(|_| err!(Status::OutOfMemory, "layers"))?;
-        let mut rows = 0usize;
-        for layer in &layers {
-            let slots = match layer.kind {
-                LayerKind::Global => context,
-                LayerKind::Local => context.min(cfg.sliding_window + MAX_BATCH - 1),
+        let (mut k_floats, mut v_floats) = (0usize, 0usize);
+        let overflow = || err!(Status::OutOfMemory, "KV cache size overflows");
+        for l in 0..cfg.n_layers {
+            let slots = match cfg.span(l) {
+                usize::MAX => context,
+                span => context.min(span + MAX_BATCH - 1),
             };
             cache.push(LayerCache {
-                offset: rows,
+                k_at: k_floats,
+                v_at: v_floats,
                 slots,
             });
-            rows = rows
-                .checked_add(slots)
-                .ok_or_else(|| err!(Status::OutOfMemory, "KV cache size overflows"))?;
+            let (k, v) = match cfg.layer_kind(l) {
+                LayerKind::Conv => (dim, 0),
+                LayerKind::Global | LayerKind::Local => (kv_dim, kv_dim),
+            };
+            let add = |total: usize, width: usize| {
+                (slots.checked_mul(width)).and_then(|f| total.checked_add(f))
+            };
+            k_floats = add(k_floats, k).ok_or_else(overflow)?;
+            v_floats = add(v_floats, v).ok_or_else(overflow)?;
         }
-        let floats = rows
-            .checked_mul(kv_dim)
-            .ok_or_else(|| err!(Status::OutOfMemory, "KV cache size overflows"))?;
-        let k_cache = try_vec(floats)?;
-        let v_cache = try_vec(floats)?;
+        let k_cache = try_vec(k_floats)?;
+        let v_cache = try_vec(v_floats)?;
         let mut ids = Vec::new();
         ids.try_reserve_exact(context)
             .map_err(|_| err!(Status::OutOfMemory, "cannot allocate {} ids", context))?;
@@ -587,6 +678,10 @@ impl<'a> Model<'a> {
             att_out: try_vec(b * q_dim)?,
             gate: try_vec(b * ffn)?,
             up: try_vec(b * ffn)?,
+            conv: try_vec(match cfg.conv_layers.contains(&true) {
+                true => b * 3 * dim,
+                false => 0,
+            })?,
             scores: try_vec(score_rows * (context + SCORE_ROW_PAD))?,
             acts: [
                 ActivationBuf::with_capacity(dim.max(q_dim).max(ffn), b)?,
@@ -629,15 +724,16 @@ impl<'a> Model<'a> {
             .layers
             .iter()
             .map(|l| {
-                [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]
-                    .iter()
+                let (mixer, vectors) = l.mixer.weights();
+                mixer
+                    .into_iter()
+                    .chain([&l.w_gate, &l.w_up, &l.w_down])
                     .map(|m| m.data.len())
                     .sum::<usize>()
+                    + vectors
                     + norms(&[&l.attn_norm, &l.ffn_norm])
                     + l.post_attn_norm.as_ref().map_or(0, |n| n.len() * 4)
                     + l.post_ffn_norm.as_ref().map_or(0, |n| n.len() * 4)
-                    + l.bias.iter().flatten().map(|b| b.len() * 4).sum::<usize>()
-                    + l.qk_norm.as_ref().map_or(0, |q| norms(&[&q[0], &q[1]]))
             })
             .sum();
         layers + self.output.data.len() + self.output_norm.len() * 4 + self.token_embd.row_bytes
@@ -662,11 +758,10 @@ impl<'a> Model<'a> {
                 self.pos
             );
         }
-        let window = self.cfg.sliding_window;
-        let lost = self.cache.iter().zip(&self.layers).any(|(c, layer)| {
-            // The next query (position n) reads positions n + 1 - window ..= n.
-            layer.kind == LayerKind::Local
-                && (n + 1).saturating_sub(window) + c.slots < self.written
+        let lost = self.cache.iter().enumerate().any(|(l, c)| {
+            // Position n reads positions n + 1 - span ..= n (a global layer keeps them all).
+            let span = self.cfg.span(l);
+            span != usize::MAX && (n + 1).saturating_sub(span) + c.slots < self.written
         });
         self.pos = n;
         self.ids.truncate(n);
@@ -748,7 +843,7 @@ impl<'a> Model<'a> {
     ) -> Result<()> {
         let n = ids.len();
         let cfg = self.cfg.clone();
-        let (dim, q_dim, kv_dim, ffn, hd) = cfg.widths();
+        let (dim, _, _, ffn, _) = cfg.widths();
         let pos0 = self.pos;
         for (t, &id) in ids.iter().enumerate() {
             let row = self.token_embd.row(id as usize);
@@ -759,63 +854,17 @@ impl<'a> Model<'a> {
             }
         }
         for l in 0..cfg.n_layers {
-            let layer = &self.layers[l];
             let s = &mut self.scratch;
-            s.norm_rows(0..n, dim, &layer.attn_norm, cfg.rms_eps);
-            matmul_group(
-                &mut [
-                    (&layer.wq, &mut s.q[..n * q_dim]),
-                    (&layer.wk, &mut s.k[..n * kv_dim]),
-                    (&layer.wv, &mut s.v[..n * kv_dim]),
-                ],
-                &s.xb[..n * dim],
-                n,
-                &mut s.acts,
-            )?;
-            for t in 0..n {
-                let (q, k, v) = (
-                    &mut s.q[t * q_dim..(t + 1) * q_dim],
-                    &mut s.k[t * kv_dim..(t + 1) * kv_dim],
-                    &mut s.v[t * kv_dim..(t + 1) * kv_dim],
-                );
-                for (y, b) in [&mut *q, &mut *k, &mut *v].into_iter().zip(&layer.bias) {
-                    if let Some(b) = b {
-                        ops::axpy(y, 1.0, b);
-                    }
-                }
-                if let Some([nq, nk]) = &layer.qk_norm {
-                    for head in q.chunks_exact_mut(hd) {
-                        rmsnorm_in_place(head, nq, cfg.rms_eps);
-                    }
-                    for head in k.chunks_exact_mut(hd) {
-                        rmsnorm_in_place(head, nk, cfg.rms_eps);
-                    }
-                }
-                let rope = match (layer.kind, &self.rope_local) {
-                    (LayerKind::Local, Some(r)) => r,
-                    _ => &self.rope,
-                };
-                if layer.rope {
-                    rope.apply(q, hd, pos0 + t);
-                    rope.apply(k, hd, pos0 + t);
-                }
-                let c = &self.cache[l];
-                let slot = (pos0 + t) % c.slots;
-                self.written = self.written.max(pos0 + t + 1);
-                for (h, (k, v)) in k.chunks_exact(hd).zip(v.chunks_exact(hd)).enumerate() {
-                    let at = c.offset * kv_dim + (h * c.slots + slot) * hd;
-                    let (kc, vc) = (&mut self.k_cache[at..][..hd], &mut self.v_cache[at..][..hd]);
-                    for i in 0..hd {
-                        kc[i] = quant::f16_to_f32(quant::f32_to_f16(k[i]));
-                        vc[i] = quant::f16_to_f32(quant::f32_to_f16(v[i]));
-                    }
-                }
+            s.norm_rows(0..n, dim, &self.layers[l].attn_norm, cfg.rms_eps);
+            match self.layers[l].kind {
+                LayerKind::Conv => self.convolve(l, n, pos0)?,
+                LayerKind::Global | LayerKind::Local => self.attend(l, n, pos0)?,
             }
-            self.attention(l, n, pos0);
             let layer = &self.layers[l];
             let s = &mut self.scratch;
             let post_norm = layer.post_attn_norm.as_deref();
-            s.add_block_output(&layer.wo, BlockOutput::Attention, n, post_norm, &cfg)?;
+            let wo = layer.mixer.output();
+            s.add_block_output(wo, BlockOutput::Attention, n, post_norm, &cfg)?;
             s.norm_rows(0..n, dim, &layer.ffn_norm, cfg.rms_eps);
             matmul_group(
                 &mut [
@@ -865,20 +914,130 @@ impl<'a> Model<'a> {
         Ok(())
     }
 
+    /// Layer `l`'s attention for the batch's `n` tokens at `pos0..`: q, k, v of `xb`, their
+    /// biases, head norms and RoPE; k and v into the cache; the heads' outputs into `att_out`.
+    fn attend(&mut self, l: usize, n: usize, pos0: usize) -> Result<()> {
+        let cfg = &self.cfg;
+        let (dim, q_dim, kv_dim, _, hd) = cfg.widths();
+        let layer = &self.layers[l];
+        let Mixer::Attention(a) = &layer.mixer else {
+            unreachable!("layer {l} is not an attention layer")
+        };
+        let s = &mut self.scratch;
+        matmul_group(
+            &mut [
+                (&a.wq, &mut s.q[..n * q_dim]),
+                (&a.wk, &mut s.k[..n * kv_dim]),
+                (&a.wv, &mut s.v[..n * kv_dim]),
+            ],
+            &s.xb[..n * dim],
+            n,
+            &mut s.acts,
+        )?;
+        for t in 0..n {
+            let (q, k, v) = (
+                &mut s.q[t * q_dim..(t + 1) * q_dim],
+                &mut s.k[t * kv_dim..(t + 1) * kv_dim],
+                &mut s.v[t * kv_dim..(t + 1) * kv_dim],
+            );
+            for (y, b) in [&mut *q, &mut *k, &mut *v].into_iter().zip(&a.bias) {
+                if let Some(b) = b {
+                    ops::axpy(y, 1.0, b);
+                }
+            }
+            if let Some([nq, nk]) = &a.qk_norm {
+                for head in q.chunks_exact_mut(hd) {
+                    rmsnorm_in_place(head, nq, cfg.rms_eps);
+                }
+                for head in k.chunks_exact_mut(hd) {
+                    rmsnorm_in_place(head, nk, cfg.rms_eps);
+                }
+            }
+            let rope = match (layer.kind, &self.rope_local) {
+                (LayerKind::Local, Some(r)) => r,
+                _ => &self.rope,
+            };
+            if a.rope {
+                rope.apply(q, hd, pos0 + t);
+                rope.apply(k, hd, pos0 + t);
+            }
+            let c = &self.cache[l];
+            let slot = (pos0 + t) % c.slots;
+            self.written = self.written.max(pos0 + t + 1);
+            for (h, (k, v)) in k.chunks_exact(hd).zip(v.chunks_exact(hd)).enumerate() {
+                let at = (h * c.slots + slot) * hd;
+                let kc = &mut self.k_cache[c.k_at + at..][..hd];
+                let vc = &mut self.v_cache[c.v_at + at..][..hd];
+                for i in 0..hd {
+                    kc[i] = quant::f16_to_f32(quant::f32_to_f16(k[i]));
+                    vc[i] = quant::f16_to_f32(quant::f32_to_f16(v[i]));
+                }
+            }
+        }
+        self.attention(l, n, pos0);
+        Ok(())
+    }
+
+    /// Layer `l`'s short convolution (LFM2) for the batch's `n` tokens at `pos0..`: `b * u`
+    /// of each into the cache ring, then `y = c * conv(b * u)` into `att_out`. Cheap next to
+    /// the projections: on this thread, each sum in ggml's order (`ggml_ssm_conv`: oldest
+    /// position first; the state before position 0 is zeros, which add nothing).
+    fn convolve(&mut self, l: usize, n: usize, pos0: usize) -> Result<()> {
+        let (dim, taps) = (self.cfg.dim, self.cfg.conv_taps);
+        let Mixer::Conv(conv) = &self.layers[l].mixer else {
+            unreachable!("layer {l} is not a convolution layer")
+        };
+        let s = &mut self.scratch;
+        let bcu = &mut s.conv[..n * 3 * dim];
+        matmul_group(
+            &mut [(&conv.in_proj, bcu)],
+            &s.xb[..n * dim],
+            n,
+            &mut s.acts,
+        )?;
+        let c = &self.cache[l];
+        let row = |p: usize| c.k_at + p % c.slots * dim;
+        for (t, bcu) in s.conv[..n * 3 * dim].chunks_exact(3 * dim).enumerate() {
+            let bu = &mut self.k_cache[row(pos0 + t)..][..dim];
+            for ((o, &b), &u) in bu.iter_mut().zip(&bcu[..dim]).zip(&bcu[2 * dim..]) {
+                *o = b * u;
+            }
+        }
+        self.written = self.written.max(pos0 + n);
+        for (t, bcu) in s.conv[..n * 3 * dim].chunks_exact(3 * dim).enumerate() {
+            let y = &mut s.att_out[t * dim..][..dim];
+            y.fill(0.0);
+            for k in 0..taps {
+                // position pos0 + t - (taps - 1) + k, if it is not before the first
+                let Some(p) = (pos0 + t + k).checked_sub(taps - 1) else {
+                    continue;
+                };
+                let bu = &self.k_cache[row(p)..][..dim];
+                for (ch, (y, &v)) in y.iter_mut().zip(bu).enumerate() {
+                    *y += v * conv.kernel[ch * taps + k];
+                }
+            }
+            for (y, &gate) in y.iter_mut().zip(&bcu[dim..2 * dim]) {
+                *y *= gate;
+            }
+        }
+        Ok(())
+    }
+
     /// Attention for `n` new tokens at `pos0..pos0+n` in layer `l`, split across the pool by
     /// (tile of [`QUERIES`] tokens, head).
     fn attention(&mut self, l: usize, n: usize, pos0: usize) {
         let cfg = &self.cfg;
         let ring = &self.cache[l];
-        let rows = ring.offset * cfg.kv_dim()..(ring.offset + ring.slots) * cfg.kv_dim();
+        let floats = ring.slots * cfg.kv_dim();
         let score_stride = self.context + SCORE_ROW_PAD;
         let s = &mut self.scratch;
         let args = AttentionArgs {
             q: &s.q[..n * cfg.q_dim()],
             out: Disjoint::new(&mut s.att_out[..n * cfg.q_dim()]),
             scores: Disjoint::new(&mut s.scores[..n * cfg.n_heads * score_stride]),
-            k_cache: &self.k_cache[rows.clone()],
-            v_cache: &self.v_cache[rows],
+            k_cache: &self.k_cache[ring.k_at..][..floats],
+            v_cache: &self.v_cache[ring.v_at..][..floats],
             slots: ring.slots,
             n_heads: cfg.n_heads,
             group: cfg.n_heads / cfg.n_kv_heads,
@@ -889,10 +1048,7 @@ impl<'a> Model<'a> {
             pos0,
             scale: cfg.attn_scale,
             softcap: cfg.attn_softcap,
-            window: match self.layers[l].kind {
-                LayerKind::Local => cfg.sliding_window,
-                LayerKind::Global => usize::MAX,
-            },
+            window: cfg.span(l),
         };
         pool::par_for(
             &args,

@@ -202,13 +202,14 @@ fn repo_arch(file: &str) -> Vec<u8> {
 }
 
 /// gemma2 (soft caps, a head width apart from dim / heads, its window crossed), granite (its
-/// four scales, MQA) and smollm3 (a layer without RoPE) against llama.cpp: the F16 files as
-/// they are, and quantized to Q8_0 at load against llama.cpp on llama-quantize's Q8_0 of them.
-/// Each fails with its architecture's one difference from llama left out (measured: gemma2
-/// without the score cap 0.23 off, granite without the residual scale 9.2 and 22 argmaxes,
-/// smollm3 with RoPE in every layer 0.57).
+/// four scales, MQA), smollm3 (a layer without RoPE) and lfm2 (four convolution layers, two
+/// attention layers) against llama.cpp: the F16 files as they are, and quantized to Q8_0 at
+/// load against llama.cpp on llama-quantize's Q8_0 of them. Each fails with its
+/// architecture's one difference from llama left out or wrong (measured: gemma2 without the
+/// score cap 0.23 off, granite without the residual scale 9.2 and 22 argmaxes, smollm3 with
+/// RoPE in every layer 0.57, lfm2 with its taps reversed 18.8 and 35 argmaxes).
 #[test]
-fn gemma2_granite_smollm3_match_llama_cpp() {
+fn gemma2_granite_smollm3_lfm2_match_llama_cpp() {
     let r: serde_json::Value = serde_json::from_slice(&repo_arch("reference.json")).unwrap();
     let ids = u32s(&r["tokens"]);
     let mut failures = Vec::new();
@@ -218,13 +219,13 @@ fn gemma2_granite_smollm3_match_llama_cpp() {
         let logits = run_bytes(bytes, &ids, 64, quantize);
         failures.extend(check_arch_file(&r, file, &logits));
     }
-    assert_eq!(r["models"].as_object().unwrap().len(), 6);
+    assert_eq!(r["models"].as_object().unwrap().len(), 8);
     assert!(failures.is_empty(), "differ from llama.cpp: {failures:?}");
 }
 
 /// What each of them reads from its file, and the defaults llama.cpp fills in.
 #[test]
-fn gemma2_granite_smollm3_read_their_hyperparameters() {
+fn gemma2_granite_smollm3_lfm2_read_their_hyperparameters() {
     use super::config::{Arch, LayerKind};
     let load = |file: &str| {
         let mut bytes = repo_arch(file);
@@ -255,6 +256,43 @@ fn gemma2_granite_smollm3_read_their_hyperparameters() {
         (c.attn_softcap, c.final_softcap, c.residual_scale),
         (0.0, 0.0, 1.0)
     );
+    let c = load("tiny-lfm2-F16.gguf");
+    assert_eq!((c.arch, c.conv_taps, c.n_kv_heads), (Arch::Lfm2, 3, 2));
+    let kinds: Vec<LayerKind> = (0..c.n_layers).map(|l| c.layer_kind(l)).collect();
+    use LayerKind::Conv;
+    assert_eq!(kinds, [Conv, Conv, Global, Conv, Global, Conv]);
+}
+
+/// LFM2's convolution layers keep `b * u` of their last taps + batch - 1 positions (34 of the
+/// 64 here): one token at a time, and after truncating back (within the ring, and past it:
+/// rebuilt from the ids), the logits are those of one batched run, bit for bit.
+#[test]
+fn lfm2_convolution_steps_and_truncation() {
+    let r: serde_json::Value = serde_json::from_slice(&repo_arch("reference.json")).unwrap();
+    let ids = u32s(&r["tokens"]);
+    let batched = run_bytes(repo_arch("tiny-lfm2-F16.gguf"), &ids, 64, None);
+    let mut bytes = repo_arch("tiny-lfm2-F16.gguf");
+    let g = Gguf::parse_for_model(&mut bytes).unwrap();
+    let mut model = Model::load(&g, 64).unwrap();
+    for (p, &id) in ids.iter().enumerate() {
+        model.forward(&[id], None).unwrap();
+        assert!(bits(&model.logits) == bits(&batched[p]), "step {p}");
+    }
+    for back in [46, 40, 10, 1, 0] {
+        model.truncate(back).unwrap();
+        let mut rows = Vec::new();
+        let rest = &ids[back..];
+        model
+            .forward(rest, Some(&mut |_, l: &[f32]| rows.push(l.to_vec())))
+            .unwrap();
+        for (i, row) in rows.iter().enumerate() {
+            assert!(
+                bits(row) == bits(&batched[back + i]),
+                "truncated to {back}, position {}",
+                back + i
+            );
+        }
+    }
 }
 
 /// The error of loading the model in `bytes` (which must fail), and its message.
@@ -337,16 +375,10 @@ fn matrices<'m>(m: &'m Model<'_>) -> Vec<(String, GgmlType, &'m [u8])> {
         ("output".into(), m.output.ty, m.output.data),
     ];
     for (l, layer) in m.layers.iter().enumerate() {
-        for (name, w) in [
-            ("q", &layer.wq),
-            ("k", &layer.wk),
-            ("v", &layer.wv),
-            ("o", &layer.wo),
-            ("gate", &layer.w_gate),
-            ("up", &layer.w_up),
-            ("down", &layer.w_down),
-        ] {
-            out.push((std::format!("blk.{l}.{name}"), w.ty, w.data));
+        let (mixer, _) = layer.mixer.weights();
+        let ffn = [&layer.w_gate, &layer.w_up, &layer.w_down];
+        for (i, w) in mixer.into_iter().chain(ffn).enumerate() {
+            out.push((std::format!("blk.{l}.matrix {i}"), w.ty, w.data));
         }
     }
     out
