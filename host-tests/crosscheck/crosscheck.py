@@ -7,7 +7,8 @@ usage: crosscheck.py WASMIND_CLI SHARED_DIR WORK_DIR SEED PART[,PART...]
 needs: llama-cpp-python==0.3.36 (the version of ../shared/reference), gguf, numpy, model2vec==0.10.0
 
 Parts, each a line per case and a verdict:
-- shapes: tiny random-weight models of all nine architectures in shapes drawn from the seed
+- shapes: tiny random-weight models of all nine architectures (CROSSCHECK_ARCHS: some) in
+  shapes drawn from the seed
   (widths that are and are not multiples of 32 and 256, 1-8 heads, grouped and not, head widths
   16-256, partial RoPE for phi3, linear RoPE scaling, tied outputs, 1-8 layers, sliding windows
   of 1-40, gemma2's soft caps, granite's four scales and RoPE switched off, lfm2's convolution
@@ -75,6 +76,7 @@ def verdict(ok, line):
 # ---- shapes ---------------------------------------------------------------------------------
 
 ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "phi3", "gemma2", "granite", "smollm3", "lfm2"]
+ARCHS = os.environ.get("CROSSCHECK_ARCHS", ",".join(ARCHS)).split(",")  # e.g. lfm2,gemma2
 QUANTS = {"Q8_0": 7, "Q4_0": 2, "Q4_1": 3, "Q5_0": 8, "Q5_1": 9, "Q4_K": 15, "Q5_K": 17, "Q6_K": 18,
           "F16": 1, "BF16": 32}
 
@@ -105,8 +107,12 @@ def draw_shape(arch):
     if arch == "smollm3":
         s["L"] = rng.randint(1, 8)
     if arch == "lfm2":
-        s["L"] = rng.randint(1, 8)
-        s.update(kinds="".join(rng.choice("cca") for _ in range(s["L"])), conv_taps=rng.randint(2, 5))
+        s["L"] = rng.randint(2, 8)
+        kinds = [rng.choice("cca") for _ in range(s["L"])]
+        # llama.cpp aborts on a model without attention layers, or without convolution layers
+        a, c = rng.sample(range(s["L"]), 2)
+        kinds[a], kinds[c] = "a", "c"
+        s.update(kinds="".join(kinds), conv_taps=rng.randint(2, 5))
         if rng.random() < 0.3:
             s["SWA"] = rng.randint(1, 40)
     if arch == "phi3" and rng.random() < 0.5:

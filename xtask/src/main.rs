@@ -163,7 +163,8 @@ fn lint() -> Result<(), String> {
     )
 }
 
-/// The fuzz targets (host-tests/fuzz, cargo fuzz on nightly) and the real files that seed them.
+/// The fuzz targets (host-tests/fuzz, cargo fuzz on nightly) and the real files that seed them
+/// (in ../shared, or this repository's where the path starts with host-tests/).
 const FUZZ_TARGETS: [(&str, &[&str]); 8] = [
     (
         "gguf_model",
@@ -172,6 +173,8 @@ const FUZZ_TARGETS: [(&str, &[&str]); 8] = [
             "models/tiny/tiny-qwen2-Q8_0.gguf",
             "models/tiny/tiny-gemma3-Q4_K.gguf",
             "models/tiny/tiny-phi3-Q8_0.gguf",
+            "host-tests/testdata/arch/tiny-gemma2-F16.gguf",
+            "host-tests/testdata/arch/tiny-lfm2-F16.gguf",
             "models/vocab/vocab-bpe-smollm.gguf",
         ],
     ),
@@ -353,7 +356,10 @@ fn fuzz(args: &[String]) -> Result<(), String> {
             }
         }
         for seed in seeds {
-            let from = shared.join(seed);
+            let from = match seed.starts_with("host-tests/") {
+                true => root.join(seed),
+                false => shared.join(seed),
+            };
             let to = corpus.join(seed.replace('/', "_"));
             if !to.exists() {
                 std::fs::copy(&from, &to).map_err(|e| {
