@@ -568,11 +568,15 @@ impl<'a> Gguf<'a> {
 
     /// The tensor called `name`, if present.
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo<'a>> {
+        Some(&self.tensors[self.tensor_index(name)?])
+    }
+    /// Where tensor `name` is in [`Gguf::tensors`].
+    pub fn tensor_index(&self, name: &str) -> Option<usize> {
         let i = self
             .tensor_by_name
             .binary_search_by(|&i| self.tensors[i as usize].name.cmp(name))
             .ok()?;
-        Some(&self.tensors[self.tensor_by_name[i] as usize])
+        Some(self.tensor_by_name[i] as usize)
     }
 }
 

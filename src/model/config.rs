@@ -255,31 +255,38 @@ impl Config {
         let kv_key = key("attention.head_count_kv");
         let kv = match g.get(&kv_key) {
             Some(crate::gguf::Value::Array(a)) => {
-                let counts: Vec<u32> = match (a.u32s(), a.i32s()) {
-                    (Some(v), _) => v.collect(),
-                    (_, Some(v)) => v.map(|n| u32::try_from(n).unwrap_or(u32::MAX)).collect(),
-                    _ => bail!(Status::BadFormat, "{} is not a list of integers", kv_key),
-                };
-                if counts.len() != n_layers {
+                if a.len() != n_layers {
                     bail!(
                         Status::BadFormat,
                         "{} has {} entries for {} layers",
                         kv_key,
-                        counts.len(),
+                        a.len(),
                         n_layers
                     );
                 }
-                if arch == Arch::Lfm2 {
-                    conv_layers = counts.iter().map(|&c| c == 0).collect();
+                conv_layers
+                    .try_reserve_exact(n_layers)
+                    .map_err(|_| err!(Status::OutOfMemory, "layers"))?;
+                let mut first = None;
+                for v in a.values() {
+                    let Some(count) = v.as_i128().and_then(|n| u32::try_from(n).ok()) else {
+                        bail!(Status::BadFormat, "{} is not a list of counts", kv_key);
+                    };
+                    let conv = arch == Arch::Lfm2 && count == 0;
+                    conv_layers.push(conv);
+                    match first {
+                        _ if conv => {}
+                        None => first = Some(count),
+                        Some(f) if f != count => bail!(
+                            Status::Unsupported,
+                            "{} differs from layer to layer",
+                            kv_key
+                        ),
+                        Some(_) => {}
+                    }
                 }
-                let mut attention = counts.iter().filter(|&&c| c != 0 || arch != Arch::Lfm2);
-                let first = attention.next().copied();
-                if attention.any(|&c| Some(c) != first) {
-                    bail!(
-                        Status::Unsupported,
-                        "{} differs from layer to layer",
-                        kv_key
-                    );
+                if arch != Arch::Lfm2 {
+                    conv_layers.clear();
                 }
                 first
             }
@@ -502,11 +509,17 @@ impl Config {
         let mut conv_taps = 0;
         if arch == Arch::Lfm2 {
             conv_taps = bounded("shortconv.l_cache", 64)?;
-            if conv_taps < 2 || n_heads * head_dim != dim {
+            if conv_taps < 2 {
                 bail!(
                     Status::BadFormat,
-                    "lfm2: shortconv.l_cache {} (at least 2) or heads {} x width {} != {}",
-                    conv_taps,
+                    "lfm2.shortconv.l_cache = {} is out of range 2..=64",
+                    conv_taps
+                );
+            }
+            if n_heads * head_dim != dim {
+                bail!(
+                    Status::BadFormat,
+                    "lfm2: {} heads of width {} are not embedding_length {}",
                     n_heads,
                     head_dim,
                     dim

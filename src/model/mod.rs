@@ -343,21 +343,18 @@ struct Loader<'g, 'a> {
     quantize: Option<GgmlType>,
     owned: Vec<Vec<u8>>,
     quantized_bytes: usize,
-    /// Names of the tensors read so far.
-    used: Vec<&'a str>,
+    /// Which of the file's tensors ([`Gguf::tensors`]) were read.
+    used: Vec<bool>,
 }
 
 impl<'a> Loader<'_, 'a> {
     /// Tensor `name`, if the file has it (then it counts as read).
     fn optional(&mut self, name: &str) -> Result<Option<&TensorInfo<'a>>> {
-        let Some(t) = self.g.tensor(name) else {
+        let Some(i) = self.g.tensor_index(name) else {
             return Ok(None);
         };
-        self.used
-            .try_reserve(1)
-            .map_err(|_| err!(Status::OutOfMemory, "tensor names"))?;
-        self.used.push(t.name);
-        Ok(Some(t))
+        self.used[i] = true;
+        Ok(Some(&self.g.tensors()[i]))
     }
 
     fn tensor(&mut self, name: &str) -> Result<&TensorInfo<'a>> {
@@ -378,19 +375,16 @@ impl<'a> Loader<'_, 'a> {
     /// Refuses a file with a tensor the forward pass did not read (a bias or a norm of a variant
     /// we do not run would otherwise be ignored, and the logits silently wrong); llama.cpp
     /// refuses such files too.
-    fn check_all_used(&mut self) -> Result<()> {
-        self.used.sort_unstable();
-        for t in self.g.tensors() {
-            if self.used.binary_search(&t.name).is_err() {
-                bail!(
-                    Status::Unsupported,
-                    "tensor {} is not part of the {} forward pass implemented here",
-                    t.name,
-                    self.g.get_str("general.architecture").unwrap_or("?")
-                );
-            }
+    fn check_all_used(&self) -> Result<()> {
+        match self.used.iter().position(|&u| !u) {
+            Some(i) => bail!(
+                Status::Unsupported,
+                "tensor {} is not part of the {} forward pass implemented here",
+                self.g.tensors()[i].name,
+                self.g.get_str("general.architecture").unwrap_or("?")
+            ),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// The `rows x cols` matrix `name`, checked against that shape.
@@ -558,6 +552,11 @@ impl<'a> Model<'a> {
             quantized_bytes: 0,
             used: Vec::new(),
         };
+        let n_tensors = g.tensors().len();
+        ld.used
+            .try_reserve_exact(n_tensors)
+            .map_err(|_| err!(Status::OutOfMemory, "{} tensors", n_tensors))?;
+        ld.used.resize(n_tensors, false);
         let (dim, q_dim, kv_dim, ffn, _) = cfg.widths();
         let token_embd = ld.matrix("token_embd.weight", cfg.vocab, dim)?;
         let output = match g.tensor("output.weight") {

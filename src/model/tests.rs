@@ -349,6 +349,16 @@ fn bad_scales_and_unread_tensors_are_refused() {
             "granite.residual_scale",
             f32::INFINITY.to_le_bytes(),
         ),
+        (
+            "tiny-lfm2-F16.gguf",
+            "lfm2.shortconv.l_cache",
+            1u32.to_le_bytes(),
+        ),
+        (
+            "tiny-lfm2-F16.gguf",
+            "lfm2.shortconv.l_cache",
+            65u32.to_le_bytes(),
+        ),
     ];
     for (file, key, value) in cases {
         let (status, m) = load_error(with_value(repo_arch(file), key, value));
