@@ -7,12 +7,13 @@ usage: crosscheck.py WASMIND_CLI SHARED_DIR WORK_DIR SEED PART[,PART...]
 needs: llama-cpp-python==0.3.36 (the version of ../shared/reference), gguf, numpy, model2vec==0.10.0
 
 Parts, each a line per case and a verdict:
-- shapes: tiny random-weight models of all nine architectures (CROSSCHECK_ARCHS: some) in
+- shapes: tiny random-weight models of all ten architectures (CROSSCHECK_ARCHS: some) in
   shapes drawn from the seed
   (widths that are and are not multiples of 32 and 256, 1-8 heads, grouped and not, head widths
   16-256, partial RoPE for phi3, linear RoPE scaling, tied outputs, 1-8 layers, sliding windows
   of 1-40, gemma2's soft caps, granite's four scales and RoPE switched off, lfm2's convolution
-  and attention layers in any order, convolutions of 2-5 positions), F32 and two other
+  and attention layers in any order, convolutions of 2-5 positions, exaone4 at 64 layers with
+  its sliding windows), F32 and two other
   types each (quantized, F16, BF16) as llama-quantize writes them;
   llama.cpp's logits over 48 ids against `wasmind logits` with the single-threaded module, which must equal
   the threaded module's on 2 threads bit for bit.
@@ -75,7 +76,7 @@ def verdict(ok, line):
 
 # ---- shapes ---------------------------------------------------------------------------------
 
-ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "phi3", "gemma2", "granite", "smollm3", "lfm2"]
+ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "phi3", "gemma2", "granite", "smollm3", "lfm2", "exaone4"]
 ARCHS = os.environ.get("CROSSCHECK_ARCHS", ",".join(ARCHS)).split(",")  # e.g. lfm2,gemma2
 QUANTS = {"Q8_0": 7, "Q4_0": 2, "Q4_1": 3, "Q5_0": 8, "Q5_1": 9, "Q4_K": 15, "Q5_K": 17, "Q6_K": 18,
           "F16": 1, "BF16": 32}
@@ -106,6 +107,11 @@ def draw_shape(arch):
             s["no_rope"] = True
     if arch == "smollm3":
         s["L"] = rng.randint(1, 8)
+    if arch == "exaone4" and rng.random() < 0.4:
+        # its sliding-window layers exist at 64 layers only: a narrow model of 64
+        h = rng.choice([1, 2, 4])
+        s.update(L=64, H=h, HKV=rng.choice([d for d in range(1, h + 1) if h % d == 0]), HD=16, D=16 * h,
+                 FF=rng.choice([32, 64, 96]), SWA=rng.randint(1, 40))
     if arch == "lfm2":
         s["L"] = rng.randint(2, 8)
         kinds = [rng.choice("cca") for _ in range(s["L"])]
@@ -185,7 +191,7 @@ def check_logits(path, name, ids, rounded, exact_ok=False):
 
 def shapes():
     print("\n== shapes: random model shapes, llama.cpp's logits")
-    for n in range(int(os.environ.get("CROSSCHECK_SHAPES", "18"))):
+    for n in range(int(os.environ.get("CROSSCHECK_SHAPES", "20"))):
         s = draw_shape(ARCHS[n % len(ARCHS)])
         tag = f"{s['arch']}-{n}"
         print(f"{tag}: {json.dumps(s)}", flush=True)

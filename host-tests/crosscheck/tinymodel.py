@@ -7,6 +7,7 @@ qwen3, gemma2 and gemma3, D / H for the others), FF, L (layers), and per archite
 - gemma2, gemma3: SWA (sliding window); gemma2: attn_softcap, final_softcap;
 - granite: embedding_scale, residual_scale, attention_scale, logit_scale, no_rope (its
   `rope.scaling.finetuned` false: no RoPE in any layer);
+- exaone4: SWA (a window, in a 64-layer model only);
 - lfm2: kinds (a letter a layer: "c" a short convolution of conv_taps positions, "a"
   attention), SWA (a window for its attention layers, optional);
 - phi3: rope_dims (partial RoPE); any: tied (no output.weight), linear (RoPE scaling factor),
@@ -35,7 +36,7 @@ def write_model(path, s, w_rng):
         w.add_rope_freq_base(1e4 if arch == "gemma2" else 1e6)
     else:
         w.add_rope_freq_base(1e6 if arch == "lfm2" else 1e4); w.add_rope_dimension_count(s.get("rope_dims", hd))
-    if arch in GEMMA or (arch == "lfm2" and "SWA" in s):
+    if arch in GEMMA or (arch in ("lfm2", "exaone4") and "SWA" in s):
         w.add_sliding_window(s["SWA"])
     if arch == "gemma2":
         w.add_attn_logit_softcapping(s["attn_softcap"]); w.add_final_logit_softcapping(s["final_softcap"])
@@ -64,7 +65,8 @@ def write_model(path, s, w_rng):
         t("output.weight", (V, D), 0.2)
     for i in range(L):
         p = f"blk.{i}."
-        norm(p + "attn_norm.weight", D)
+        if arch != "exaone4":  # (no norms before attention and the feed-forward)
+            norm(p + "attn_norm.weight", D)
         if conv[i]:
             t(p + "shortconv.conv.weight", (D, s["conv_taps"]), 0.5)
             t(p + "shortconv.in_proj.weight", (3 * D, D), 0.15)
@@ -77,18 +79,19 @@ def write_model(path, s, w_rng):
         if arch == "qwen2":
             for n, k in (("q", qd), ("k", kvd), ("v", kvd)):
                 t(p + f"attn_{n}.bias", (k,), 0.1)
-        if arch in ("qwen3", "gemma3", "lfm2") and not conv[i]:
+        if arch in ("qwen3", "gemma3", "lfm2", "exaone4") and not conv[i]:
             norm(p + "attn_q_norm.weight", hd); norm(p + "attn_k_norm.weight", hd)
         if not conv[i]:
             t(p + "attn_output.weight", (D, qd), 0.08)
-        if arch in GEMMA:
+        if arch in GEMMA or arch == "exaone4":
             norm(p + "post_attention_norm.weight", D)
-        norm(p + "ffn_norm.weight", D)
+        if arch != "exaone4":
+            norm(p + "ffn_norm.weight", D)
         if arch == "phi3":
             t(p + "ffn_up.weight", (2 * FF, D), 0.06)
         else:
             t(p + "ffn_gate.weight", (FF, D), 0.06); t(p + "ffn_up.weight", (FF, D), 0.06)
         t(p + "ffn_down.weight", (D, FF), 0.04)
-        if arch in GEMMA:
+        if arch in GEMMA or arch == "exaone4":
             norm(p + "post_ffw_norm.weight", D)
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()

@@ -1,5 +1,5 @@
 """The suite's tiny models of the architectures ../shared has no fixture for (gemma2, granite,
-smollm3, lfm2), and llama.cpp's logits for them: arch/tiny-<arch>-F16.gguf and
+smollm3, lfm2, exaone4), and llama.cpp's logits for them: arch/tiny-<arch>-F16.gguf and
 arch/reference.json.
 
 usage: python gen_tiny_arch.py   (needs llama-cpp-python==0.3.36, gguf, numpy; writes next to itself)
@@ -8,8 +8,11 @@ Each model is random (seed 2026), small enough to commit, and shaped to exercise
 own: gemma2's head width apart from D / H, sliding window crossed by the 48 ids, and soft caps
 low enough to bend its scores and logits; granite's four scales and MQA; smollm3's layer
 without RoPE (every fourth); lfm2's convolution layers between its attention layers (the 48
-ids go through in a batch of 32 and one of 16, so the convolutions cross a batch). Types: F16 as committed, and Q8_0 as llama-quantize writes it from
-that F16 file (the test quantizes the F16 file at load instead: the same Q8_0 blocks).
+ids go through in a batch of 32 and one of 16, so the convolutions cross a batch); exaone4
+without norms before attention and the feed-forward, and at 64 layers (tiny ones) its
+sliding-window layers with a global layer without RoPE every fourth.
+Types: F16 as committed, and (unless `types` says otherwise) Q8_0 as llama-quantize writes it
+from that F16 file (the test quantizes the F16 file at load instead: the same Q8_0 blocks).
 The reference has the shape of ../shared/models/tiny/tiny-arch-reference.json: the ids, and per
 file llama.cpp's top-5 and top-two margin at every position and its logits at the last 4.
 """
@@ -30,6 +33,10 @@ SHAPES = [
          residual_scale=0.22, attention_scale=0.09, logit_scale=2.5),
     dict(arch="smollm3", V=320, D=64, H=4, HKV=2, FF=128, L=4, tied=True),
     dict(arch="lfm2", V=320, D=64, H=4, HKV=2, FF=128, L=6, kinds="ccacac", conv_taps=3, tied=True),
+    dict(arch="exaone4", V=320, D=64, H=4, HKV=2, FF=128, L=4),
+    # 64 layers amplify every rounding: F16 only, and smaller logits
+    dict(arch="exaone4", V=320, D=16, H=2, HKV=1, FF=32, L=64, SWA=8, tied=True, name="exaone4-swa",
+         out_scale=0.6, types=["F16"]),
 ]
 assert llama_cpp.__version__ == "0.3.36", llama_cpp.__version__
 
@@ -45,13 +52,15 @@ rng = np.random.default_rng(2026)
 ids = [int(x) for x in rng.integers(0, 320, 48)]
 ref = {"tokens": ids, "note": "vocab is 'none'; feed these ids; logits after each position", "models": {}}
 for n, s in enumerate(SHAPES):
-    f32 = os.path.join(OUT, f"tiny-{s['arch']}-F32.gguf")
+    f32 = os.path.join(OUT, f"tiny-{s.get('name', s['arch'])}-F32.gguf")
     write_model(f32, s, np.random.default_rng(2026 * 10 + n))
     files = {"F16": f32.replace("F32", "F16"), "Q8_0": f32.replace("F32", "Q8_0")}
     quantize(f32, files["F16"], 1)
     quantize(files["F16"], files["Q8_0"], 7)
     os.remove(f32)
     for ty, path in files.items():
+        if ty not in s.get("types", files):
+            continue
         llm = Llama(model_path=path, n_ctx=256, n_threads=2, n_batch=64, logits_all=True, verbose=False)
         llm.eval(ids)
         lg = np.array(llm.scores[: len(ids)], dtype=np.float64)

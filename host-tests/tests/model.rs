@@ -361,12 +361,12 @@ fn qwen3_gemma3_phi3_match_llama_cpp_inside_the_module() {
     assert!(failures.is_empty(), "differ from llama.cpp: {failures:?}");
 }
 
-/// gemma2, granite, smollm3 and lfm2 (this repository's tiny models, `testdata/arch/`) in the real
+/// gemma2, granite, smollm3, lfm2 and exaone4 (this repository's tiny models, `testdata/arch/`) in the real
 /// modules: llama.cpp's argmaxes and last-4 logits with every build, F16 as committed and
 /// quantized to Q8_0 at load, the last position as a decode step; the same bits on 0, 1 and
 /// 2 threads.
 #[test]
-fn gemma2_granite_smollm3_lfm2_match_llama_cpp_inside_the_module() {
+fn newer_architectures_match_llama_cpp_inside_the_module() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/arch");
     let r: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("reference.json")).unwrap()).unwrap();

@@ -9,10 +9,12 @@ use wasmparser::{Operator, Parser, Payload, TypeRef, ValType};
 /// engine and SIMD kernels for 11 weight types (each monomorphized for 1-4 activation
 /// vectors), compiled at opt-level 3 (the speed), and are 539-559 KiB with the cuts that cost
 /// no speed (no custom sections, our own sorts and float text, packed Unicode tables of
-/// category groups, the driver's state in .bss). The budget guards against unplanned growth.
+/// category groups, the driver's state in .bss). The budget guards against unplanned growth:
+/// 600 KiB until session 15 added five architectures (gemma2, granite, smollm3, lfm2,
+/// exaone4: +19.5 KB, the relaxed threaded module 603,521 -> 622,756 bytes), now 612 KiB.
 /// The sizes are printed by these tests, by `cargo xtask dist` and (with gzip) by `cargo xtask
 /// bench`.
-const SIZE_BUDGET: usize = 600 * 1024;
+const SIZE_BUDGET: usize = 612 * 1024;
 
 #[derive(Debug, PartialEq, Clone)]
 struct Sig {

@@ -24,6 +24,10 @@ pub enum Arch {
     /// Qwen3: no biases, an RMS norm on each head of q and k before RoPE, NeoX RoPE, a head
     /// width (`attention.key_length`) independent of `dim / heads`.
     Qwen3,
+    /// EXAONE 4.0: no norms before attention and the feed-forward, norms after both (as
+    /// Gemma's), q/k head norms; with 64 layers (32B) three sliding-window layers for each
+    /// global one, the global ones without RoPE.
+    Exaone4,
     /// Gemma 2: Gemma 3's shape without the q/k head norms, every other layer a sliding-window
     /// one, and soft caps (`cap * tanh(x / cap)`) on the attention scores and on the logits.
     Gemma2,
@@ -48,10 +52,11 @@ pub enum Arch {
 
 impl Arch {
     /// Every architecture, as `general.architecture` names it.
-    pub const ALL: [Arch; 9] = [
+    pub const ALL: [Arch; 10] = [
         Arch::Llama,
         Arch::Qwen2,
         Arch::Qwen3,
+        Arch::Exaone4,
         Arch::Gemma2,
         Arch::Gemma3,
         Arch::Granite,
@@ -65,6 +70,7 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Exaone4 => "exaone4",
             Arch::Gemma2 => "gemma2",
             Arch::Gemma3 => "gemma3",
             Arch::Granite => "granite",
@@ -163,9 +169,15 @@ pub struct Config {
     pub activation: Activation,
     /// RMS norms on each q and k head (`attn_q_norm`, `attn_k_norm`).
     pub qk_norm: bool,
-    /// Gemma's norms of the attention and feed-forward outputs (`post_attention_norm`,
-    /// `post_ffw_norm`) before they join the residual stream.
+    /// Norms of the residual stream before attention and the feed-forward (`attn_norm`,
+    /// `ffn_norm`; not EXAONE 4's).
+    pub pre_norms: bool,
+    /// Gemma's (and EXAONE 4's) norms of the attention and feed-forward outputs
+    /// (`post_attention_norm`, `post_ffw_norm`) before they join the residual stream.
     pub post_norms: bool,
+    /// Multi-token-prediction blocks after the `n_layers` that run (`nextn_predict_layers`):
+    /// their tensors are skipped, as llama.cpp skips them.
+    pub nextn_layers: usize,
     /// gate|up in one `ffn_up` (phi3). (Biases on q, k, v, and q|k|v in one `attn_qkv`, go by
     /// the tensors a file has, as in llama.cpp.)
     pub fused_gate_up: bool,
@@ -219,10 +231,16 @@ impl Config {
     pub fn from_gguf(g: &Gguf<'_>) -> Result<Config> {
         let arch_name = g.get_str("general.architecture")?;
         let Some(arch) = Arch::ALL.into_iter().find(|a| a.name() == arch_name) else {
+            let mut names = alloc::string::String::new();
+            for a in Arch::ALL {
+                names.push_str(if names.is_empty() { "" } else { ", " });
+                names.push_str(a.name());
+            }
             bail!(
                 Status::Unsupported,
-                "architecture {:?} (supported: llama, qwen2, qwen3, gemma2, gemma3, granite, phi3, smollm3)",
-                arch_name
+                "architecture {:?} (supported: {})",
+                arch_name,
+                names
             );
         };
         let key = |suffix: &str| {
@@ -247,7 +265,19 @@ impl Config {
             Ok(v as usize)
         };
         let dim = bounded("embedding_length", MAX_DIM)?;
-        let n_layers = bounded("block_count", MAX_LAYERS)?;
+        let blocks = bounded("block_count", MAX_LAYERS)?;
+        // Multi-token-prediction blocks after the others (llama.cpp loads and skips them)
+        let nextn_layers = match g.get_u32_opt(&key("nextn_predict_layers"))? {
+            Some(n) if n as usize >= blocks => bail!(
+                Status::BadFormat,
+                "{}.nextn_predict_layers = {} leaves no layer of {}",
+                arch_name,
+                n,
+                blocks
+            ),
+            n => n.unwrap_or(0) as usize,
+        };
+        let n_layers = blocks - nextn_layers;
         let n_heads = bounded("attention.head_count", MAX_HEADS)?;
         // One count, or one per layer (LFM2: 0 for its convolution layers; every attention
         // layer must have the same count here).
@@ -255,13 +285,13 @@ impl Config {
         let kv_key = key("attention.head_count_kv");
         let kv = match g.get(&kv_key) {
             Some(crate::gguf::Value::Array(a)) => {
-                if a.len() != n_layers {
+                if a.len() != blocks {
                     bail!(
                         Status::BadFormat,
                         "{} has {} entries for {} layers",
                         kv_key,
                         a.len(),
-                        n_layers
+                        blocks
                     );
                 }
                 conv_layers
@@ -418,6 +448,10 @@ impl Config {
             ),
             (Arch::Gemma2 | Arch::Gemma3, Some(w)) => w as usize,
             (Arch::Gemma2, None) => 4096,
+            // EXAONE 4.0: only the 64-layer model has sliding-window layers
+            (Arch::Exaone4, w) if n_layers == 64 && w.is_none_or(|w| w <= MAX_CONTEXT) => {
+                w.unwrap_or(4096) as usize
+            }
             // LFM2 with a window: in every attention layer
             (Arch::Lfm2, Some(w)) if w <= MAX_CONTEXT => w as usize,
             // Gemma 3 without a window attends to everything in every layer; the others have none
@@ -426,6 +460,7 @@ impl Config {
         let swa_pattern = match g.get(&key("attention.sliding_window_pattern")) {
             None if arch == Arch::Gemma2 => 2,
             None if arch == Arch::Lfm2 => 0,
+            None if arch == Arch::Exaone4 => 4,
             None => 6,
             Some(v) => match v.as_i128() {
                 Some(p) if (0..=MAX_LAYERS as i128).contains(&p) => p as usize,
@@ -446,7 +481,7 @@ impl Config {
                 "bad sliding-window rope base {}",
                 Shortest::from(b)
             ),
-            (Arch::Gemma2, None) => rope_base,
+            (Arch::Gemma2 | Arch::Exaone4, None) => rope_base,
             (_, None) => 10_000.0,
         };
         // The vocabulary size is the embedding's row count (checked in the weights).
@@ -456,9 +491,13 @@ impl Config {
         let vocab = embd.dims[1] as usize;
         let rope_style = match arch {
             Arch::Llama | Arch::Granite | Arch::Smollm3 => RopeStyle::AdjacentPairs,
-            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma2 | Arch::Gemma3 | Arch::Lfm2 | Arch::Phi3 => {
-                RopeStyle::Halves
-            }
+            Arch::Exaone4
+            | Arch::Qwen2
+            | Arch::Qwen3
+            | Arch::Gemma2
+            | Arch::Gemma3
+            | Arch::Lfm2
+            | Arch::Phi3 => RopeStyle::Halves,
         };
         // llama.cpp: the 27B Gemmas (Gemma 2: 46 layers, Gemma 3: 62) scale by dim / heads,
         // every other model by the head width (Granite: by its file's scale, when it has one).
@@ -474,6 +513,10 @@ impl Config {
         }
         if arch == Arch::Smollm3 {
             no_rope_step = 4;
+        }
+        if arch == Arch::Exaone4 && sliding_window > 0 {
+            // its global layers (every swa_pattern-th) have no RoPE
+            no_rope_step = swa_pattern;
         }
         if arch == Arch::Granite {
             if g.get(&key("deepstack_mapping")).is_some() {
@@ -552,7 +595,7 @@ impl Config {
             rope_base_local,
             // Gemma 2's and LFM2's sliding-window layers scale as the others do; Gemma 3's do not
             rope_linear_factor_local: match arch {
-                Arch::Gemma2 | Arch::Lfm2 => rope_linear_factor,
+                Arch::Exaone4 | Arch::Gemma2 | Arch::Lfm2 => rope_linear_factor,
                 _ => 1.0,
             },
             sliding_window,
@@ -571,8 +614,13 @@ impl Config {
             } else {
                 Activation::Silu
             },
-            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3 | Arch::Lfm2),
-            post_norms: gemma,
+            qk_norm: matches!(
+                arch,
+                Arch::Exaone4 | Arch::Qwen3 | Arch::Gemma3 | Arch::Lfm2
+            ),
+            pre_norms: arch != Arch::Exaone4,
+            post_norms: gemma || arch == Arch::Exaone4,
+            nextn_layers,
             fused_gate_up: arch == Arch::Phi3,
         })
     }

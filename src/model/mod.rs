@@ -1,5 +1,5 @@
-//! The llama-family forward pass (llama, qwen2, qwen3, gemma2, gemma3, granite, lfm2, phi3,
-//! smollm3): weights where they lie in the GGUF file (or quantized to Q8_0 as they are read), a
+//! The llama-family forward pass (llama, qwen2, qwen3, gemma2, gemma3, granite, lfm2,
+//! exaone4, phi3, smollm3): weights where they lie in the GGUF file (or quantized to Q8_0 as they are read), a
 //! KV cache, and a batched step that turns token ids into logits.
 //!
 //! One token, top to bottom (shapes per token; `B` tokens go through together in a batch;
@@ -7,17 +7,17 @@
 //! ```text
 //! x = token_embd[id] [* embed_scale]                   (dim,)   [gemma: sqrt(dim), granite]
 //! for each layer:
-//!     xb = rmsnorm(x) * attn_norm                      (dim,)
+//!     xb = rmsnorm(x) * attn_norm                      (dim,)   [exaone4: xb = x]
 //!     q, k, v = Wq xb [+bq], Wk xb [+bk], Wv xb [+bv]  (q_dim,), (kv_dim,), (kv_dim,)
 //!     [q_h, k_h = rmsnorm(q_h) * q_norm, rmsnorm(k_h) * k_norm]         [qwen3, gemma3]
 //!     [rope(q, k, pos)]; k, v -> cache[layer][pos]     (f16-rounded, as llama.cpp's cache)
 //!     per head h: s = q_h · K[lo..=pos] * scale        [s = cap tanh(s / cap): gemma2]
 //!                 o_h = softmax(s) · V[lo..=pos]
 //!                 (lo = 0, or pos + 1 - window in a sliding-window layer)
-//!     x += [post_attn_norm *] Wo o [* residual_scale]  (dim,)          [gemma; granite]
+//!     x += [post_attn_norm *] Wo o [* residual_scale]  (dim,)   [gemma, exaone4; granite]
 //!     (lfm2's convolution layers instead: b, c, u = Win xb; bu -> cache[layer][pos];
 //!      o = c * sum_k w_k bu[pos - taps + 1 + k]; x += Wout o)
-//!     xb = rmsnorm(x) * ffn_norm
+//!     xb = rmsnorm(x) * ffn_norm                                [exaone4: xb = x]
 //!     x += [post_ffn_norm *] Wdown (act(Wgate xb) * (Wup xb)) [* residual_scale]
 //!                                                      act: silu, or gelu [gemma]
 //! logits = Wout (rmsnorm(x) * output_norm) [* logit_scale]          [granite]
@@ -114,11 +114,12 @@ fn check_shape(t: &TensorInfo<'_>, want: &[u64]) -> Result<()> {
 
 struct Layer<'a> {
     kind: LayerKind,
-    attn_norm: Vec<f32>,
+    /// The norms before attention (or convolution) and before the feed-forward (not EXAONE 4's).
+    attn_norm: Option<Vec<f32>>,
     mixer: Mixer<'a>,
     /// gemma2, gemma3: the norm of the attention output.
     post_attn_norm: Option<Vec<f32>>,
-    ffn_norm: Vec<f32>,
+    ffn_norm: Option<Vec<f32>>,
     w_gate: Matrix<'a>,
     w_up: Matrix<'a>,
     w_down: Matrix<'a>,
@@ -236,14 +237,17 @@ enum BlockOutput {
 
 impl Scratch {
     /// xb = rmsnorm(x) * w for the positions `rows` (each `dim` wide): the input of the
-    /// projections that follow.
-    fn norm_rows(&mut self, rows: Range<usize>, dim: usize, w: &[f32], eps: f32) {
+    /// projections that follow; without a norm (EXAONE 4), xb = x.
+    fn norm_rows(&mut self, rows: Range<usize>, dim: usize, w: Option<&[f32]>, eps: f32) {
         for t in rows {
             let (xb, x) = (
                 &mut self.xb[t * dim..(t + 1) * dim],
                 &self.x[t * dim..(t + 1) * dim],
             );
-            rmsnorm(xb, x, w, eps);
+            match w {
+                Some(w) => rmsnorm(xb, x, w, eps),
+                None => xb.copy_from_slice(x),
+            }
         }
     }
 
@@ -370,6 +374,23 @@ impl<'a> Loader<'_, 'a> {
     /// The 1-D tensor `name` of `n` values, if the file has it.
     fn optional_vector(&mut self, name: &str, n: usize) -> Result<Option<Vec<f32>>> {
         self.optional(name)?.map(|t| vector(t, n)).transpose()
+    }
+
+    /// Counts the tensors of blocks `first..` as read: multi-token-prediction blocks, which
+    /// llama.cpp loads and does not run either.
+    fn skip_blocks_from(&mut self, first: usize) {
+        for (t, used) in self.g.tensors().iter().zip(&mut self.used) {
+            let block = t
+                .name
+                .strip_prefix("blk.")
+                .and_then(|r| r.split('.').next());
+            if block
+                .and_then(|b| b.parse::<usize>().ok())
+                .is_some_and(|b| b >= first)
+            {
+                *used = true;
+            }
+        }
     }
 
     /// Refuses a file with a tensor the forward pass did not read (a bias or a norm of a variant
@@ -569,7 +590,11 @@ impl<'a> Model<'a> {
             .map_err(|_| err!(Status::OutOfMemory, "layers"))?;
         for l in 0..cfg.n_layers {
             let nm = |suffix: &str| alloc::format!("blk.{l}.{suffix}");
-            let attn_norm = ld.vector(&nm("attn_norm.weight"), dim)?;
+            let pre_norm = |ld: &mut Loader<'_, 'a>, name: &str| match cfg.pre_norms {
+                true => ld.vector(&nm(name), dim).map(Some),
+                false => Ok(None),
+            };
+            let attn_norm = pre_norm(&mut ld, "attn_norm.weight")?;
             let mixer = match cfg.layer_kind(l) {
                 LayerKind::Conv => Mixer::Conv(ShortConv {
                     in_proj: ld.matrix(&nm("shortconv.in_proj.weight"), 3 * dim, dim)?,
@@ -587,7 +612,7 @@ impl<'a> Model<'a> {
                 true => Some(ld.vector(&nm("post_attention_norm.weight"), dim)?),
                 false => None,
             };
-            let ffn_norm = ld.vector(&nm("ffn_norm.weight"), dim)?;
+            let ffn_norm = pre_norm(&mut ld, "ffn_norm.weight")?;
             let (w_gate, w_up);
             if cfg.fused_gate_up {
                 // gate rows, then up rows (ggml's swiglu takes the first half as the gate)
@@ -621,6 +646,7 @@ impl<'a> Model<'a> {
             _ => ld.vector("output_norm.weight", dim)?,
         };
         let factors = ld.optional_vector("rope_freqs.weight", cfg.rope_dims / 2)?;
+        ld.skip_blocks_from(cfg.n_layers);
         ld.check_all_used()?;
         let linear = 1.0 / cfg.rope_linear_factor as f64;
         let rope = RopeTable::new(&cfg, context, factors.as_deref(), cfg.rope_base, linear)?;
@@ -718,7 +744,6 @@ impl<'a> Model<'a> {
     /// Bytes of weights one decode step reads: every layer's matrices and norms, the output
     /// norm and matrix, and one row of the token embedding (the bandwidth ceiling's numerator).
     pub fn weight_bytes_per_token(&self) -> usize {
-        let norms = |v: &[&Vec<f32>]| v.iter().map(|n| n.len() * 4).sum::<usize>();
         let layers: usize = self
             .layers
             .iter()
@@ -730,9 +755,15 @@ impl<'a> Model<'a> {
                     .map(|m| m.data.len())
                     .sum::<usize>()
                     + vectors
-                    + norms(&[&l.attn_norm, &l.ffn_norm])
-                    + l.post_attn_norm.as_ref().map_or(0, |n| n.len() * 4)
-                    + l.post_ffn_norm.as_ref().map_or(0, |n| n.len() * 4)
+                    + [
+                        &l.attn_norm,
+                        &l.ffn_norm,
+                        &l.post_attn_norm,
+                        &l.post_ffn_norm,
+                    ]
+                    .iter()
+                    .map(|n| n.as_ref().map_or(0, |n| n.len() * 4))
+                    .sum::<usize>()
             })
             .sum();
         layers + self.output.data.len() + self.output_norm.len() * 4 + self.token_embd.row_bytes
@@ -854,7 +885,7 @@ impl<'a> Model<'a> {
         }
         for l in 0..cfg.n_layers {
             let s = &mut self.scratch;
-            s.norm_rows(0..n, dim, &self.layers[l].attn_norm, cfg.rms_eps);
+            s.norm_rows(0..n, dim, self.layers[l].attn_norm.as_deref(), cfg.rms_eps);
             match self.layers[l].kind {
                 LayerKind::Conv => self.convolve(l, n, pos0)?,
                 LayerKind::Global | LayerKind::Local => self.attend(l, n, pos0)?,
@@ -864,7 +895,7 @@ impl<'a> Model<'a> {
             let post_norm = layer.post_attn_norm.as_deref();
             let wo = layer.mixer.output();
             s.add_block_output(wo, BlockOutput::Attention, n, post_norm, &cfg)?;
-            s.norm_rows(0..n, dim, &layer.ffn_norm, cfg.rms_eps);
+            s.norm_rows(0..n, dim, layer.ffn_norm.as_deref(), cfg.rms_eps);
             matmul_group(
                 &mut [
                     (&layer.w_gate, &mut s.gate[..n * ffn]),
@@ -890,7 +921,7 @@ impl<'a> Model<'a> {
         // Final norm and the output projection: every position when asked, else the last.
         let first = if all_logits { 0 } else { n - 1 };
         let s = &mut self.scratch;
-        s.norm_rows(first..n, dim, &self.output_norm, cfg.rms_eps);
+        s.norm_rows(first..n, dim, Some(&self.output_norm), cfg.rms_eps);
         let vocab = cfg.vocab;
         for t in first..n {
             matmul_group(

@@ -202,14 +202,17 @@ fn repo_arch(file: &str) -> Vec<u8> {
 }
 
 /// gemma2 (soft caps, a head width apart from dim / heads, its window crossed), granite (its
-/// four scales, MQA), smollm3 (a layer without RoPE) and lfm2 (four convolution layers, two
-/// attention layers) against llama.cpp: the F16 files as they are, and quantized to Q8_0 at
-/// load against llama.cpp on llama-quantize's Q8_0 of them. Each fails with its
-/// architecture's one difference from llama left out or wrong (measured: gemma2 without the
-/// score cap 0.23 off, granite without the residual scale 9.2 and 22 argmaxes, smollm3 with
-/// RoPE in every layer 0.57, lfm2 with its taps reversed 18.8 and 35 argmaxes).
+/// four scales, MQA), smollm3 (a layer without RoPE), lfm2 (four convolution layers, two
+/// attention layers) and exaone4 (no norms before attention and the feed-forward; and 64
+/// narrow layers, where it has sliding windows and global layers without RoPE) against
+/// llama.cpp: the F16 files as they are, and quantized to Q8_0 at load against llama.cpp on
+/// llama-quantize's Q8_0 of them. Each fails with its architecture's one difference from
+/// llama left out or wrong (measured: gemma2 without the score cap 0.23 off, granite without
+/// the residual scale 9.2 and 22 argmaxes, smollm3 with RoPE in every layer 0.57, lfm2 with
+/// its taps reversed 18.8 and 35 argmaxes, exaone4 with RoPE pairs side by side 4.6, at 64
+/// layers without its windows 5.3, with RoPE in its global layers 5.3).
 #[test]
-fn gemma2_granite_smollm3_lfm2_match_llama_cpp() {
+fn newer_architectures_match_llama_cpp() {
     let r: serde_json::Value = serde_json::from_slice(&repo_arch("reference.json")).unwrap();
     let ids = u32s(&r["tokens"]);
     let mut failures = Vec::new();
@@ -219,13 +222,13 @@ fn gemma2_granite_smollm3_lfm2_match_llama_cpp() {
         let logits = run_bytes(bytes, &ids, 64, quantize);
         failures.extend(check_arch_file(&r, file, &logits));
     }
-    assert_eq!(r["models"].as_object().unwrap().len(), 8);
+    assert_eq!(r["models"].as_object().unwrap().len(), 11);
     assert!(failures.is_empty(), "differ from llama.cpp: {failures:?}");
 }
 
 /// What each of them reads from its file, and the defaults llama.cpp fills in.
 #[test]
-fn gemma2_granite_smollm3_lfm2_read_their_hyperparameters() {
+fn newer_architectures_read_their_hyperparameters() {
     use super::config::{Arch, LayerKind};
     let load = |file: &str| {
         let mut bytes = repo_arch(file);
@@ -261,6 +264,18 @@ fn gemma2_granite_smollm3_lfm2_read_their_hyperparameters() {
     let kinds: Vec<LayerKind> = (0..c.n_layers).map(|l| c.layer_kind(l)).collect();
     use LayerKind::Conv;
     assert_eq!(kinds, [Conv, Conv, Global, Conv, Global, Conv]);
+    let c = load("tiny-exaone4-F16.gguf");
+    assert_eq!(
+        (c.arch, c.pre_norms, c.post_norms, c.sliding_window),
+        (Arch::Exaone4, false, true, 0)
+    );
+    let c = load("tiny-exaone4-swa-F16.gguf");
+    assert_eq!((c.n_layers, c.sliding_window), (64, 8));
+    for l in 0..c.n_layers {
+        let global = l % 4 == 3;
+        assert_eq!(c.layer_kind(l) == Global, global, "layer {l}");
+        assert_eq!(c.has_rope(l), !global, "layer {l}");
+    }
 }
 
 /// LFM2's convolution layers keep `b * u` of their last taps + batch - 1 positions (34 of the
