@@ -436,12 +436,16 @@ impl Config {
         };
         let gemma = arch.is_gemma();
         let sliding_window = match (arch, g.get_u32_opt(&key("attention.sliding_window"))?) {
-            (Arch::Gemma2 | Arch::Gemma3, Some(w)) if w > MAX_CONTEXT => bail!(
-                Status::BadFormat,
-                "{}.attention.sliding_window = {} is out of range",
-                arch_name,
-                w
-            ),
+            (Arch::Gemma2 | Arch::Gemma3 | Arch::Lfm2 | Arch::Exaone4, Some(w))
+                if w > MAX_CONTEXT =>
+            {
+                bail!(
+                    Status::BadFormat,
+                    "{}.attention.sliding_window = {} is out of range",
+                    arch_name,
+                    w
+                )
+            }
             (Arch::Gemma2, Some(0)) => bail!(
                 Status::BadFormat,
                 "gemma2.attention.sliding_window = 0 is out of range"
@@ -449,11 +453,9 @@ impl Config {
             (Arch::Gemma2 | Arch::Gemma3, Some(w)) => w as usize,
             (Arch::Gemma2, None) => 4096,
             // EXAONE 4.0: only the 64-layer model has sliding-window layers
-            (Arch::Exaone4, w) if n_layers == 64 && w.is_none_or(|w| w <= MAX_CONTEXT) => {
-                w.unwrap_or(4096) as usize
-            }
+            (Arch::Exaone4, w) if n_layers == 64 => w.unwrap_or(4096) as usize,
             // LFM2 with a window: in every attention layer
-            (Arch::Lfm2, Some(w)) if w <= MAX_CONTEXT => w as usize,
+            (Arch::Lfm2, Some(w)) => w as usize,
             // Gemma 3 without a window attends to everything in every layer; the others have none
             _ => 0,
         };

@@ -1,6 +1,6 @@
 //! The llama-family forward pass (llama, qwen2, qwen3, gemma2, gemma3, granite, lfm2,
-//! exaone4, phi3, smollm3): weights where they lie in the GGUF file (or quantized to Q8_0 as they are read), a
-//! KV cache, and a batched step that turns token ids into logits.
+//! exaone4, phi3, smollm3): weights where they lie in the GGUF file (or quantized to Q8_0 as
+//! they are read), a KV cache, and a batched step that turns token ids into logits.
 //!
 //! One token, top to bottom (shapes per token; `B` tokens go through together in a batch;
 //! bracketed steps belong to some architectures only):
@@ -9,7 +9,7 @@
 //! for each layer:
 //!     xb = rmsnorm(x) * attn_norm                      (dim,)   [exaone4: xb = x]
 //!     q, k, v = Wq xb [+bq], Wk xb [+bk], Wv xb [+bv]  (q_dim,), (kv_dim,), (kv_dim,)
-//!     [q_h, k_h = rmsnorm(q_h) * q_norm, rmsnorm(k_h) * k_norm]         [qwen3, gemma3]
+//!     [q_h, k_h = rmsnorm(q_h) * q_norm, rmsnorm(k_h) * k_norm]   [qwen3, gemma3, lfm2, exaone4]
 //!     [rope(q, k, pos)]; k, v -> cache[layer][pos]     (f16-rounded, as llama.cpp's cache)
 //!     per head h: s = q_h · K[lo..=pos] * scale        [s = cap tanh(s / cap): gemma2]
 //!                 o_h = softmax(s) · V[lo..=pos]
@@ -117,13 +117,13 @@ struct Layer<'a> {
     /// The norms before attention (or convolution) and before the feed-forward (not EXAONE 4's).
     attn_norm: Option<Vec<f32>>,
     mixer: Mixer<'a>,
-    /// gemma2, gemma3: the norm of the attention output.
+    /// gemma2, gemma3, exaone4: the norm of the attention (or convolution) output.
     post_attn_norm: Option<Vec<f32>>,
     ffn_norm: Option<Vec<f32>>,
     w_gate: Matrix<'a>,
     w_up: Matrix<'a>,
     w_down: Matrix<'a>,
-    /// gemma2, gemma3: the norm of the feed-forward output.
+    /// gemma2, gemma3, exaone4: the norm of the feed-forward output.
     post_ffn_norm: Option<Vec<f32>>,
 }
 
@@ -229,7 +229,7 @@ struct Scratch {
 /// The result a block ends with, before its output projection.
 #[derive(Clone, Copy)]
 enum BlockOutput {
-    /// `att_out` (n, q_dim).
+    /// `att_out` (n, q_dim): the attention's, or a convolution's.
     Attention,
     /// `gate` (n, ffn), already multiplied by `up`.
     FeedForward,
@@ -251,8 +251,9 @@ impl Scratch {
         }
     }
 
-    /// x += [post_norm *] W y [* residual_scale] over the first `n` positions, y being the attention's output
-    /// (W = Wo) or the gated feed-forward (W = Wdown): the end of a block. W y goes through xb.
+    /// x += [post_norm *] W y [* residual_scale] over the first `n` positions, y being the
+    /// attention's (or convolution's) output (W = Wo or out_proj) or the gated feed-forward
+    /// (W = Wdown): the end of a block. W y goes through xb.
     fn add_block_output(
         &mut self,
         w: &Matrix<'_>,
