@@ -591,11 +591,12 @@ impl<'a> Model<'a> {
             .map_err(|_| err!(Status::OutOfMemory, "layers"))?;
         for l in 0..cfg.n_layers {
             let nm = |suffix: &str| alloc::format!("blk.{l}.{suffix}");
-            let pre_norm = |ld: &mut Loader<'_, 'a>, name: &str| match cfg.pre_norms {
+            // A norm of the residual stream the architecture has (`on`), or none.
+            let norm = |ld: &mut Loader<'_, 'a>, on: bool, name: &str| match on {
                 true => ld.vector(&nm(name), dim).map(Some),
                 false => Ok(None),
             };
-            let attn_norm = pre_norm(&mut ld, "attn_norm.weight")?;
+            let attn_norm = norm(&mut ld, cfg.pre_norms, "attn_norm.weight")?;
             let mixer = match cfg.layer_kind(l) {
                 LayerKind::Conv => Mixer::Conv(ShortConv {
                     in_proj: ld.matrix(&nm("shortconv.in_proj.weight"), 3 * dim, dim)?,
@@ -609,11 +610,8 @@ impl<'a> Model<'a> {
                     Mixer::Attention(Attention::load(&mut ld, &cfg, l)?)
                 }
             };
-            let post_attn_norm = match cfg.post_norms {
-                true => Some(ld.vector(&nm("post_attention_norm.weight"), dim)?),
-                false => None,
-            };
-            let ffn_norm = pre_norm(&mut ld, "ffn_norm.weight")?;
+            let post_attn_norm = norm(&mut ld, cfg.post_norms, "post_attention_norm.weight")?;
+            let ffn_norm = norm(&mut ld, cfg.pre_norms, "ffn_norm.weight")?;
             let (w_gate, w_up);
             if cfg.fused_gate_up {
                 // gate rows, then up rows (ggml's swiglu takes the first half as the gate)
@@ -625,10 +623,7 @@ impl<'a> Model<'a> {
                 w_up = ld.matrix(&nm("ffn_up.weight"), ffn, dim)?;
             }
             let w_down = ld.matrix(&nm("ffn_down.weight"), dim, ffn)?;
-            let post_ffn_norm = match cfg.post_norms {
-                true => Some(ld.vector(&nm("post_ffw_norm.weight"), dim)?),
-                false => None,
-            };
+            let post_ffn_norm = norm(&mut ld, cfg.post_norms, "post_ffw_norm.weight")?;
             layers.push(Layer {
                 kind: cfg.layer_kind(l),
                 attn_norm,
