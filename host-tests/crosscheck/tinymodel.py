@@ -10,13 +10,17 @@ qwen3, gemma2 and gemma3, D / H for the others), FF, L (layers), and per archite
 - exaone4: SWA (a window, in a 64-layer model only);
 - lfm2: kinds (a letter a layer: "c" a short convolution of conv_taps positions, "a"
   attention), SWA (a window for its attention layers, optional);
-- phi3: rope_dims (partial RoPE); any: tied (no output.weight), linear (RoPE scaling factor),
+- qwen35: kinds ("r" a gated delta-net layer, "a" gated attention; without it every
+  `interval`-th layer attends, written as `full_attention_interval`), S (delta-net head
+  width), HK, HV (its key and value heads), conv_taps, rope_dims, sections (of its
+  interleaved M-RoPE);
+- phi3, qwen35: rope_dims (partial RoPE); any: tied (no output.weight), linear (RoPE scaling factor),
   out_scale (of the final norm: 4 for Gemma, 1 for the others by default).
 """
 import gguf
 import numpy as np
 
-OWN_HEAD_WIDTH = ("qwen3", "gemma2", "gemma3")
+OWN_HEAD_WIDTH = ("qwen3", "gemma2", "gemma3", "qwen35")
 GEMMA = ("gemma2", "gemma3")
 
 
@@ -27,10 +31,23 @@ def write_model(path, s, w_rng):
     w.add_block_count(L); w.add_context_length(256); w.add_embedding_length(D)
     w.add_feed_forward_length(FF); w.add_head_count(H)
     conv = [k == "c" for k in s["kinds"]] if arch == "lfm2" else [False] * L
+    if arch == "qwen35":
+        rec = [k == "r" for k in s["kinds"]] if "kinds" in s else [(i + 1) % s["interval"] != 0 for i in range(L)]
+    else:
+        rec = [False] * L
     w.add_head_count_kv([0 if c else HKV for c in conv] if arch == "lfm2" else HKV)
     if arch == "lfm2":
         w.add_shortconv_l_cache(s["conv_taps"])
     w.add_layer_norm_rms_eps(1e-6); w.add_vocab_size(V); w.add_tokenizer_model("none"); w.add_file_type(0)
+    if arch == "qwen35":
+        S, HK, HV = s["S"], s["HK"], s["HV"]
+        w.add_ssm_conv_kernel(s["conv_taps"]); w.add_ssm_state_size(S); w.add_ssm_group_count(HK)
+        w.add_ssm_time_step_rank(HV); w.add_ssm_inner_size(S * HV)
+        if "kinds" in s:
+            w.add_array("qwen35.attention.recurrent_layers", rec)
+        else:
+            w.add_full_attention_interval(s["interval"])
+        w.add_rope_dimension_count(s["rope_dims"]); w.add_rope_dimension_sections(s["sections"])
     if arch in OWN_HEAD_WIDTH:
         w.add_key_length(hd); w.add_value_length(hd)
         w.add_rope_freq_base(1e4 if arch == "gemma2" else 1e6)
@@ -67,7 +84,19 @@ def write_model(path, s, w_rng):
         p = f"blk.{i}."
         if arch != "exaone4":  # (no norms before attention and the feed-forward)
             norm(p + "attn_norm.weight", D)
-        if conv[i]:
+        if rec[i]:
+            cd = 2 * HK * S + HV * S
+            t(p + "attn_qkv.weight", (cd, D), 0.15); t(p + "attn_gate.weight", (HV * S, D), 0.15)
+            t(p + "ssm_conv1d.weight", (cd, s["conv_taps"]), 0.5)
+            t(p + "ssm_dt.bias", (HV,), 0.5)
+            w.add_tensor(p + "ssm_a", -np.exp(w_rng.standard_normal(HV) * 0.5).astype(np.float32))
+            t(p + "ssm_beta.weight", (HV, D), 0.2); t(p + "ssm_alpha.weight", (HV, D), 0.2)
+            norm(p + "ssm_norm.weight", S)
+            t(p + "ssm_out.weight", (D, HV * S), 0.1)
+        elif arch == "qwen35":  # q and its gate, head by head
+            t(p + "attn_q.weight", (2 * qd, D), 0.08); t(p + "attn_k.weight", (kvd, D), 0.08)
+            t(p + "attn_v.weight", (kvd, D), 0.08)
+        elif conv[i]:
             t(p + "shortconv.conv.weight", (D, s["conv_taps"]), 0.5)
             t(p + "shortconv.in_proj.weight", (3 * D, D), 0.15)
             t(p + "shortconv.out_proj.weight", (D, D), 0.08)
@@ -79,13 +108,15 @@ def write_model(path, s, w_rng):
         if arch == "qwen2":
             for n, k in (("q", qd), ("k", kvd), ("v", kvd)):
                 t(p + f"attn_{n}.bias", (k,), 0.1)
-        if arch in ("qwen3", "gemma3", "lfm2", "exaone4") and not conv[i]:
+        if arch in ("qwen3", "gemma3", "lfm2", "exaone4", "qwen35") and not conv[i] and not rec[i]:
             norm(p + "attn_q_norm.weight", hd); norm(p + "attn_k_norm.weight", hd)
-        if not conv[i]:
+        if not conv[i] and not rec[i]:
             t(p + "attn_output.weight", (D, qd), 0.08)
         if arch in GEMMA or arch == "exaone4":
             norm(p + "post_attention_norm.weight", D)
-        if arch != "exaone4":
+        if arch == "qwen35":  # (its norm before the feed-forward has this name)
+            norm(p + "post_attention_norm.weight", D)
+        elif arch != "exaone4":
             norm(p + "ffn_norm.weight", D)
         if arch == "phi3":
             t(p + "ffn_up.weight", (2 * FF, D), 0.06)

@@ -1,5 +1,5 @@
 """The suite's tiny models of the architectures ../shared has no fixture for (gemma2, granite,
-smollm3, lfm2, exaone4), and llama.cpp's logits for them: arch/tiny-<arch>-F16.gguf and
+smollm3, lfm2, exaone4, qwen35), and llama.cpp's logits for them: arch/tiny-<arch>-F16.gguf and
 arch/reference.json.
 
 usage: python gen_tiny_arch.py   (needs llama-cpp-python==0.3.36, gguf, numpy; writes next to itself)
@@ -10,7 +10,10 @@ low enough to bend its scores and logits; granite's four scales and MQA; smollm3
 without RoPE (every fourth); lfm2's convolution layers between its attention layers (the 48
 ids go through in a batch of 32 and one of 16, so the convolutions cross a batch); exaone4
 without norms before attention and the feed-forward, and at 64 layers (tiny ones) its
-sliding-window layers with a global layer without RoPE every fourth.
+sliding-window layers with a global layer without RoPE every fourth; qwen35's gated delta-net
+layers (their convolution and recurrent state cross the batch too) beside its gated attention,
+once with every second layer attending, once with its own list of layers, three value heads
+to each key head, and M-RoPE sections that leave some pairs unrotated.
 Types: F16 as committed, and (unless `types` says otherwise) Q8_0 as llama-quantize writes it
 from that F16 file (the test quantizes the F16 file at load instead: the same Q8_0 blocks).
 The reference has the shape of ../shared/models/tiny/tiny-arch-reference.json: the ids, and per
@@ -37,6 +40,12 @@ SHAPES = [
     # 64 layers amplify every rounding: F16 only, and smaller logits
     dict(arch="exaone4", V=320, D=16, H=2, HKV=1, FF=32, L=64, SWA=8, tied=True, name="exaone4-swa",
          out_scale=0.6, types=["F16"]),
+    dict(arch="qwen35", V=320, D=64, H=4, HKV=2, HD=32, FF=128, L=4, interval=2, S=16, HK=2, HV=2,
+         conv_taps=4, rope_dims=16, sections=[3, 3, 2, 0], tied=True),
+    # more value heads than key heads (tiled), its own list of layers, and M-RoPE sections
+    # that leave some pairs unrotated
+    dict(arch="qwen35", V=320, D=64, H=2, HKV=1, HD=32, FF=96, L=5, kinds="rrarr", S=8, HK=2, HV=6,
+         conv_taps=3, rope_dims=16, sections=[1, 1, 0, 1], name="qwen35-tiled"),
 ]
 assert llama_cpp.__version__ == "0.3.36", llama_cpp.__version__
 

@@ -11,10 +11,12 @@ use wasmparser::{Operator, Parser, Payload, TypeRef, ValType};
 /// no speed (no custom sections, our own sorts and float text, packed Unicode tables of
 /// category groups, the driver's state in .bss). The budget guards against unplanned growth:
 /// 600 KiB until session 15 added five architectures (gemma2, granite, smollm3, lfm2,
-/// exaone4: +19.5 KB, the relaxed threaded module 603,521 -> 622,756 bytes), now 612 KiB.
+/// exaone4: +19.5 KB, the relaxed threaded module 603,521 -> 622,756 bytes), 612 KiB until
+/// session 16 added qwen35 (its delta nets, gated attention, M-RoPE sections and
+/// pre-tokenizer: +21.6 KB, 622,976 -> 644,571 bytes), now 634 KiB.
 /// The sizes are printed by these tests, by `cargo xtask dist` and (with gzip) by `cargo xtask
 /// bench`.
-const SIZE_BUDGET: usize = 612 * 1024;
+const SIZE_BUDGET: usize = 634 * 1024;
 
 #[derive(Debug, PartialEq, Clone)]
 struct Sig {

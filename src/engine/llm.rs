@@ -238,6 +238,7 @@ impl LlmEngine {
                     LayerKind::Local => "local",
                     LayerKind::Global => "global",
                     LayerKind::Conv => "conv",
+                    LayerKind::DeltaNet => "delta_net",
                 }),
             );
             if c.sliding_window > 0 {
@@ -262,6 +263,17 @@ impl LlmEngine {
             }
             if c.conv_taps > 0 {
                 o.uint("conv_taps", c.conv_taps as u64);
+            }
+            if let Some(d) = c.delta_net {
+                o.uint("delta_net_key_heads", d.k_heads as u64)
+                    .uint("delta_net_value_heads", d.v_heads as u64)
+                    .uint("delta_net_head_dim", d.head_dim as u64);
+            }
+            if let Some(s) = c.rope_sections {
+                let mut sections = o.object("rope_sections");
+                for (name, n) in ["t", "h", "w", "e"].into_iter().zip(s) {
+                    sections.uint(name, n as u64);
+                }
             }
             o.string(
                 "activation",

@@ -43,6 +43,10 @@ pub enum Arch {
     /// after (`shortconv`), the others by attention with q/k head norms and NeoX RoPE; the
     /// final norm is stored as `token_embd_norm`.
     Lfm2,
+    /// Qwen 3.5: three gated delta-net layers (linear attention: a recurrent state per head)
+    /// for each attention layer; the attention's output gated by a second half of its q
+    /// projection; q/k head norms; partial NeoX RoPE in interleaved M-RoPE sections.
+    Qwen35,
     /// Phi-3 / 3.5: q, k, v in one fused `attn_qkv` matrix, gate and up in one `ffn_up` (gate
     /// rows first), NeoX RoPE.
     Phi3,
@@ -52,7 +56,7 @@ pub enum Arch {
 
 impl Arch {
     /// Every architecture, as `general.architecture` names it.
-    pub const ALL: [Arch; 10] = [
+    pub const ALL: [Arch; 11] = [
         Arch::Llama,
         Arch::Qwen2,
         Arch::Qwen3,
@@ -61,6 +65,7 @@ impl Arch {
         Arch::Gemma3,
         Arch::Granite,
         Arch::Lfm2,
+        Arch::Qwen35,
         Arch::Phi3,
         Arch::Smollm3,
     ];
@@ -75,6 +80,7 @@ impl Arch {
             Arch::Gemma3 => "gemma3",
             Arch::Granite => "granite",
             Arch::Lfm2 => "lfm2",
+            Arch::Qwen35 => "qwen35",
             Arch::Phi3 => "phi3",
             Arch::Smollm3 => "smollm3",
         }
@@ -104,6 +110,36 @@ pub enum LayerKind {
     Local,
     /// LFM2's short convolution over the last `conv_taps` positions, the current one included.
     Conv,
+    /// Qwen 3.5's gated delta net: a short convolution over the last `conv_taps` positions,
+    /// then a recurrent state per value head that every position updates.
+    DeltaNet,
+}
+
+/// The heads of Qwen 3.5's gated delta-net layers: value head `h` reads key head
+/// `h % k_heads` (llama.cpp's converter orders the value heads so).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeltaNetShape {
+    pub k_heads: usize,
+    pub v_heads: usize,
+    /// The width of every key and value head (`ssm.state_size`).
+    pub head_dim: usize,
+}
+
+impl DeltaNetShape {
+    pub fn key_dim(&self) -> usize {
+        self.k_heads * self.head_dim
+    }
+    pub fn value_dim(&self) -> usize {
+        self.v_heads * self.head_dim
+    }
+    /// q | k | v: the channels the convolution runs over.
+    pub fn conv_dim(&self) -> usize {
+        2 * self.key_dim() + self.value_dim()
+    }
+    /// Floats of one layer's recurrent state: `(v_heads, head_dim, head_dim)`.
+    pub fn state_floats(&self) -> usize {
+        self.v_heads * self.head_dim * self.head_dim
+    }
 }
 
 /// Which elements RoPE rotates together.
@@ -146,11 +182,22 @@ pub struct Config {
     /// Every `swa_pattern`-th layer is global, the others local (0: all local, as llama.cpp
     /// reads it).
     pub swa_pattern: usize,
-    /// LFM2: the layers that convolve instead of attending (their `attention.head_count_kv`
-    /// entry is 0); empty for the others.
-    pub conv_layers: Vec<bool>,
-    /// LFM2: the positions each convolution spans (`shortconv.l_cache`).
+    /// LFM2 and Qwen 3.5: each layer's kind where it is not set by the window pattern:
+    /// `Conv` (LFM2's layers whose `attention.head_count_kv` entry is 0) or `DeltaNet`, else
+    /// `Global`; empty for the others.
+    pub mixers: Vec<LayerKind>,
+    /// The positions each convolution spans (LFM2: `shortconv.l_cache`; Qwen 3.5:
+    /// `ssm.conv_kernel`).
     pub conv_taps: usize,
+    /// Qwen 3.5: the heads of its delta-net layers.
+    pub delta_net: Option<DeltaNetShape>,
+    /// Qwen 3.5: the q projection gives each head's query, then its gate; the attention's
+    /// output is multiplied by `sigmoid(gate)` before `Wo`.
+    pub attn_gate: bool,
+    /// Qwen 3.5: interleaved M-RoPE sections (t, h, w, e pairs). A text position is the
+    /// same in t, h and w and 0 in e, so RoPE pair `i` turns with the position unless its
+    /// sector (`i % sum`) is an e one, which stays unrotated (see `rope_pair_turns`).
+    pub rope_sections: Option<[usize; 4]>,
     /// Scores are `q · k * attn_scale`.
     pub attn_scale: f32,
     /// Gemma 2: scores become `cap * tanh(score / cap)` before the softmax (0: no cap).
@@ -200,10 +247,11 @@ impl Config {
             self.head_dim,
         )
     }
-    /// Whether layer `l` attends globally or through the sliding window, or convolves.
+    /// Whether layer `l` attends globally or through the sliding window, or convolves, or
+    /// runs a delta net.
     pub fn layer_kind(&self, l: usize) -> LayerKind {
-        if self.conv_layers.get(l) == Some(&true) {
-            LayerKind::Conv
+        if let Some(&k @ (LayerKind::Conv | LayerKind::DeltaNet)) = self.mixers.get(l) {
+            k
         } else if self.sliding_window > 0
             && (self.swa_pattern == 0 || l % self.swa_pattern < self.swa_pattern - 1)
         {
@@ -218,8 +266,20 @@ impl Config {
         match self.layer_kind(l) {
             LayerKind::Global => usize::MAX,
             LayerKind::Local => self.sliding_window,
-            LayerKind::Conv => self.conv_taps,
+            LayerKind::Conv | LayerKind::DeltaNet => self.conv_taps,
         }
+    }
+
+    /// Whether RoPE pair `i` turns with the position (ggml's interleaved M-RoPE for a text
+    /// position: sectors `3j`, `3j + 1`, `3j + 2` take t, h, w while `j` is below that
+    /// section's size; the rest take e, always 0).
+    pub fn rope_pair_turns(&self, i: usize) -> bool {
+        let Some(s) = self.rope_sections else {
+            return true;
+        };
+        let sector = i % s.iter().sum::<usize>();
+        let section = s[sector % 3];
+        sector < 3 * section
     }
 
     /// Whether layer `l` rotates q and k.
@@ -281,20 +341,11 @@ impl Config {
         let n_heads = bounded("attention.head_count", MAX_HEADS)?;
         // One count, or one per layer (LFM2: 0 for its convolution layers; every attention
         // layer must have the same count here).
-        let mut conv_layers = Vec::new();
+        let mut mixers = Vec::new();
         let kv_key = key("attention.head_count_kv");
-        let kv = match g.get(&kv_key) {
-            Some(crate::gguf::Value::Array(a)) => {
-                if a.len() != blocks {
-                    bail!(
-                        Status::BadFormat,
-                        "{} has {} entries for {} layers",
-                        kv_key,
-                        a.len(),
-                        blocks
-                    );
-                }
-                conv_layers
+        let kv = match per_layer(g, &kv_key, blocks)? {
+            Some(a) => {
+                mixers
                     .try_reserve_exact(n_layers)
                     .map_err(|_| err!(Status::OutOfMemory, "layers"))?;
                 let mut first = None;
@@ -303,7 +354,10 @@ impl Config {
                         bail!(Status::BadFormat, "{} is not a list of counts", kv_key);
                     };
                     let conv = arch == Arch::Lfm2 && count == 0;
-                    conv_layers.push(conv);
+                    mixers.push(match conv {
+                        true => LayerKind::Conv,
+                        false => LayerKind::Global,
+                    });
                     match first {
                         _ if conv => {}
                         None => first = Some(count),
@@ -316,7 +370,7 @@ impl Config {
                     }
                 }
                 if arch != Arch::Lfm2 {
-                    conv_layers.clear();
+                    mixers.clear();
                 }
                 first
             }
@@ -499,6 +553,7 @@ impl Config {
             | Arch::Gemma2
             | Arch::Gemma3
             | Arch::Lfm2
+            | Arch::Qwen35
             | Arch::Phi3 => RopeStyle::Halves,
         };
         // llama.cpp: the 27B Gemmas (Gemma 2: 46 layers, Gemma 3: 62) scale by dim / heads,
@@ -571,6 +626,45 @@ impl Config {
                 );
             }
         }
+        let (mut delta_net, mut rope_sections) = (None, None);
+        if arch == Arch::Qwen35 {
+            conv_taps = bounded("ssm.conv_kernel", 64)?;
+            let shape = DeltaNetShape {
+                k_heads: bounded("ssm.group_count", MAX_HEADS)?,
+                v_heads: bounded("ssm.time_step_rank", MAX_HEADS)?,
+                head_dim: bounded("ssm.state_size", MAX_HEAD_DIM)?,
+            };
+            if conv_taps < 2 {
+                bail!(
+                    Status::BadFormat,
+                    "qwen35.ssm.conv_kernel = {} is out of range 2..=64",
+                    conv_taps
+                );
+            }
+            if !shape.v_heads.is_multiple_of(shape.k_heads) {
+                bail!(
+                    Status::BadFormat,
+                    "qwen35.ssm.time_step_rank = {} (value heads) is not a multiple of \
+                     ssm.group_count = {} (key heads)",
+                    shape.v_heads,
+                    shape.k_heads
+                );
+            }
+            let inner = bounded("ssm.inner_size", MAX_DIM * 4)?;
+            if inner != shape.value_dim() {
+                bail!(
+                    Status::Unsupported,
+                    "qwen35: value heads of {} values in all, not {} heads as wide as the key \
+                     heads ({})",
+                    inner,
+                    shape.v_heads,
+                    shape.head_dim
+                );
+            }
+            delta_net = Some(shape);
+            mixers = recurrent_layers(g, &key, blocks, n_layers)?;
+            rope_sections = Some(mrope_sections(g, &key("rope.dimension_sections"))?);
+        }
         let (attn_softcap, final_softcap) = match arch {
             Arch::Gemma2 => (
                 factor("attn_logit_softcapping")?.unwrap_or(50.0),
@@ -602,8 +696,11 @@ impl Config {
             },
             sliding_window,
             swa_pattern,
-            conv_layers,
+            mixers,
             conv_taps,
+            delta_net,
+            attn_gate: arch == Arch::Qwen35,
+            rope_sections,
             attn_scale,
             attn_softcap,
             embed_scale,
@@ -618,7 +715,7 @@ impl Config {
             },
             qk_norm: matches!(
                 arch,
-                Arch::Exaone4 | Arch::Qwen3 | Arch::Gemma3 | Arch::Lfm2
+                Arch::Exaone4 | Arch::Qwen3 | Arch::Gemma3 | Arch::Lfm2 | Arch::Qwen35
             ),
             pre_norms: arch != Arch::Exaone4,
             post_norms: gemma || arch == Arch::Exaone4,
@@ -626,4 +723,94 @@ impl Config {
             fused_gate_up: arch == Arch::Phi3,
         })
     }
+}
+
+/// Qwen 3.5's layer kinds: `attention.recurrent_layers` (one flag per block, multi-token
+/// prediction blocks included), or else every `full_attention_interval`-th layer (default 4)
+/// attends and the others run a delta net, as llama.cpp reads them.
+fn recurrent_layers(
+    g: &Gguf<'_>,
+    key: &dyn Fn(&str) -> alloc::string::String,
+    blocks: usize,
+    n_layers: usize,
+) -> Result<Vec<LayerKind>> {
+    let mut kinds = Vec::new();
+    kinds
+        .try_reserve_exact(n_layers)
+        .map_err(|_| err!(Status::OutOfMemory, "layers"))?;
+    let kind = |recurrent: bool| match recurrent {
+        true => LayerKind::DeltaNet,
+        false => LayerKind::Global,
+    };
+    let list = key("attention.recurrent_layers");
+    if let Some(a) = per_layer(g, &list, blocks)? {
+        for v in a.values().take(n_layers) {
+            let crate::gguf::Value::Bool(b) = v else {
+                bail!(Status::BadFormat, "{} is not a list of booleans", list);
+            };
+            kinds.push(kind(b));
+        }
+        return Ok(kinds);
+    }
+    match g.get(&list) {
+        Some(&crate::gguf::Value::Bool(b)) => kinds.extend((0..n_layers).map(|_| kind(b))),
+        Some(_) => bail!(Status::BadFormat, "{} is not a list of booleans", list),
+        None => {
+            let interval = key("full_attention_interval");
+            let every = g.get_u32_opt(&interval)?.unwrap_or(4) as usize;
+            if every == 0 {
+                bail!(Status::BadFormat, "{} is 0", interval);
+            }
+            kinds.extend((0..n_layers).map(|l| kind(!(l + 1).is_multiple_of(every))));
+        }
+    }
+    Ok(kinds)
+}
+
+/// The list `name` holds, one entry per block (`None` if it is not a list).
+fn per_layer<'a>(
+    g: &Gguf<'a>,
+    name: &str,
+    blocks: usize,
+) -> Result<Option<crate::gguf::Array<'a>>> {
+    match g.get(name) {
+        Some(&crate::gguf::Value::Array(a)) if a.len() != blocks => bail!(
+            Status::BadFormat,
+            "{} has {} entries for {} layers",
+            name,
+            a.len(),
+            blocks
+        ),
+        Some(&crate::gguf::Value::Array(a)) => Ok(Some(a)),
+        _ => Ok(None),
+    }
+}
+
+/// The four M-RoPE sections (`rope.dimension_sections`: four counts, or one for all four),
+/// required as llama.cpp requires them; one of the first three must be above 0.
+fn mrope_sections(g: &Gguf<'_>, name: &str) -> Result<[usize; 4]> {
+    let bad = || err!(Status::BadFormat, "{} must be four counts up to 1024", name);
+    let count = |v: &crate::gguf::Value<'_>| {
+        v.as_i128()
+            .filter(|n| (0..=MAX_HEAD_DIM as i128).contains(n))
+            .map(|n| n as usize)
+            .ok_or_else(bad)
+    };
+    let mut s = [0; 4];
+    match g.get(name) {
+        None => bail!(Status::BadFormat, "{} is missing", name),
+        Some(crate::gguf::Value::Array(a)) => {
+            if a.len() != 4 {
+                return Err(bad());
+            }
+            for (s, v) in s.iter_mut().zip(a.values()) {
+                *s = count(&v)?;
+            }
+        }
+        Some(v) => s = [count(v)?; 4],
+    }
+    if s[..3].iter().all(|&n| n == 0) {
+        bail!(Status::BadFormat, "{} has no t, h or w section", name);
+    }
+    Ok(s)
 }

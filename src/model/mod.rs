@@ -1,4 +1,4 @@
-//! The llama-family forward pass (llama, qwen2, qwen3, gemma2, gemma3, granite, lfm2,
+//! The llama-family forward pass (llama, qwen2, qwen3, qwen35, gemma2, gemma3, granite, lfm2,
 //! exaone4, phi3, smollm3): weights where they lie in the GGUF file (or quantized to Q8_0 as
 //! they are read), a KV cache, and a batched step that turns token ids into logits.
 //!
@@ -17,6 +17,12 @@
 //!     x += [post_attn_norm *] Wo o [* residual_scale]  (dim,)   [gemma, exaone4; granite]
 //!     (lfm2's convolution layers instead: b, c, u = Win xb; bu -> cache[layer][pos];
 //!      o = c * sum_k w_k bu[pos - taps + 1 + k]; x += Wout o)
+//!     (qwen35: q and a gate g per head from Wq; o_h *= sigmoid(g_h) before Wo. Its delta-net
+//!      layers instead: m = Wqkv xb -> cache[layer][pos]; q|k|v = silu(sum_k w_k m[pos-taps+1+k]);
+//!      q_h, k_h to unit length; per value head h (key head h % k_heads), state S_h:
+//!      S_h *= exp(softplus(Walpha xb + dt_bias)_h * a_h);
+//!      S_h += k_h (sigmoid(Wbeta xb)_h (v_h - S_h k_h))^T;  o_h = S_h q_h / sqrt(width);
+//!      o_h = rmsnorm(o_h) * norm * silu(Wz xb)_h; x += Wout o)
 //!     xb = rmsnorm(x) * ffn_norm                                [exaone4: xb = x]
 //!     x += [post_ffn_norm *] Wdown (act(Wgate xb) * (Wup xb)) [* residual_scale]
 //!                                                      act: silu, or gelu [gemma]
@@ -132,6 +138,7 @@ struct Layer<'a> {
 enum Mixer<'a> {
     Attention(Attention<'a>),
     Conv(ShortConv<'a>),
+    DeltaNet(DeltaNet<'a>),
 }
 
 struct Attention<'a> {
@@ -142,6 +149,8 @@ struct Attention<'a> {
     rope: bool,
     /// Biases of q, k and v, where the file has them (qwen2's always).
     bias: [Option<Vec<f32>>; 3],
+    /// Qwen 3.5: `wq` gives `(n_heads, 2, head_dim)`, each head's query and then its gate.
+    gated: bool,
     /// qwen3, gemma3, lfm2: the norms of each q head and each k head, `(head_dim,)` each.
     qk_norm: Option<[Vec<f32>; 2]>,
     wo: Matrix<'a>,
@@ -159,12 +168,57 @@ struct ShortConv<'a> {
     out_proj: Matrix<'a>,
 }
 
+/// Qwen 3.5's gated delta net (see the module's outline); widths from
+/// [`config::DeltaNetShape`]: `kd` keys, `vd` values, `vh` value heads of width `hd`, and the
+/// convolution's `cd = 2 kd + vd` channels.
+struct DeltaNet<'a> {
+    /// (cd, dim): q | k | v, before the convolution.
+    qkv: Matrix<'a>,
+    /// (vd, dim): z, the output's gate.
+    gate: Matrix<'a>,
+    /// (vh, dim) each: the update's strength, and the decay's.
+    beta: Matrix<'a>,
+    alpha: Matrix<'a>,
+    /// (cd, taps): each channel's taps, the oldest position's first.
+    kernel: Vec<f32>,
+    /// (vh,) each: `dt_bias`, and `a = -exp(A_log)`.
+    dt_bias: Vec<f32>,
+    a: Vec<f32>,
+    /// (hd,): the norm of each head's output.
+    norm: Vec<f32>,
+    /// (dim, vd)
+    out: Matrix<'a>,
+}
+
+impl<'a> DeltaNet<'a> {
+    fn load(ld: &mut Loader<'_, 'a>, cfg: &Config, l: usize) -> Result<DeltaNet<'a>> {
+        let dn = cfg.delta_net.expect("a delta-net layer has its shape");
+        let (dim, cd, vd, vh) = (cfg.dim, dn.conv_dim(), dn.value_dim(), dn.v_heads);
+        let nm = |suffix: &str| alloc::format!("blk.{l}.{suffix}");
+        Ok(DeltaNet {
+            qkv: ld.matrix(&nm("attn_qkv.weight"), cd, dim)?,
+            gate: ld.matrix(&nm("attn_gate.weight"), vd, dim)?,
+            beta: ld.matrix(&nm("ssm_beta.weight"), vh, dim)?,
+            alpha: ld.matrix(&nm("ssm_alpha.weight"), vh, dim)?,
+            kernel: values(
+                ld.tensor(&nm("ssm_conv1d.weight"))?,
+                &[cfg.conv_taps as u64, cd as u64],
+            )?,
+            dt_bias: ld.vector(&nm("ssm_dt.bias"), vh)?,
+            a: ld.vector(&nm("ssm_a"), vh)?,
+            norm: ld.vector(&nm("ssm_norm.weight"), dn.head_dim)?,
+            out: ld.matrix(&nm("ssm_out.weight"), dim, vd)?,
+        })
+    }
+}
+
 impl<'a> Mixer<'a> {
     /// The projection of the mixed positions back to the residual stream.
     fn output(&self) -> &Matrix<'a> {
         match self {
             Mixer::Attention(a) => &a.wo,
             Mixer::Conv(c) => &c.out_proj,
+            Mixer::DeltaNet(d) => &d.out,
         }
     }
 
@@ -180,6 +234,13 @@ impl<'a> Mixer<'a> {
                         .map_or(0, |q| bytes(&q[0]) + bytes(&q[1])),
             ),
             Mixer::Conv(c) => (alloc::vec![&c.in_proj, &c.out_proj], bytes(&c.kernel)),
+            Mixer::DeltaNet(d) => (
+                alloc::vec![&d.qkv, &d.gate, &d.beta, &d.alpha, &d.out],
+                [&d.kernel, &d.dt_bias, &d.a, &d.norm]
+                    .iter()
+                    .map(|v| bytes(v))
+                    .sum(),
+            ),
         }
     }
 }
@@ -198,7 +259,10 @@ pub struct LoadOptions {
 pub type OnLogits<'f> = Option<&'f mut dyn FnMut(usize, &[f32])>;
 
 /// Where a layer's positions are in the caches: an attention layer's K and V, `(n_kv_heads,
-/// slots, head_dim)` each; a convolution layer's `b * u`, `(slots, dim)` in `k_cache` only.
+/// slots, head_dim)` each; a convolution layer's `b * u`, `(slots, dim)` in `k_cache` only; a
+/// delta-net layer's `q | k | v` before its convolution, `(slots, cd)` in `k_cache`, and its
+/// recurrent state, `(vh, hd, hd)` (row `j` of head `h`: value `j`'s weights of the keys) in
+/// `v_cache`.
 struct LayerCache {
     /// First float in `k_cache`, and in `v_cache`.
     k_at: usize,
@@ -217,8 +281,15 @@ struct Scratch {
     att_out: Vec<f32>,
     gate: Vec<f32>,
     up: Vec<f32>,
-    /// (MAX_BATCH, 3 dim): a convolution layer's `b | c | u` rows (empty without such layers).
+    /// (MAX_BATCH, 3 dim): a convolution layer's `b | c | u` rows; (MAX_BATCH, cd): a delta-net
+    /// layer's `q | k | v` (empty without such layers).
     conv: Vec<f32>,
+    /// (MAX_BATCH, q_dim): Qwen 3.5's attention gates; (MAX_BATCH, vd): its delta nets' (empty
+    /// for the others).
+    gates: Vec<f32>,
+    /// (MAX_BATCH, vh) each: a delta-net layer's update strengths and decays (empty without).
+    beta: Vec<f32>,
+    decay: Vec<f32>,
     /// (MAX_BATCH * n_heads, context + SCORE_ROW_PAD): one score row per (token, head).
     scores: Vec<f32>,
     /// The rows about to be multiplied, rounded for the weights' type; a group whose matrices
@@ -229,7 +300,7 @@ struct Scratch {
 /// The result a block ends with, before its output projection.
 #[derive(Clone, Copy)]
 enum BlockOutput {
-    /// `att_out` (n, q_dim): the attention's, or a convolution's.
+    /// `att_out` (n, cols): the attention's, a convolution's or a delta net's.
     Attention,
     /// `gate` (n, ffn), already multiplied by `up`.
     FeedForward,
@@ -480,7 +551,11 @@ impl<'a> Attention<'a> {
         // by the tensors the file has; the same for their biases.
         let (wq, wk, wv);
         let mut bias = [None, None, None];
-        if g.tensor(&nm("attn_qkv.weight")).is_some() {
+        if cfg.attn_gate {
+            wq = ld.matrix(&nm("attn_q.weight"), 2 * q_dim, dim)?;
+            wk = ld.matrix(&nm("attn_k.weight"), kv_dim, dim)?;
+            wv = ld.matrix(&nm("attn_v.weight"), kv_dim, dim)?;
+        } else if g.tensor(&nm("attn_qkv.weight")).is_some() {
             let qkv = ld.matrix(&nm("attn_qkv.weight"), q_dim + 2 * kv_dim, dim)?;
             wq = qkv.rows(0..q_dim);
             wk = qkv.rows(q_dim..q_dim + kv_dim);
@@ -522,6 +597,7 @@ impl<'a> Attention<'a> {
             wk,
             wv,
             rope: cfg.has_rope(l),
+            gated: cfg.attn_gate,
             bias,
             qk_norm,
             wo: ld.matrix(&nm("attn_output.weight"), dim, q_dim)?,
@@ -606,12 +682,17 @@ impl<'a> Model<'a> {
                     )?,
                     out_proj: ld.matrix(&nm("shortconv.out_proj.weight"), dim, dim)?,
                 }),
+                LayerKind::DeltaNet => Mixer::DeltaNet(DeltaNet::load(&mut ld, &cfg, l)?),
                 LayerKind::Global | LayerKind::Local => {
                     Mixer::Attention(Attention::load(&mut ld, &cfg, l)?)
                 }
             };
             let post_attn_norm = norm(&mut ld, cfg.post_norms, "post_attention_norm.weight")?;
-            let ffn_norm = norm(&mut ld, cfg.pre_norms, "ffn_norm.weight")?;
+            // (Qwen 3.5's norm before the feed-forward has the name of a post-attention norm)
+            let ffn_norm = match cfg.arch {
+                Arch::Qwen35 => norm(&mut ld, true, "post_attention_norm.weight")?,
+                _ => norm(&mut ld, cfg.pre_norms, "ffn_norm.weight")?,
+            };
             let (w_gate, w_up);
             if cfg.fused_gate_up {
                 // gate rows, then up rows (ggml's swiglu takes the first half as the gate)
@@ -673,13 +754,14 @@ impl<'a> Model<'a> {
                 v_at: v_floats,
                 slots,
             });
-            let (k, v) = match cfg.layer_kind(l) {
-                LayerKind::Conv => (dim, 0),
-                LayerKind::Global | LayerKind::Local => (kv_dim, kv_dim),
+            let (k, v) = match (cfg.layer_kind(l), cfg.delta_net) {
+                (LayerKind::Conv, _) => (slots.checked_mul(dim), Some(0)),
+                (LayerKind::DeltaNet, Some(dn)) => {
+                    (slots.checked_mul(dn.conv_dim()), Some(dn.state_floats()))
+                }
+                _ => (slots.checked_mul(kv_dim), slots.checked_mul(kv_dim)),
             };
-            let add = |total: usize, width: usize| {
-                (slots.checked_mul(width)).and_then(|f| total.checked_add(f))
-            };
+            let add = |total: usize, f: Option<usize>| f.and_then(|f| total.checked_add(f));
             k_floats = add(k_floats, k).ok_or_else(overflow)?;
             v_floats = add(v_floats, v).ok_or_else(overflow)?;
         }
@@ -690,23 +772,34 @@ impl<'a> Model<'a> {
             .map_err(|_| err!(Status::OutOfMemory, "cannot allocate {} ids", context))?;
         let b = MAX_BATCH;
         let score_rows = b * cfg.n_heads;
+        let has = |kind: LayerKind| cfg.mixers.contains(&kind);
+        let (cd, vd, vh) = cfg
+            .delta_net
+            .map_or((0, 0, 0), |d| (d.conv_dim(), d.value_dim(), d.v_heads));
         let scratch = Scratch {
             x: try_vec(b * dim)?,
             xb: try_vec(b * dim)?,
-            q: try_vec(b * q_dim)?,
+            q: try_vec(b * q_dim * if cfg.attn_gate { 2 } else { 1 })?,
             k: try_vec(b * kv_dim)?,
             v: try_vec(b * kv_dim)?,
-            att_out: try_vec(b * q_dim)?,
+            att_out: try_vec(b * q_dim.max(vd))?,
             gate: try_vec(b * ffn)?,
             up: try_vec(b * ffn)?,
-            conv: try_vec(match cfg.conv_layers.contains(&true) {
-                true => b * 3 * dim,
+            conv: try_vec(match (has(LayerKind::Conv), has(LayerKind::DeltaNet)) {
+                (true, _) => b * 3 * dim,
+                (_, true) => b * cd,
+                _ => 0,
+            })?,
+            gates: try_vec(match cfg.attn_gate {
+                true => b * q_dim.max(vd),
                 false => 0,
             })?,
+            beta: try_vec(b * vh)?,
+            decay: try_vec(b * vh)?,
             scores: try_vec(score_rows * (context + SCORE_ROW_PAD))?,
             acts: [
-                ActivationBuf::with_capacity(dim.max(q_dim).max(ffn), b)?,
-                ActivationBuf::with_capacity(dim.max(q_dim).max(ffn), b)?,
+                ActivationBuf::with_capacity(dim.max(q_dim).max(ffn).max(vd), b)?,
+                ActivationBuf::with_capacity(dim.max(q_dim).max(ffn).max(vd), b)?,
             ],
         };
         let logits = try_vec(cfg.vocab)?;
@@ -773,8 +866,9 @@ impl<'a> Model<'a> {
     }
 
     /// Keeps only the first `n` cached tokens. When a sliding-window layer's ring no longer
-    /// holds the window before position `n` (it has moved on by more than a batch), the cache
-    /// is rebuilt by running the first `n` ids again.
+    /// holds the window before position `n` (it has moved on by more than a batch), or a
+    /// delta-net layer's state has moved past `n` (it cannot go back), the cache is rebuilt by
+    /// running the first `n` ids again.
     pub fn truncate(&mut self, n: usize) -> Result<()> {
         if n > self.pos {
             bail!(
@@ -787,7 +881,9 @@ impl<'a> Model<'a> {
         let lost = self.cache.iter().enumerate().any(|(l, c)| {
             // Position n reads positions n + 1 - span ..= n (a global layer keeps them all).
             let span = self.cfg.span(l);
-            span != usize::MAX && (n + 1).saturating_sub(span) + c.slots < self.written
+            let recurrent = self.cfg.layer_kind(l) == LayerKind::DeltaNet;
+            (recurrent && n < self.written)
+                || span != usize::MAX && (n + 1).saturating_sub(span) + c.slots < self.written
         });
         self.pos = n;
         self.ids.truncate(n);
@@ -827,6 +923,10 @@ impl<'a> Model<'a> {
                     self.cfg.vocab
                 );
             }
+        }
+        if self.cfg.delta_net.is_some() && self.written != self.pos {
+            // a batch failed part way through the delta nets' states: rebuild them first
+            self.truncate(self.pos)?;
         }
         self.run(ids, true, on_logits)
     }
@@ -884,6 +984,7 @@ impl<'a> Model<'a> {
             s.norm_rows(0..n, dim, self.layers[l].attn_norm.as_deref(), cfg.rms_eps);
             match self.layers[l].kind {
                 LayerKind::Conv => self.convolve(l, n, pos0)?,
+                LayerKind::DeltaNet => self.delta_net(l, n, pos0)?,
                 LayerKind::Global | LayerKind::Local => self.attend(l, n, pos0)?,
             }
             let layer = &self.layers[l];
@@ -952,7 +1053,7 @@ impl<'a> Model<'a> {
         let s = &mut self.scratch;
         matmul_group(
             &mut [
-                (&a.wq, &mut s.q[..n * q_dim]),
+                (&a.wq, &mut s.q[..n * a.wq.rows]),
                 (&a.wk, &mut s.k[..n * kv_dim]),
                 (&a.wv, &mut s.v[..n * kv_dim]),
             ],
@@ -960,6 +1061,15 @@ impl<'a> Model<'a> {
             n,
             &mut s.acts,
         )?;
+        if a.gated {
+            // (n, n_heads, 2, hd) -> queries (n, q_dim) in place, gates (n, q_dim) apart; each
+            // query moves down (or stays), over nothing still to be read
+            for (t, h) in (0..n).flat_map(|t| (0..cfg.n_heads).map(move |h| (t, h))) {
+                let (from, to) = ((2 * (t * cfg.n_heads + h)) * hd, t * q_dim + h * hd);
+                s.gates[to..to + hd].copy_from_slice(&s.q[from + hd..from + 2 * hd]);
+                s.q.copy_within(from..from + hd, to);
+            }
+        }
         for t in 0..n {
             let (q, k, v) = (
                 &mut s.q[t * q_dim..(t + 1) * q_dim],
@@ -1000,7 +1110,93 @@ impl<'a> Model<'a> {
                 }
             }
         }
+        let gated = a.gated;
         self.attention(l, n, pos0);
+        if gated {
+            let s = &mut self.scratch;
+            for (o, &g) in s.att_out[..n * q_dim].iter_mut().zip(&s.gates) {
+                *o *= ops::sigmoid(g);
+            }
+        }
+        Ok(())
+    }
+
+    /// Layer `l`'s gated delta net (Qwen 3.5) for the batch's `n` tokens at `pos0..`: `q | k
+    /// | v` of each into the cache ring, their convolution, the recurrent state through every
+    /// token (the pool takes the value heads), and each head's normed, gated output into
+    /// `att_out` `(n, vd)`. The convolution and the gates run on this thread, each sum in
+    /// ggml's order; one thread carries a head through all the tokens, so the state's bits do
+    /// not depend on the thread count.
+    fn delta_net(&mut self, l: usize, n: usize, pos0: usize) -> Result<()> {
+        let cfg = &self.cfg;
+        let dn = cfg.delta_net.expect("a delta-net layer has its shape");
+        let (dim, taps, eps) = (cfg.dim, cfg.conv_taps, cfg.rms_eps);
+        let (cd, kd, vd, vh, hd) = (
+            dn.conv_dim(),
+            dn.key_dim(),
+            dn.value_dim(),
+            dn.v_heads,
+            dn.head_dim,
+        );
+        let Mixer::DeltaNet(d) = &self.layers[l].mixer else {
+            unreachable!("layer {l} is not a delta-net layer")
+        };
+        let s = &mut self.scratch;
+        let xb = &s.xb[..n * dim];
+        let (qkv, z) = (&mut s.conv[..n * cd], &mut s.gates[..n * vd]);
+        matmul_group(&mut [(&d.qkv, qkv), (&d.gate, z)], xb, n, &mut s.acts)?;
+        let (beta, decay) = (&mut s.beta[..n * vh], &mut s.decay[..n * vh]);
+        matmul_group(
+            &mut [(&d.beta, beta), (&d.alpha, decay)],
+            xb,
+            n,
+            &mut s.acts,
+        )?;
+        // From here the state moves on: a batch that fails part way leaves `written` past
+        // `pos`, and the next `forward` rebuilds.
+        self.written = self.written.max(pos0 + n);
+        let c = &self.cache[l];
+        let state = &mut self.v_cache[c.v_at..][..dn.state_floats()];
+        if pos0 == 0 {
+            state.fill(0.0);
+        }
+        let row = |p: usize| c.k_at + p % c.slots * cd;
+        for (t, m) in s.conv[..n * cd].chunks_exact(cd).enumerate() {
+            self.k_cache[row(pos0 + t)..][..cd].copy_from_slice(m);
+        }
+        let ring = &self.k_cache;
+        for (t, y) in s.conv[..n * cd].chunks_exact_mut(cd).enumerate() {
+            causal_conv(y, &d.kernel, taps, pos0 + t, |p| &ring[row(p)..][..cd]);
+            math::silu_in_place(y);
+            for head in y[..2 * kd].chunks_exact_mut(hd) {
+                ops::l2_normalize(head, eps);
+            }
+        }
+        // beta = sigmoid(beta), decay = exp(softplus(alpha + dt_bias) * a)
+        let gates = s.beta[..n * vh].iter_mut().zip(&mut s.decay[..n * vh]);
+        for (i, (b, g)) in gates.enumerate() {
+            let h = i % vh;
+            *b = ops::sigmoid(*b);
+            *g = math::expf(ops::softplus(*g + d.dt_bias[h]) * d.a[h]);
+        }
+        let args = DeltaNetArgs {
+            qkv: &s.conv[..n * cd],
+            beta: &s.beta[..n * vh],
+            decay: &s.decay[..n * vh],
+            state: Disjoint::new(state),
+            out: Disjoint::new(&mut s.att_out[..n * vd]),
+            shape: dn,
+            n,
+        };
+        pool::par_for(&args, vh, 1, delta_net_kernel);
+        let heads = s.att_out[..n * vd].chunks_exact_mut(hd);
+        for (o, z) in heads.zip(s.gates[..n * vd].chunks_exact_mut(hd)) {
+            rmsnorm_in_place(o, &d.norm, eps);
+            math::silu_in_place(z);
+            for (o, &z) in o.iter_mut().zip(z.iter()) {
+                *o *= z;
+            }
+        }
         Ok(())
     }
 
@@ -1030,19 +1226,10 @@ impl<'a> Model<'a> {
             }
         }
         self.written = self.written.max(pos0 + n);
+        let ring = &self.k_cache;
         for (t, bcu) in s.conv[..n * 3 * dim].chunks_exact(3 * dim).enumerate() {
             let y = &mut s.att_out[t * dim..][..dim];
-            y.fill(0.0);
-            for k in 0..taps {
-                // position pos0 + t - (taps - 1) + k, if it is not before the first
-                let Some(p) = (pos0 + t + k).checked_sub(taps - 1) else {
-                    continue;
-                };
-                let bu = &self.k_cache[row(p)..][..dim];
-                for (ch, (y, &v)) in y.iter_mut().zip(bu).enumerate() {
-                    *y += v * conv.kernel[ch * taps + k];
-                }
-            }
+            causal_conv(y, &conv.kernel, taps, pos0 + t, |p| &ring[row(p)..][..dim]);
             for (y, &gate) in y.iter_mut().zip(&bcu[dim..2 * dim]) {
                 *y *= gate;
             }
@@ -1082,6 +1269,79 @@ impl<'a> Model<'a> {
             1,
             attention_kernel,
         );
+    }
+}
+
+/// `y[ch] = sum_k kernel[ch * taps + k] * x(pos - taps + 1 + k)[ch]`: a causal convolution
+/// of the rows `x(p)` of a cache ring (nothing before position 0), summed oldest first, as
+/// `ggml_ssm_conv` sums (LFM2's and Qwen 3.5's).
+fn causal_conv<'x>(
+    y: &mut [f32],
+    kernel: &[f32],
+    taps: usize,
+    pos: usize,
+    x: impl Fn(usize) -> &'x [f32],
+) {
+    y.fill(0.0);
+    for k in 0..taps {
+        // position pos - (taps - 1) + k, if it is not before the first
+        let Some(p) = (pos + k).checked_sub(taps - 1) else {
+            continue;
+        };
+        for (ch, (y, &v)) in y.iter_mut().zip(x(p)).enumerate() {
+            *y += v * kernel[ch * taps + k];
+        }
+    }
+}
+
+struct DeltaNetArgs<'a> {
+    /// (n, cd): each token's `q | k | v` after the convolution, q and k heads of unit length.
+    qkv: &'a [f32],
+    /// (n, vh) each: the update's strength, and the decay `exp(g)`.
+    beta: &'a [f32],
+    decay: &'a [f32],
+    /// (vh, hd, hd): item `h` owns head `h`'s state.
+    state: Disjoint<'a, f32>,
+    /// (n, vd): item `h` owns `out[t][h * hd..(h + 1) * hd]` of every token t.
+    out: Disjoint<'a, f32>,
+    shape: config::DeltaNetShape,
+    n: usize,
+}
+
+/// Value heads `heads` through every token, in order. Row `j` of a head's state holds value
+/// `j`'s weights of the keys, so each step is, row by row (the same operations, element by
+/// element, as ggml's `gated_delta_net`): decay the row, `delta = (v_j - row · k) * beta`,
+/// `row += delta k`, `o_j = row · q / sqrt(hd)`.
+fn delta_net_kernel(a: &DeltaNetArgs<'_>, heads: Range<usize>) {
+    let dn = a.shape;
+    let (hd, kd, vd, vh, cd) = (
+        dn.head_dim,
+        dn.key_dim(),
+        dn.value_dim(),
+        dn.v_heads,
+        dn.conv_dim(),
+    );
+    let scale = 1.0 / ops::sqrtf(hd as f32);
+    for h in heads {
+        let kh = h % dn.k_heads;
+        // SAFETY: head h's state, and its slice of each token's output, belong to this item.
+        let state = unsafe { a.state.slice(h * hd * hd..(h + 1) * hd * hd) };
+        for t in 0..a.n {
+            let m = &a.qkv[t * cd..(t + 1) * cd];
+            let q = &m[kh * hd..(kh + 1) * hd];
+            let k = &m[kd + kh * hd..kd + (kh + 1) * hd];
+            let v = &m[2 * kd + h * hd..2 * kd + (h + 1) * hd];
+            let (beta, decay) = (a.beta[t * vh + h], a.decay[t * vh + h]);
+            let at = t * vd + h * hd;
+            // SAFETY: as above.
+            let out = unsafe { a.out.slice(at..at + hd) };
+            for (j, row) in state.chunks_exact_mut(hd).enumerate() {
+                row.iter_mut().for_each(|s| *s *= decay);
+                let delta = (v[j] - ops::dot(row, k)) * beta;
+                ops::axpy(row, delta, k);
+                out[j] = ops::dot(row, q) * scale;
+            }
+        }
     }
 }
 

@@ -72,6 +72,35 @@ pub fn swiglu_in_place(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// `1 / (1 + e^-x)`, as ggml's sigmoid.
+#[inline]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + math::expf(-x))
+}
+
+/// `ln(1 + e^x)`, and `x` above 20, as ggml's softplus.
+#[inline]
+pub fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        math::log((1.0 + math::expf(x)) as f64) as f32
+    }
+}
+
+/// `x / |x|`, as ggml computes it for Qwen 3.5's q and k heads: an RMS norm with
+/// `eps / width`, then `* 1 / sqrt(width)`.
+pub fn l2_normalize(x: &mut [f32], eps: f32) {
+    let n = x.len() as f32;
+    let sum: f64 = x.iter().map(|&v| (v * v) as f64).sum();
+    let mean = (sum / x.len() as f64) as f32;
+    let scale = 1.0 / sqrtf(mean + eps / n);
+    let unit = 1.0 / sqrtf(n);
+    for v in x {
+        *v = (*v * scale) * unit;
+    }
+}
+
 pub use crate::math::sqrtf;
 
 /// Precomputed cos/sin of every RoPE angle: `(position, rope_dims / 2)` each.
@@ -85,7 +114,8 @@ pub struct RopeTable {
 }
 
 impl RopeTable {
-    /// Angle of pair `i` at position `p`: `p * base^(-2i / rope_dims) / factor[i] * scale`,
+    /// Angle of pair `i` at position `p`: `p * base^(-2i / rope_dims) / factor[i] * scale`
+    /// (0 for a pair that does not turn, see [`Config::rope_pair_turns`]),
     /// computed in f64 with our own `exp`/`log`/`sin`/`cos` (`factor` is Llama 3's `rope_freqs`,
     /// or 1; `scale` is 1 / the linear scaling factor, or 1).
     pub fn new(
@@ -116,6 +146,11 @@ impl RopeTable {
         freq.try_reserve_exact(pairs)
             .map_err(|_| err!(Status::OutOfMemory, "RoPE table"))?;
         for i in 0..pairs {
+            if !cfg.rope_pair_turns(i) {
+                // an M-RoPE pair of the e section (position 0): angle 0 everywhere
+                freq.push(0.0);
+                continue;
+            }
             let f = math::exp(-((2 * i) as f64) / cfg.rope_dims as f64 * ln_base);
             let factor = factors.map_or(1.0, |fs| fs[i] as f64);
             freq.push(f / factor * scale);

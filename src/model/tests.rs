@@ -222,7 +222,7 @@ fn newer_architectures_match_llama_cpp() {
         let logits = run_bytes(bytes, &ids, 64, quantize);
         failures.extend(check_arch_file(&r, file, &logits));
     }
-    assert_eq!(r["models"].as_object().unwrap().len(), 11);
+    assert_eq!(r["models"].as_object().unwrap().len(), 15);
     assert!(failures.is_empty(), "differ from llama.cpp: {failures:?}");
 }
 
@@ -269,6 +269,27 @@ fn newer_architectures_read_their_hyperparameters() {
         (c.arch, c.pre_norms, c.post_norms, c.sliding_window),
         (Arch::Exaone4, false, true, 0)
     );
+    let c = load("tiny-qwen35-F16.gguf");
+    use LayerKind::DeltaNet;
+    let kinds: Vec<LayerKind> = (0..c.n_layers).map(|l| c.layer_kind(l)).collect();
+    assert_eq!(kinds, [DeltaNet, Global, DeltaNet, Global]);
+    let shape = super::config::DeltaNetShape {
+        k_heads: 2,
+        v_heads: 2,
+        head_dim: 16,
+    };
+    assert_eq!(
+        (c.arch, c.delta_net, c.conv_taps),
+        (Arch::Qwen35, Some(shape), 4)
+    );
+    assert!(c.attn_gate && c.qk_norm && (0..8).all(|i| c.rope_pair_turns(i)));
+    let c = load("tiny-qwen35-tiled-F16.gguf");
+    let kinds: Vec<LayerKind> = (0..c.n_layers).map(|l| c.layer_kind(l)).collect();
+    assert_eq!(kinds, [DeltaNet, DeltaNet, Global, DeltaNet, DeltaNet]);
+    assert_eq!(c.delta_net.map(|d| (d.k_heads, d.v_heads)), Some((2, 6)));
+    // sections t 1, h 1, w 0, e 1: sectors 0, 1 turn, sector 2 is e's
+    let turns: Vec<bool> = (0..8).map(|i| c.rope_pair_turns(i)).collect();
+    assert_eq!(turns, [true, true, false, true, true, false, true, true]);
     let c = load("tiny-exaone4-swa-F16.gguf");
     assert_eq!((c.n_layers, c.sliding_window), (64, 8));
     for l in 0..c.n_layers {
@@ -279,34 +300,47 @@ fn newer_architectures_read_their_hyperparameters() {
 }
 
 /// LFM2's convolution layers keep `b * u` of their last taps + batch - 1 positions (34 of the
-/// 64 here): one token at a time, and after truncating back (within the ring, and past it:
-/// rebuilt from the ids), the logits are those of one batched run, bit for bit.
+/// 64 here), Qwen 3.5's delta nets their `q | k | v` so and a state that only moves forward:
+/// one token at a time, and after truncating back (within the ring, and past it, or past the
+/// state: rebuilt from the ids), the logits are those of one batched run, bit for bit.
 #[test]
-fn lfm2_convolution_steps_and_truncation() {
+fn convolution_and_delta_net_steps_and_truncation() {
     let r: serde_json::Value = serde_json::from_slice(&repo_arch("reference.json")).unwrap();
     let ids = u32s(&r["tokens"]);
-    let batched = run_bytes(repo_arch("tiny-lfm2-F16.gguf"), &ids, 64, None);
-    let mut bytes = repo_arch("tiny-lfm2-F16.gguf");
-    let g = Gguf::parse_for_model(&mut bytes).unwrap();
-    let mut model = Model::load(&g, 64).unwrap();
-    for (p, &id) in ids.iter().enumerate() {
-        model.forward(&[id], None).unwrap();
-        assert!(bits(&model.logits) == bits(&batched[p]), "step {p}");
-    }
-    for back in [46, 40, 10, 1, 0] {
-        model.truncate(back).unwrap();
-        let mut rows = Vec::new();
-        let rest = &ids[back..];
-        model
-            .forward(rest, Some(&mut |_, l: &[f32]| rows.push(l.to_vec())))
-            .unwrap();
-        for (i, row) in rows.iter().enumerate() {
-            assert!(
-                bits(row) == bits(&batched[back + i]),
-                "truncated to {back}, position {}",
-                back + i
-            );
+    for file in [
+        "tiny-lfm2-F16.gguf",
+        "tiny-qwen35-F16.gguf",
+        "tiny-qwen35-tiled-F16.gguf",
+    ] {
+        let batched = run_bytes(repo_arch(file), &ids, 64, None);
+        let mut bytes = repo_arch(file);
+        let g = Gguf::parse_for_model(&mut bytes).unwrap();
+        let mut model = Model::load(&g, 64).unwrap();
+        for (p, &id) in ids.iter().enumerate() {
+            model.forward(&[id], None).unwrap();
+            assert!(bits(&model.logits) == bits(&batched[p]), "{file}: step {p}");
         }
+        for back in [48, 46, 40, 10, 1, 0] {
+            model.truncate(back).unwrap();
+            let mut rows = Vec::new();
+            let rest = &ids[back..];
+            model
+                .forward(rest, Some(&mut |_, l: &[f32]| rows.push(l.to_vec())))
+                .unwrap();
+            for (i, row) in rows.iter().enumerate() {
+                assert!(
+                    bits(row) == bits(&batched[back + i]),
+                    "{file}: truncated to {back}, position {}",
+                    back + i
+                );
+            }
+        }
+        model.reset();
+        model.forward(&ids, None).unwrap();
+        assert!(
+            bits(&model.logits) == bits(&batched[47]),
+            "{file}: after reset"
+        );
     }
 }
 
@@ -374,12 +408,43 @@ fn bad_scales_and_unread_tensors_are_refused() {
             "lfm2.shortconv.l_cache",
             65u32.to_le_bytes(),
         ),
+        // 2 key heads for 3 value heads; value heads narrower than the key heads
+        (
+            "tiny-qwen35-F16.gguf",
+            "qwen35.ssm.time_step_rank",
+            3u32.to_le_bytes(),
+        ),
+        (
+            "tiny-qwen35-F16.gguf",
+            "qwen35.full_attention_interval",
+            0u32.to_le_bytes(),
+        ),
+        (
+            "tiny-qwen35-F16.gguf",
+            "qwen35.ssm.conv_kernel",
+            1u32.to_le_bytes(),
+        ),
     ];
     for (file, key, value) in cases {
         let (status, m) = load_error(with_value(repo_arch(file), key, value));
         assert_eq!(status, crate::error::Status::BadFormat, "{key}");
         assert!(m.contains(key), "{key}: {m}");
     }
+    // value heads of another width than the key heads: not what the kernel computes
+    let bytes = with_value(
+        repo_arch("tiny-qwen35-F16.gguf"),
+        "qwen35.ssm.inner_size",
+        64u32.to_le_bytes(),
+    );
+    let (status, m) = load_error(bytes);
+    assert_eq!(status, crate::error::Status::Unsupported, "{m}");
+    // the M-RoPE sections are required, and one of t, h, w must have a pair
+    let mut bytes = repo_arch("tiny-qwen35-F16.gguf");
+    let at = after_string(&bytes, "qwen35.rope.dimension_sections") + 4 + 4 + 8;
+    bytes[at..at + 12].fill(0);
+    let (status, m) = load_error(bytes);
+    assert_eq!(status, crate::error::Status::BadFormat);
+    assert!(m.contains("dimension_sections"), "{m}");
     // "output.weight" -> "outpux.weight": the output falls back to the tied embeddings, and
     // the renamed tensor is read by nothing
     let mut bytes = read_shared("models/tiny/tiny-llama-Q8_0.gguf");

@@ -12,6 +12,7 @@
 //! | `smollm`, `starcoder`, ...      | `\p{N}`; GPT-2 |
 //! | `llama-bpe` (Llama 3), ...      | Llama 3 (digits in runs of up to 3) |
 //! | `qwen2`, ...                    | Llama 3 with single digits |
+//! | `qwen35`                        | Qwen2's, marks (`\p{M}`) counted as letters |
 //! | `default`, missing              | `[\p{P}$+<=>^~|]+`; GPT-2; `\p{N}+`; `[0-9]{3}` |
 //! | `deepseek-coder`                | `[\r\n]`; `\s?\p{L}+`; `\s?\p{P}+`; `[一-龥ࠀ-一가-퟿]+`; `\p{N}` |
 //!
@@ -122,6 +123,9 @@ pub enum PreTokenizer {
     Llama3,
     /// Llama 3's pattern with single digits (Qwen2).
     Qwen2,
+    /// Qwen2's, with `[\p{L}\p{M}]+` for letter runs and `[^\s\p{L}\p{M}\p{N}]` for the rest
+    /// (Qwen 3.5): a mark is a letter for every alternative, so a mark reads as one.
+    Qwen35,
     /// llama.cpp's fallback: punctuation runs, GPT-2, number runs, ASCII digit triples.
     Default,
     /// DeepSeek Coder: line breaks, letter runs and punctuation runs (each with one white space
@@ -147,6 +151,7 @@ impl PreTokenizer {
             "dbrx" | "smaug-bpe" | "glm4" | "chatglm-bpe" => (PreTokenizer::Llama3, false),
             "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "stablelm2" | "megrez"
             | "hunyuan" | "solar-open" => (PreTokenizer::Qwen2, false),
+            "qwen35" => (PreTokenizer::Qwen35, false),
             "deepseek-coder" => (PreTokenizer::DeepseekCoder, false),
             _ => return None,
         })
@@ -179,9 +184,13 @@ impl Splitter {
         reserve(&mut self.next, text.len(), "word boundaries")?;
         for (at, ch) in text.char_indices() {
             let cp = ch as u32;
+            let class = match (pre, class_of(cp)) {
+                (PreTokenizer::Qwen35, Class::Mark) => Class::Letter,
+                (_, class) => class,
+            };
             self.cps.push(Cp {
                 cp,
-                class: class_of(cp),
+                class,
                 at: at as u32,
             });
         }
@@ -197,7 +206,9 @@ impl Splitter {
                 self.stage(gpt2);
             }
             PreTokenizer::Llama3 => self.stage(|c, s, e, o| llama3(c, s, e, 3, o)),
-            PreTokenizer::Qwen2 => self.stage(|c, s, e, o| llama3(c, s, e, 1, o)),
+            PreTokenizer::Qwen2 | PreTokenizer::Qwen35 => {
+                self.stage(|c, s, e, o| llama3(c, s, e, 1, o))
+            }
             PreTokenizer::Default => {
                 self.stage(|c, s, e, o| matches_and_gaps(c, s, e, o, punct_run));
                 self.stage(gpt2);

@@ -710,3 +710,47 @@ fn bench_encode_corpus() {
         );
     }
 }
+
+/// Qwen 3.5's pre-tokenizer (`qwen35`: combining marks count as letters) against llama.cpp, on
+/// Qwen2's vocabulary with its `tokenizer.ggml.pre` rewritten (no Qwen 3.5 vocabulary is in
+/// ../shared): host-tests/testdata/qwen35-pre-tokenizer.json (from its gen_qwen35_pre.py)
+/// holds the corpus rows whose ids differ from qwen2's (none, with llama.cpp 0.3.36) and
+/// texts with marks everywhere the pattern looks; the other corpus rows are qwen2's.
+#[test]
+fn qwen35_pre_tokenizer_matches_llama_cpp() {
+    let mut bytes = read("models/vocab/vocab-bpe-qwen2.gguf");
+    let key = b"tokenizer.ggml.pre";
+    let mut k = (key.len() as u64).to_le_bytes().to_vec();
+    k.extend_from_slice(key);
+    let at = bytes.windows(k.len()).position(|w| w == k).unwrap() + k.len() + 4;
+    assert_eq!(&bytes[at..at + 13], b"\x05\0\0\0\0\0\0\0qwen2");
+    bytes.splice(at..at + 13, *b"\x06\0\0\0\0\0\0\0qwen35");
+    let g = Gguf::parse(&bytes).unwrap();
+    let tok = Tokenizer::from_gguf(&g).unwrap();
+    let (_, mut rows) = vocab_reference()
+        .into_iter()
+        .find(|(name, _)| name == "vocab-bpe-qwen2.gguf")
+        .unwrap();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("host-tests/testdata");
+    let json = std::fs::read(dir.join("qwen35-pre-tokenizer.json")).unwrap();
+    let mut r = Reader::new(&json).unwrap();
+    r.begin_object().unwrap();
+    while let Some(k) = r.next_key().unwrap() {
+        if !k.eq_str("rows") {
+            r.skip_value().unwrap();
+            continue;
+        }
+        for row in read_rows(&mut r, &[]) {
+            match rows.iter_mut().find(|c| c.text == row.text) {
+                Some(c) => *c = row,
+                None => rows.push(row),
+            }
+        }
+    }
+    assert_eq!(rows.len(), 631 + 21);
+    let bad = mismatches(&tok, &rows);
+    for b in bad.iter().take(10) {
+        std::println!("{b}");
+    }
+    assert!(bad.is_empty(), "{} of {} differ", bad.len(), rows.len() * 2);
+}
