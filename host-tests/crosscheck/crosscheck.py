@@ -7,13 +7,14 @@ usage: crosscheck.py WASMIND_CLI SHARED_DIR WORK_DIR SEED PART[,PART...]
 needs: llama-cpp-python==0.3.36 (the version of ../shared/reference), gguf, numpy, model2vec==0.10.0
 
 Parts, each a line per case and a verdict:
-- shapes: tiny random-weight models of all ten architectures (CROSSCHECK_ARCHS: some) in
+- shapes: tiny random-weight models of all eleven architectures (CROSSCHECK_ARCHS: some) in
   shapes drawn from the seed
   (widths that are and are not multiples of 32 and 256, 1-8 heads, grouped and not, head widths
   16-256, partial RoPE for phi3, linear RoPE scaling, tied outputs, 1-8 layers, sliding windows
   of 1-40, gemma2's soft caps, granite's four scales and RoPE switched off, lfm2's convolution
   and attention layers in any order, convolutions of 2-5 positions, exaone4 at 64 layers with
-  its sliding windows), F32 and two other
+  its sliding windows, qwen35's delta-net and attention layers by list or by interval, 1-3
+  value heads to a key head, delta heads 8-128 wide, M-RoPE sections), F32 and two other
   types each (quantized, F16, BF16) as llama-quantize writes them;
   llama.cpp's logits over 48 ids against `wasmind logits` with the single-threaded module, which must equal
   the threaded module's on 2 threads bit for bit.
@@ -76,7 +77,7 @@ def verdict(ok, line):
 
 # ---- shapes ---------------------------------------------------------------------------------
 
-ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "phi3", "gemma2", "granite", "smollm3", "lfm2", "exaone4"]
+ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "phi3", "gemma2", "granite", "smollm3", "lfm2", "exaone4", "qwen35"]
 ARCHS = os.environ.get("CROSSCHECK_ARCHS", ",".join(ARCHS)).split(",")  # e.g. lfm2,gemma2
 QUANTS = {"Q8_0": 7, "Q4_0": 2, "Q4_1": 3, "Q5_0": 8, "Q5_1": 9, "Q4_K": 15, "Q5_K": 17, "Q6_K": 18,
           "F16": 1, "BF16": 32}
@@ -88,7 +89,7 @@ def draw_shape(arch):
     h = rng.choice([1, 2, 3, 4, 6, 8])
     hkv = rng.choice([d for d in range(1, h + 1) if h % d == 0])
     hd = rng.choice([16, 32, 40, 64, 96, 128, 256])
-    if arch in ("qwen3", "gemma2", "gemma3"):
+    if arch in ("qwen3", "gemma2", "gemma3", "qwen35"):
         d = rng.choice([128, 200, 256, 320, 384, 512, 640])
     else:
         hd = min(hd, 128)
@@ -121,6 +122,20 @@ def draw_shape(arch):
         s.update(kinds="".join(kinds), conv_taps=rng.randint(2, 5))
         if rng.random() < 0.3:
             s["SWA"] = rng.randint(1, 40)
+    if arch == "qwen35":
+        hk = rng.choice([1, 2, 4])
+        s.update(L=rng.randint(2, 6), S=rng.choice([8, 16, 32, 64, 128]), HK=hk, HV=hk * rng.choice([1, 2, 3]),
+                 conv_taps=rng.randint(2, 5), rope_dims=rng.choice(range(4, hd + 1, 4)))
+        sections = [rng.randint(0, 4) for _ in range(4)]
+        sections[rng.randrange(3)] = rng.randint(1, 4)  # (ggml asserts a t, h or w section)
+        s["sections"] = sections
+        if rng.random() < 0.5:
+            s["interval"] = rng.randint(2, s["L"])  # at least one layer of each kind
+        else:
+            kinds = [rng.choice("rra") for _ in range(s["L"])]
+            a, r = rng.sample(range(s["L"]), 2)
+            kinds[a], kinds[r] = "a", "r"
+            s["kinds"] = "".join(kinds)
     if arch == "phi3" and rng.random() < 0.5:
         s["rope_dims"] = rng.choice([r for r in range(8, hd + 1, 8) if r % 2 == 0])
     if arch not in ("gemma2", "gemma3") and rng.random() < 0.3:
