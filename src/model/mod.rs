@@ -790,7 +790,7 @@ impl<'a> Model<'a> {
                 (_, true) => b * cd,
                 _ => 0,
             })?,
-            gates: try_vec(match cfg.attn_gate {
+            gates: try_vec(match cfg.attn_gate || has(LayerKind::DeltaNet) {
                 true => b * q_dim.max(vd),
                 false => 0,
             })?,

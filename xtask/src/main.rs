@@ -175,6 +175,7 @@ const FUZZ_TARGETS: [(&str, &[&str]); 8] = [
             "models/tiny/tiny-phi3-Q8_0.gguf",
             "host-tests/testdata/arch/tiny-gemma2-F16.gguf",
             "host-tests/testdata/arch/tiny-lfm2-F16.gguf",
+            "host-tests/testdata/arch/tiny-qwen35-tiled-F16.gguf",
             "models/vocab/vocab-bpe-smollm.gguf",
         ],
     ),
