@@ -361,16 +361,23 @@ fn qwen3_gemma3_phi3_match_llama_cpp_inside_the_module() {
     assert!(failures.is_empty(), "differ from llama.cpp: {failures:?}");
 }
 
-/// gemma2, granite, smollm3, lfm2 and exaone4 (this repository's tiny models, `testdata/arch/`) in the real
-/// modules: llama.cpp's argmaxes and last-4 logits with every build, F16 as committed and
-/// quantized to Q8_0 at load, the last position as a decode step; the same bits on 0, 1 and
-/// 2 threads.
-#[test]
-fn newer_architectures_match_llama_cpp_inside_the_module() {
+/// This repository's tiny models (`testdata/arch/`): their folder, llama.cpp's logits for them
+/// (`reference.json`) and the ids those are for.
+fn arch_fixtures() -> (std::path::PathBuf, serde_json::Value, Vec<u32>) {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/arch");
     let r: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("reference.json")).unwrap()).unwrap();
     let ids = u32s(&r["tokens"]);
+    (dir, r, ids)
+}
+
+/// gemma2, granite, smollm3, lfm2, exaone4 and qwen35 (this repository's tiny models,
+/// `testdata/arch/`) in the real modules: llama.cpp's argmaxes and last-4 logits with every build, F16 as committed and
+/// quantized to Q8_0 at load, the last position as a decode step; the same bits on 0, 1 and
+/// 2 threads.
+#[test]
+fn newer_architectures_match_llama_cpp_inside_the_module() {
+    let (dir, r, ids) = arch_fixtures();
     let mut failures = vec![];
     for (file, m) in r["models"].as_object().unwrap() {
         let quantize = if file.contains("Q8_0") { 8 } else { 0 };
@@ -409,6 +416,38 @@ fn newer_architectures_match_llama_cpp_inside_the_module() {
         }
     }
     assert!(failures.is_empty(), "differ from llama.cpp: {failures:?}");
+}
+
+/// Qwen 3.5 in the real modules: `model_info` names its delta-net layers and their heads, and
+/// truncating the cache back (`kv_truncate`: a delta net's state cannot go back, so it is
+/// rebuilt from the ids) gives the logits of one straight run, bit for bit, in each build on
+/// 0 and 2 threads.
+#[test]
+fn qwen35_truncation_rebuilds_inside_the_module() {
+    let (dir, _, ids) = arch_fixtures();
+    for build in Build::ALL {
+        for threads in [0, 2] {
+            let mut w = Wasmind::with_build(build, threads).unwrap();
+            w.load_model_file(&dir.join("tiny-qwen35-tiled-F16.gguf"), 64)
+                .unwrap();
+            let info: serde_json::Value = serde_json::from_str(&w.model_info().unwrap()).unwrap();
+            let kinds = ["delta_net", "delta_net", "global", "delta_net", "delta_net"];
+            assert_eq!(info["layer_kinds"], serde_json::json!(kinds));
+            let heads = (&info["delta_net_key_heads"], &info["delta_net_value_heads"]);
+            assert_eq!(heads, (&serde_json::json!(2), &serde_json::json!(6)));
+            let all = w.prefill_logits(&ids).unwrap();
+            for back in [48u32, 40, 7, 0] {
+                let n = w.call::<u32, i32>("kv_truncate", back).unwrap();
+                assert_eq!(n, back as i32, "kv_truncate({back})");
+                let rest = w.prefill_logits(&ids[back as usize..]).unwrap();
+                assert!(
+                    rest[..] == all[back as usize..],
+                    "{} on {threads} threads: truncated to {back}, the logits differ",
+                    build.name()
+                );
+            }
+        }
+    }
 }
 
 #[test]
