@@ -210,7 +210,9 @@ fn repo_arch(file: &str) -> Vec<u8> {
 /// llama left out or wrong (measured: gemma2 without the score cap 0.23 off, granite without
 /// the residual scale 9.2 and 22 argmaxes, smollm3 with RoPE in every layer 0.57, lfm2 with
 /// its taps reversed 18.8 and 35 argmaxes, exaone4 with RoPE pairs side by side 4.6, at 64
-/// layers without its windows 5.3, with RoPE in its global layers 5.3).
+/// layers without its windows 5.3, with RoPE in its global layers 5.3), and qwen35 (gated
+/// delta nets beside gated attention: with value heads grouped instead of tiled 6.3 and 16
+/// argmaxes, without the attention gate 3.1, with every RoPE pair turning 0.28).
 #[test]
 fn newer_architectures_match_llama_cpp() {
     let r: serde_json::Value = serde_json::from_slice(&repo_arch("reference.json")).unwrap();
