@@ -14,6 +14,9 @@ qwen3, gemma2 and gemma3, D / H for the others), FF, L (layers), and per archite
   `interval`-th layer attends, written as `full_attention_interval`), S (delta-net head
   width), HK, HV (its key and value heads), conv_taps, rope_dims, sections (of its
   interleaved M-RoPE);
+- phi3: longrope (its original context: the file's context becomes `ctx`, default 4096, with
+  LongRoPE's long and short factors and its attention factor, as the converter writes them
+  for Phi-3.5 and Phi-4-mini);
 - phi3, qwen35: rope_dims (partial RoPE); any: tied (no output.weight), linear (RoPE scaling factor),
   out_scale (of the final norm: 4 for Gemma, 1 for the others by default).
 """
@@ -28,7 +31,8 @@ def write_model(path, s, w_rng):
     arch, V, D, H, HKV, FF, L = s["arch"], s["V"], s["D"], s["H"], s["HKV"], s["FF"], s["L"]
     hd = s["HD"] if arch in OWN_HEAD_WIDTH else D // H
     w = gguf.GGUFWriter(path, arch)
-    w.add_block_count(L); w.add_context_length(256); w.add_embedding_length(D)
+    w.add_block_count(L); w.add_context_length(s.get("ctx", 4096) if "longrope" in s else 256)
+    w.add_embedding_length(D)
     w.add_feed_forward_length(FF); w.add_head_count(H)
     conv = [k == "c" for k in s["kinds"]] if arch == "lfm2" else [False] * L
     if arch == "qwen35":
@@ -62,6 +66,10 @@ def write_model(path, s, w_rng):
         w.add_attention_scale(s["attention_scale"]); w.add_logit_scale(s["logit_scale"])
         if s.get("no_rope"):
             w.add_rope_scaling_finetuned(False)
+    if "longrope" in s:  # (as conversion/phi.py: the attention factor from the stretch)
+        orig, ctx = s["longrope"], s.get("ctx", 4096)
+        w.add_rope_scaling_orig_ctx_len(orig)
+        w.add_rope_scaling_attn_factors(float(np.sqrt(1 + np.log(ctx / orig) / np.log(orig))))
     if "linear" in s:
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR); w.add_rope_scaling_factor(s["linear"])
     qd, kvd = H * hd, HKV * hd
@@ -80,6 +88,10 @@ def write_model(path, s, w_rng):
          s.get("out_scale", 4.0 if arch in GEMMA else 1.0))
     if arch not in GEMMA and not s.get("tied"):
         t("output.weight", (V, D), 0.2)
+    if "longrope" in s:  # per pair: long ones stretch far (1-40), short ones barely (1-1.5)
+        n = s.get("rope_dims", hd) // 2
+        w.add_tensor("rope_factors_long.weight", np.exp(w_rng.uniform(0, np.log(40), n)).astype(np.float32))
+        w.add_tensor("rope_factors_short.weight", w_rng.uniform(1, 1.5, n).astype(np.float32))
     for i in range(L):
         p = f"blk.{i}."
         if arch != "exaone4":  # (no norms before attention and the feed-forward)

@@ -1,5 +1,5 @@
 """The suite's tiny models of the architectures ../shared has no fixture for (gemma2, granite,
-smollm3, lfm2, exaone4, qwen35), and llama.cpp's logits for them: arch/tiny-<arch>-F16.gguf and
+smollm3, lfm2, exaone4, qwen35; and phi3's LongRoPE), and llama.cpp's logits for them: arch/tiny-<arch>-F16.gguf and
 arch/reference.json.
 
 usage: python gen_tiny_arch.py   (needs llama-cpp-python==0.3.36, gguf, numpy; writes next to itself)
@@ -13,7 +13,9 @@ without norms before attention and the feed-forward, and at 64 layers (tiny ones
 sliding-window layers with a global layer without RoPE every fourth; qwen35's gated delta-net
 layers (their convolution and recurrent state cross the batch too) beside its gated attention,
 once with every second layer attending, once with its own list of layers, three value heads
-to each key head, and M-RoPE sections that leave some pairs unrotated.
+to each key head, and M-RoPE sections that leave some pairs unrotated; phi3 with LongRoPE
+(Phi-3.5, Phi-4-mini), once with an original context below the 64 the test runs (its long
+factors) and partial RoPE, once above llama.cpp's 256 (its short factors).
 Types: F16 as committed, and (unless `types` says otherwise) Q8_0 as llama-quantize writes it
 from that F16 file (the test quantizes the F16 file at load instead: the same Q8_0 blocks).
 The reference has the shape of ../shared/models/tiny/tiny-arch-reference.json: the ids, and per
@@ -46,6 +48,9 @@ SHAPES = [
     # that leave some pairs unrotated
     dict(arch="qwen35", V=320, D=64, H=2, HKV=1, HD=32, FF=96, L=5, kinds="rrarr", S=8, HK=2, HV=6,
          conv_taps=3, rope_dims=16, sections=[1, 1, 0, 1], name="qwen35-tiled"),
+    dict(arch="phi3", V=320, D=64, H=4, HKV=2, FF=128, L=3, rope_dims=12, longrope=32, name="phi3-longrope"),
+    dict(arch="phi3", V=320, D=64, H=4, HKV=4, FF=128, L=3, longrope=256, ctx=131072, tied=True,
+         name="phi3-longrope-short"),
 ]
 assert llama_cpp.__version__ == "0.3.36", llama_cpp.__version__
 

@@ -371,10 +371,10 @@ fn arch_fixtures() -> (std::path::PathBuf, serde_json::Value, Vec<u32>) {
     (dir, r, ids)
 }
 
-/// gemma2, granite, smollm3, lfm2, exaone4 and qwen35 (this repository's tiny models,
-/// `testdata/arch/`) in the real modules: llama.cpp's argmaxes and last-4 logits with every build, F16 as committed and
-/// quantized to Q8_0 at load, the last position as a decode step; the same bits on 0, 1 and
-/// 2 threads.
+/// gemma2, granite, smollm3, lfm2, exaone4, qwen35 and phi3 with LongRoPE (this repository's
+/// tiny models, `testdata/arch/`) in the real modules: llama.cpp's argmaxes and last-4 logits
+/// with every build, F16 as committed and quantized to Q8_0 at load, the last position as a
+/// decode step; the same bits on 0, 1 and 2 threads.
 #[test]
 fn newer_architectures_match_llama_cpp_inside_the_module() {
     let (dir, r, ids) = arch_fixtures();

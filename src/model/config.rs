@@ -172,6 +172,12 @@ pub struct Config {
     pub rope_style: RopeStyle,
     /// Linear RoPE scaling of global layers (`rope.scaling.type = linear`): angles divided by it.
     pub rope_linear_factor: f32,
+    /// Multiplies cos and sin of each turning RoPE pair (`rope.scaling.attn_factor`, else 1).
+    pub rope_attn_factor: f32,
+    /// The context RoPE was trained at before it was stretched
+    /// (`rope.scaling.original_context_length`, else `train_context`): Phi-3's LongRoPE takes
+    /// its long factors for a context past it, its short ones otherwise.
+    pub rope_original_context: usize,
     /// The RoPE base of the sliding-window layers (`rope.freq_base_swa`; without it Gemma 3's
     /// is 10000 and Gemma 2's the global base; LFM2's is always the global base: as llama.cpp).
     pub rope_base_local: f32,
@@ -465,14 +471,28 @@ impl Config {
                 _ => bail!(Status::Unsupported, "rope scaling {:?}", scaling),
             }
         }
-        if arch == Arch::Phi3 && g.tensor("rope_factors_long.weight").is_some() {
-            // Phi-3 128k (LongRoPE): per-dimension factors chosen by context length, and an
-            // attention factor; not implemented.
-            bail!(
-                Status::Unsupported,
-                "phi3 with LongRoPE factors (the 128k-context variants)"
-            );
-        }
+        // Scales cos and sin of every turning pair (llama.cpp reads it for every architecture;
+        // Phi-3.5 and Phi-4-mini's converter writes sqrt(1 + ln(scale) / ln(original context))).
+        let rope_attn_factor = match g.get_f32_opt(&key("rope.scaling.attn_factor"))? {
+            None => 1.0,
+            Some(f) if f.is_finite() && f > 0.0 => f,
+            Some(f) => bail!(
+                Status::BadFormat,
+                "{} {} is out of range",
+                key("rope.scaling.attn_factor"),
+                Shortest::from(f)
+            ),
+        };
+        let rope_original_context =
+            match g.get_u32_opt(&key("rope.scaling.original_context_length"))? {
+                None => train_context,
+                Some(0) => bail!(
+                    Status::BadFormat,
+                    "{} is 0",
+                    key("rope.scaling.original_context_length")
+                ),
+                Some(n) => n as usize,
+            };
         // A scale or cap from the file: absent or 0 is "not set", as llama.cpp reads them.
         let factor = |suffix: &str| -> Result<Option<f32>> {
             match g.get_f32_opt(&key(suffix))? {
@@ -688,6 +708,8 @@ impl Config {
             rope_dims,
             rope_style,
             rope_linear_factor,
+            rope_attn_factor,
+            rope_original_context,
             rope_base_local,
             // Gemma 2's and LFM2's sliding-window layers scale as the others do; Gemma 3's do not
             rope_linear_factor_local: match arch {

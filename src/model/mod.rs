@@ -40,6 +40,7 @@ pub mod ops;
 use alloc::vec::Vec;
 use core::ops::Range;
 
+use crate::decimal::Shortest;
 use crate::error::{Result, Status};
 use crate::gguf::{Gguf, TensorInfo};
 use crate::pool::{self, Disjoint};
@@ -448,6 +449,25 @@ impl<'a> Loader<'_, 'a> {
         self.optional(name)?.map(|t| vector(t, n)).transpose()
     }
 
+    /// RoPE's per-pair divisors `name` (`pairs` of them), if the file has them: each finite and
+    /// positive (a 0 would turn its pair by infinity, and every logit be NaN).
+    fn rope_factors(&mut self, name: &str, pairs: usize) -> Result<Option<Vec<f32>>> {
+        let factors = self.optional_vector(name, pairs)?;
+        if let Some(x) = factors
+            .iter()
+            .flatten()
+            .find(|x| !(x.is_finite() && **x > 0.0))
+        {
+            bail!(
+                Status::BadFormat,
+                "{}: factor {} is out of range",
+                name,
+                Shortest::from(*x)
+            );
+        }
+        Ok(factors)
+    }
+
     /// Counts the tensors of blocks `first..` as read: multi-token-prediction blocks, which
     /// llama.cpp loads and does not run either.
     fn skip_blocks_from(&mut self, first: usize) {
@@ -722,7 +742,19 @@ impl<'a> Model<'a> {
             Arch::Lfm2 => ld.vector("token_embd_norm.weight", dim)?,
             _ => ld.vector("output_norm.weight", dim)?,
         };
-        let factors = ld.optional_vector("rope_freqs.weight", cfg.rope_dims / 2)?;
+        let pairs = cfg.rope_dims / 2;
+        let mut factors = ld.rope_factors("rope_freqs.weight", pairs)?;
+        if cfg.arch == Arch::Phi3 {
+            // LongRoPE (Phi-3.5, Phi-4-mini): long factors for a context past the original
+            // one, short ones otherwise, chosen once for the whole context, as llama.cpp does
+            let long = ld.rope_factors("rope_factors_long.weight", pairs)?;
+            let short = ld.rope_factors("rope_factors_short.weight", pairs)?;
+            let chosen = match context > cfg.rope_original_context {
+                true => long,
+                false => short,
+            };
+            factors = factors.or(chosen);
+        }
         ld.skip_blocks_from(cfg.n_layers);
         ld.check_all_used()?;
         let linear = 1.0 / cfg.rope_linear_factor as f64;

@@ -116,8 +116,10 @@ pub struct RopeTable {
 impl RopeTable {
     /// Angle of pair `i` at position `p`: `p * base^(-2i / rope_dims) / factor[i] * scale`
     /// (0 for a pair that does not turn, see [`Config::rope_pair_turns`]),
-    /// computed in f64 with our own `exp`/`log`/`sin`/`cos` (`factor` is Llama 3's `rope_freqs`,
-    /// or 1; `scale` is 1 / the linear scaling factor, or 1).
+    /// computed in f64 with our own `exp`/`log`/`sin`/`cos` (`factor` is Llama 3's `rope_freqs`
+    /// or Phi-3's LongRoPE factors, or 1; `scale` is 1 / the linear scaling factor, or 1); cos
+    /// and sin are multiplied by `Config::rope_attn_factor` (that of a pair at angle 0 too,
+    /// as ggml does; the dimensions past `rope_dims` are not scaled).
     pub fn new(
         cfg: &Config,
         context: usize,
@@ -131,7 +133,7 @@ impl RopeTable {
         {
             return Err(err!(
                 Status::BadFormat,
-                "rope_freqs has {} values, expected {}",
+                "RoPE factors: {} values, expected {}",
                 f.len(),
                 pairs
             ));
@@ -155,11 +157,12 @@ impl RopeTable {
             let factor = factors.map_or(1.0, |fs| fs[i] as f64);
             freq.push(f / factor * scale);
         }
+        let m = cfg.rope_attn_factor as f64;
         for p in 0..context {
             for (i, &f) in freq.iter().enumerate() {
                 let (s, c) = math::sin_cos(p as f64 * f);
-                cos[p * pairs + i] = c as f32;
-                sin[p * pairs + i] = s as f32;
+                cos[p * pairs + i] = (c * m) as f32;
+                sin[p * pairs + i] = (s * m) as f32;
             }
         }
         Ok(RopeTable {

@@ -212,7 +212,9 @@ fn repo_arch(file: &str) -> Vec<u8> {
 /// its taps reversed 18.8 and 35 argmaxes, exaone4 with RoPE pairs side by side 4.6, at 64
 /// layers without its windows 5.3, with RoPE in its global layers 5.3), and qwen35 (gated
 /// delta nets beside gated attention: with value heads grouped instead of tiled 6.3 and 16
-/// argmaxes, without the attention gate 3.1, with every RoPE pair turning 0.28).
+/// argmaxes, without the attention gate 3.1, with every RoPE pair turning 0.28), and phi3 with
+/// Phi-3.5's LongRoPE (past its original context, and within it: without the attention factor
+/// 0.80 and 2.1 off, with the long and short factors swapped 1.0 and 3.4).
 #[test]
 fn newer_architectures_match_llama_cpp() {
     let r: serde_json::Value = serde_json::from_slice(&repo_arch("reference.json")).unwrap();
@@ -224,7 +226,7 @@ fn newer_architectures_match_llama_cpp() {
         let logits = run_bytes(bytes, &ids, 64, quantize);
         failures.extend(check_arch_file(&r, file, &logits));
     }
-    assert_eq!(r["models"].as_object().unwrap().len(), 15);
+    assert_eq!(r["models"].as_object().unwrap().len(), 19);
     assert!(failures.is_empty(), "differ from llama.cpp: {failures:?}");
 }
 
@@ -292,6 +294,31 @@ fn newer_architectures_read_their_hyperparameters() {
     // sections t 1, h 1, w 0, e 1: sectors 0, 1 turn, sector 2 is e's
     let turns: Vec<bool> = (0..8).map(|i| c.rope_pair_turns(i)).collect();
     assert_eq!(turns, [true, true, false, true, true, false, true, true]);
+    // Phi-3.5 / Phi-4-mini's LongRoPE: the attention factor its converter writes for the
+    // stretch from the original context to the file's; without the keys, 1 and the context
+    let c = load("tiny-phi3-longrope-F16.gguf");
+    assert_eq!(
+        (
+            c.arch,
+            c.rope_dims,
+            c.rope_original_context,
+            c.train_context
+        ),
+        (Arch::Phi3, 12, 32, 4096)
+    );
+    let stretch = (1.0 + (4096f64 / 32.0).ln() / 32f64.ln()).sqrt() as f32;
+    assert!(
+        (c.rope_attn_factor - stretch).abs() < 1e-6,
+        "{}",
+        c.rope_attn_factor
+    );
+    let c = load("tiny-phi3-longrope-short-F16.gguf");
+    assert_eq!((c.rope_original_context, c.train_context), (256, 131072));
+    let c = load("tiny-gemma2-F16.gguf");
+    assert_eq!(
+        (c.rope_attn_factor, c.rope_original_context),
+        (1.0, c.train_context)
+    );
     let c = load("tiny-exaone4-swa-F16.gguf");
     assert_eq!((c.n_layers, c.sliding_window), (64, 8));
     for l in 0..c.n_layers {
@@ -426,6 +453,21 @@ fn bad_scales_and_unread_tensors_are_refused() {
             "qwen35.ssm.conv_kernel",
             1u32.to_le_bytes(),
         ),
+        (
+            "tiny-phi3-longrope-F16.gguf",
+            "phi3.rope.scaling.attn_factor",
+            nan,
+        ),
+        (
+            "tiny-phi3-longrope-F16.gguf",
+            "phi3.rope.scaling.attn_factor",
+            0f32.to_le_bytes(),
+        ),
+        (
+            "tiny-phi3-longrope-F16.gguf",
+            "phi3.rope.scaling.original_context_length",
+            0u32.to_le_bytes(),
+        ),
     ];
     for (file, key, value) in cases {
         let (status, m) = load_error(with_value(repo_arch(file), key, value));
@@ -447,6 +489,26 @@ fn bad_scales_and_unread_tensors_are_refused() {
     let (status, m) = load_error(bytes);
     assert_eq!(status, crate::error::Status::BadFormat);
     assert!(m.contains("dimension_sections"), "{m}");
+    // a RoPE factor of 0 or NaN, in the short factors that a 16-position context picks or in
+    // the long ones that it does not (another context would)
+    for (tensor, at) in [
+        ("rope_factors_short.weight", 5),
+        ("rope_factors_long.weight", 0),
+    ] {
+        for bad in [0f32, f32::NAN] {
+            let mut bytes = repo_arch("tiny-phi3-longrope-F16.gguf");
+            let mut copy = bytes.clone();
+            let offset = Gguf::parse_for_model(&mut copy)
+                .unwrap()
+                .tensor(tensor)
+                .unwrap()
+                .file_offset;
+            bytes[offset + 4 * at..][..4].copy_from_slice(&bad.to_le_bytes());
+            let (status, m) = load_error(bytes);
+            assert_eq!(status, crate::error::Status::BadFormat, "{m}");
+            assert!(m.contains(tensor) && m.contains("out of range"), "{m}");
+        }
+    }
     // "output.weight" -> "outpux.weight": the output falls back to the tied embeddings, and
     // the renamed tensor is read by nothing
     let mut bytes = read_shared("models/tiny/tiny-llama-Q8_0.gguf");
