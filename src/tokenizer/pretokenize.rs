@@ -13,20 +13,26 @@
 //! | `llama-bpe` (Llama 3), ...      | Llama 3 (digits in runs of up to 3) |
 //! | `qwen2`, ...                    | Llama 3 with single digits |
 //! | `qwen35`                        | Qwen2's, marks (`\p{M}`) counted as letters |
+//! | `gpt-4o`, `llama4`, ...         | GPT-4o (letter runs cut at case changes) |
 //! | `default`, missing              | `[\p{P}$+<=>^~|]+`; GPT-2; `\p{N}+`; `[0-9]{3}` |
 //! | `deepseek-coder`                | `[\r\n]`; `\s?\p{L}+`; `\s?\p{P}+`; `[一-龥ࠀ-一가-퟿]+`; `\p{N}` |
 //!
 //! GPT-2: `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`.
 //! Llama 3: `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
-//! ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`. Alternatives are tried in order at
-//! each position (first match wins), as a backtracking engine does.
+//! ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`.
+//! GPT-4o: `[^\r\n\p{L}\p{N}]?U*L+C?|[^\r\n\p{L}\p{N}]?U+L*C?|\p{N}{1,3}|
+//! ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`, where U is a letter other than `a-z`,
+//! L a letter other than `A-Z` and C a contraction (any case), as llama.cpp rewrites
+//! tiktoken's `\p{Lu}`/`\p{Ll}` classes: a non-ASCII letter is both upper and lower case.
+//! Alternatives are tried in order at each position (first match wins), as a backtracking
+//! engine does.
 //!
 //! Classes follow llama.cpp's tables: `\s` is Unicode White_Space (checked before the general
 //! category), `\p{L}`/`\p{N}`/`\p{P}` are the general-category groups of llama.cpp's
 //! Unicode version (`unicode::ASSIGNED_UNICODE_VERSION`; code points added later are
 //! unassigned there); marks, symbols,
 //! separators, controls, private use and unassigned code points are all "other" for these
-//! patterns. The `qwen2`, `default` and `deepseek-coder` patterns are not special-cased by
+//! patterns. The `qwen2`, `gpt-4o`, `default` and `deepseek-coder` patterns are not special-cased by
 //! llama.cpp but run
 //! through `std::regex` over a text in which each non-ASCII code point is collapsed to one
 //! byte standing for its class; the matchers here reproduce that engine's result.
@@ -126,6 +132,8 @@ pub enum PreTokenizer {
     /// Qwen2's, with `[\p{L}\p{M}]+` for letter runs and `[^\s\p{L}\p{M}\p{N}]` for the rest
     /// (Qwen 3.5): a mark is a letter for every alternative, so a mark reads as one.
     Qwen35,
+    /// GPT-4o's pattern (Phi-4-mini, Llama 4): letter runs cut where lower case turns upper.
+    Gpt4o,
     /// llama.cpp's fallback: punctuation runs, GPT-2, number runs, ASCII digit triples.
     Default,
     /// DeepSeek Coder: line breaks, letter runs and punctuation runs (each with one white space
@@ -152,6 +160,9 @@ impl PreTokenizer {
             "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "stablelm2" | "megrez"
             | "hunyuan" | "solar-open" => (PreTokenizer::Qwen2, false),
             "qwen35" => (PreTokenizer::Qwen35, false),
+            "gpt-4o" | "llama4" | "kanana2" | "talkie" | "minimax-m2" => {
+                (PreTokenizer::Gpt4o, false)
+            }
             "deepseek-coder" => (PreTokenizer::DeepseekCoder, false),
             _ => return None,
         })
@@ -209,6 +220,7 @@ impl Splitter {
             PreTokenizer::Qwen2 | PreTokenizer::Qwen35 => {
                 self.stage(|c, s, e, o| llama3(c, s, e, 1, o))
             }
+            PreTokenizer::Gpt4o => self.stage(gpt4o),
             PreTokenizer::Default => {
                 self.stage(|c, s, e, o| matches_and_gaps(c, s, e, o, punct_run));
                 self.stage(gpt2);
@@ -424,37 +436,128 @@ fn llama3(cps: &[Cp], start: usize, end: usize, max_digits: usize, out: &mut Vec
             continue;
         }
         // ` ?[^\s\p{L}\p{N}]+[\r\n]*`
-        let lead = if c.cp == ' ' as u32 { pos + 1 } else { pos };
-        if seg.is_other(lead) {
-            pos = lead;
-            while seg.is_other(pos) {
-                pos += 1;
-            }
-            while matches!(seg.cp(pos), Some(0x0A | 0x0D)) {
-                pos += 1;
-            }
+        if let Some(e) = punct_then(&seg, pos, b"\r\n") {
+            pos = e;
             cuts.cut(pos);
             continue;
         }
         // `\s*[\r\n]+`, `\s+(?!\S)`, `\s+`
-        let mut n = 0;
-        let mut after_last_newline = None;
-        while seg.is(pos + n, Class::Space) {
-            if matches!(seg.cp(pos + n), Some(0x0A | 0x0D)) {
-                after_last_newline = Some(pos + n + 1);
-            }
-            n += 1;
-        }
-        if let Some(e) = after_last_newline {
-            pos = e;
-        } else if n > 1 && pos + n < end {
-            pos += n - 1;
-        } else if n > 0 {
-            pos += n;
-        } else {
-            pos += 1;
-        }
+        pos = spaces(&seg, pos);
         cuts.cut(pos);
+    }
+}
+
+/// GPT-4o's pattern over `cps[start..end]` (it shares Llama 3's digits and white space, and
+/// adds `/` to the line breaks that may follow punctuation).
+fn gpt4o(cps: &[Cp], start: usize, end: usize, out: &mut Vec<(u32, u32)>) {
+    let seg = Seg { cps, end };
+    let mut cuts = Cuts { out, prev: start };
+    let ascii = |i: usize, range: core::ops::RangeInclusive<u8>| {
+        seg.cp(i)
+            .is_some_and(|c| range.contains(&(c as u8)) && c < 128)
+    };
+    let mut pos = start;
+    while pos < end {
+        let c = cps[pos];
+        let newline = c.cp == '\r' as u32 || c.cp == '\n' as u32;
+        // `[^\r\n\p{L}\p{N}]?` before the letters of either letter alternative
+        let letters = if c.class == Class::Letter {
+            Some(pos)
+        } else if !newline && c.class != Class::Number && seg.is(pos + 1, Class::Letter) {
+            Some(pos + 1)
+        } else {
+            None
+        };
+        if let Some(first) = letters {
+            // `U*`, greedy; where it stops decides the rest
+            let mut e = first;
+            let mut last_wide = None;
+            while seg.is(e, Class::Letter) && !ascii(e, b'a'..=b'z') {
+                if cps[e].cp >= 128 {
+                    last_wide = Some(e);
+                }
+                e += 1;
+            }
+            pos = if ascii(e, b'a'..=b'z') {
+                // `U*L+`: the lower-case run after it
+                while seg.is(e, Class::Letter) && !ascii(e, b'A'..=b'Z') {
+                    e += 1;
+                }
+                e
+            } else if let Some(w) = last_wide {
+                // `U*L+` backtracks `U*` to its last letter that is also lower case
+                w + 1
+            } else {
+                // `U+L*`: upper case alone
+                e
+            };
+            pos += contraction(&seg, pos, true).unwrap_or(0);
+            cuts.cut(pos);
+            continue;
+        }
+        // `\p{N}{1,3}`
+        if c.class == Class::Number {
+            let mut run = 0;
+            while seg.is(pos, Class::Number) && run < 3 {
+                pos += 1;
+                run += 1;
+            }
+            cuts.cut(pos);
+            continue;
+        }
+        // ` ?[^\s\p{L}\p{N}]+[\r\n/]*`
+        if let Some(e) = punct_then(&seg, pos, b"\r\n/") {
+            pos = e;
+            cuts.cut(pos);
+            continue;
+        }
+        // `\s*[\r\n]+`, `\s+(?!\S)`, `\s+`
+        pos = spaces(&seg, pos);
+        cuts.cut(pos);
+    }
+}
+
+/// ` ?[^\s\p{L}\p{N}]+[after]*` at `pos`, `after` a set of ASCII characters: where it ends.
+#[inline]
+fn punct_then(seg: &Seg, pos: usize, after: &[u8]) -> Option<usize> {
+    let mut e = if seg.cp(pos) == Some(' ' as u32) {
+        pos + 1
+    } else {
+        pos
+    };
+    if !seg.is_other(e) {
+        return None;
+    }
+    while seg.is_other(e) {
+        e += 1;
+    }
+    while seg
+        .cp(e)
+        .is_some_and(|c| after.iter().any(|&a| a as u32 == c))
+    {
+        e += 1;
+    }
+    Some(e)
+}
+
+/// `\s*[\r\n]+|\s+(?!\S)|\s+` at `pos` (or the one code point there, if none matches):
+/// where the match ends.
+#[inline]
+fn spaces(seg: &Seg, pos: usize) -> usize {
+    let mut n = 0;
+    let mut after_last_newline = None;
+    while seg.is(pos + n, Class::Space) {
+        if matches!(seg.cp(pos + n), Some(0x0A | 0x0D)) {
+            after_last_newline = Some(pos + n + 1);
+        }
+        n += 1;
+    }
+    if let Some(e) = after_last_newline {
+        e
+    } else if n > 1 && pos + n < seg.end {
+        pos + n - 1
+    } else {
+        pos + n.max(1)
     }
 }
 

@@ -1,5 +1,6 @@
 //! Tokenizer tests against llama.cpp's ids (`shared/reference`), never against ourselves.
 
+use super::pretokenize::{PreTokenizer, Splitter};
 use super::*;
 use crate::json::Reader;
 use alloc::boxed::Box;
@@ -16,10 +17,13 @@ fn load(rel: &str) -> Tokenizer {
 }
 
 /// One reference row: the text, llama.cpp's plain ids and its ids with special tokens parsed.
+#[derive(Clone)]
 struct Row {
     text: String,
     ids: Vec<u32>,
     ids_special: Vec<u32>,
+    /// The byte lengths of llama.cpp's pre-tokenizer pieces, where the file has them.
+    pieces: Vec<u32>,
 }
 
 fn read_ids(r: &mut Reader) -> Vec<u32> {
@@ -51,6 +55,7 @@ fn read_rows(r: &mut Reader, texts: &[String]) -> Vec<Row> {
             text: String::new(),
             ids: vec![],
             ids_special: vec![],
+            pieces: vec![],
         };
         r.begin_object().unwrap();
         while let Some(k) = r.next_key().unwrap() {
@@ -58,6 +63,8 @@ fn read_rows(r: &mut Reader, texts: &[String]) -> Vec<Row> {
                 row.ids = read_ids(r);
             } else if k.eq_str("ids_special") {
                 row.ids_special = read_ids(r);
+            } else if k.eq_str("pieces") {
+                row.pieces = read_ids(r);
             } else if k.eq_str("text") {
                 r.read_str().unwrap().decode_into(&mut row.text).unwrap();
             } else {
@@ -711,46 +718,118 @@ fn bench_encode_corpus() {
     }
 }
 
-/// Qwen 3.5's pre-tokenizer (`qwen35`: combining marks count as letters) against llama.cpp, on
-/// Qwen2's vocabulary with its `tokenizer.ggml.pre` rewritten (no Qwen 3.5 vocabulary is in
-/// ../shared): host-tests/testdata/qwen35-pre-tokenizer.json (from its gen_qwen35_pre.py)
-/// holds the corpus rows whose ids differ from qwen2's (none, with llama.cpp 0.3.36) and
-/// texts with marks everywhere the pattern looks; the other corpus rows are qwen2's.
-#[test]
-fn qwen35_pre_tokenizer_matches_llama_cpp() {
-    let mut bytes = read("models/vocab/vocab-bpe-qwen2.gguf");
+/// A pre-tokenizer that no vocabulary in ../shared has, against llama.cpp: vocabulary `base`
+/// with its `tokenizer.ggml.pre` rewritten from `old` to `new` (the same merges, another
+/// split), on the texts of host-tests/testdata/`new`-pre-tokenizer.json (from its
+/// gen_patched_pre.py): the corpus rows whose ids differ from `base`'s own, then texts made
+/// for the pattern; the other corpus rows are `base`'s. `rows` is how many there are in all.
+fn patched_pre_tokenizer_matches_llama_cpp(base: &str, old: &str, new: &str, rows_in_all: usize) {
+    let mut bytes = read(&std::format!("models/vocab/{base}"));
     let key = b"tokenizer.ggml.pre";
     let mut k = (key.len() as u64).to_le_bytes().to_vec();
     k.extend_from_slice(key);
     let at = bytes.windows(k.len()).position(|w| w == k).unwrap() + k.len() + 4;
-    assert_eq!(&bytes[at..at + 13], b"\x05\0\0\0\0\0\0\0qwen2");
-    bytes.splice(at..at + 13, *b"\x06\0\0\0\0\0\0\0qwen35");
+    let string = |s: &str| [&(s.len() as u64).to_le_bytes()[..], s.as_bytes()].concat();
+    let was = string(old);
+    assert_eq!(&bytes[at..at + was.len()], was);
+    bytes.splice(at..at + was.len(), string(new));
+    // (a shorter name moves the header's end, and the aligned start of the (empty) data
+    // section may move past the file's: zeros at the end keep it inside)
+    bytes.resize(bytes.len() + was.len().saturating_sub(new.len()), 0);
     let g = Gguf::parse(&bytes).unwrap();
     let tok = Tokenizer::from_gguf(&g).unwrap();
     let (_, mut rows) = vocab_reference()
         .into_iter()
-        .find(|(name, _)| name == "vocab-bpe-qwen2.gguf")
+        .find(|(name, _)| name == base)
         .unwrap();
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("host-tests/testdata");
-    let json = std::fs::read(dir.join("qwen35-pre-tokenizer.json")).unwrap();
+    let json = std::fs::read(dir.join(std::format!("{new}-pre-tokenizer.json"))).unwrap();
     let mut r = Reader::new(&json).unwrap();
     r.begin_object().unwrap();
+    let mut changed = 0;
+    // (text, llama.cpp's piece lengths) for the split itself, where the file has them
+    let mut splits: Vec<(String, Vec<u32>)> = Vec::new();
+    let corpus: Vec<String> = rows.iter().map(|row| row.text.clone()).collect();
     while let Some(k) = r.next_key().unwrap() {
+        if k.eq_str("corpus_pieces") {
+            r.begin_array().unwrap();
+            for text in &corpus {
+                assert!(r.next_item().unwrap());
+                splits.push((text.clone(), read_ids(&mut r)));
+            }
+            assert!(!r.next_item().unwrap());
+            continue;
+        }
         if !k.eq_str("rows") {
             r.skip_value().unwrap();
             continue;
         }
         for row in read_rows(&mut r, &[]) {
-            match rows.iter_mut().find(|c| c.text == row.text) {
-                Some(c) => *c = row,
-                None => rows.push(row),
+            if !row.pieces.is_empty() {
+                splits.push((row.text.clone(), row.pieces.clone()));
+            }
+            // (the corpus has some texts more than once)
+            let same = rows.iter_mut().filter(|c| c.text == row.text);
+            let n = same.map(|c| *c = row.clone()).count();
+            changed += n;
+            if n == 0 {
+                rows.push(row);
             }
         }
     }
-    assert_eq!(rows.len(), 631 + 21);
+    std::println!(
+        "{new}: {} texts, {changed} corpus rows apart from {old}'s",
+        rows.len()
+    );
+    assert_eq!(rows.len(), rows_in_all);
     let bad = mismatches(&tok, &rows);
     for b in bad.iter().take(10) {
         std::println!("{b}");
     }
     assert!(bad.is_empty(), "{} of {} differ", bad.len(), rows.len() * 2);
+    let (pre, _) = PreTokenizer::from_name(new).unwrap();
+    let mut splitter = Splitter::default();
+    let mut split_apart = 0;
+    for (text, want) in &splits {
+        let mut got = Vec::new();
+        splitter
+            .split(pre, text, |a, b| {
+                got.push((b - a) as u32);
+                Ok(())
+            })
+            .unwrap();
+        if &got != want {
+            split_apart += 1;
+            std::println!("{text:?}: pieces {got:?}, llama.cpp's {want:?}");
+        }
+    }
+    std::println!(
+        "{new}: {} texts split as llama.cpp splits them",
+        splits.len()
+    );
+    assert_eq!(
+        split_apart, 0,
+        "{split_apart} texts split apart from llama.cpp"
+    );
+}
+
+/// Qwen 3.5's pre-tokenizer (`qwen35`: combining marks count as letters) on Qwen2's
+/// vocabulary: no corpus row differs from qwen2's with llama.cpp 0.3.36; 21 texts with marks
+/// everywhere the pattern looks.
+#[test]
+fn qwen35_pre_tokenizer_matches_llama_cpp() {
+    patched_pre_tokenizer_matches_llama_cpp("vocab-bpe-qwen2.gguf", "qwen2", "qwen35", 631 + 21);
+}
+
+/// GPT-4o's pre-tokenizer (`gpt-4o`, Phi-4-mini's and Llama 4's: letter runs cut where the
+/// case turns, a non-ASCII letter both cases) on Llama 3's vocabulary: the corpus, texts of
+/// mixed case, contractions and slashes, and 400 random strings over such an alphabet.
+#[test]
+fn gpt4o_pre_tokenizer_matches_llama_cpp() {
+    patched_pre_tokenizer_matches_llama_cpp(
+        "vocab-bpe-llama-bpe.gguf",
+        "llama-bpe",
+        "gpt-4o",
+        1056, // (9 of the extra texts are also in the corpus, or drawn twice)
+    );
 }
