@@ -17,6 +17,9 @@ export interface CreateOptions {
   /** Force the relaxed-SIMD build (true) or the SIMD128 one (false). Default: relaxed where the
    *  engine runs relaxed SIMD correctly (a probe module is validated and run). */
   relaxed?: boolean;
+  /** Milliseconds the driver may take to start and load the module (fetch, compile, helpers)
+   *  before `create` rejects with TIMEOUT and its workers are ended (default 60000). */
+  startTimeout?: number;
 }
 
 export interface Progress {
@@ -111,7 +114,8 @@ export interface EmbedderFiles {
 }
 
 /** Every failure: `status` is the module's status name (BAD_FORMAT, OUT_OF_MEMORY, NO_MODEL, …)
- *  or NETWORK / HTTP / LENGTH for a download; `message` the module's message. */
+ *  or NETWORK / HTTP / LENGTH for a download, TIMEOUT for a driver that did not start;
+ *  `message` the module's message. */
 export class WasmindError extends Error {
   code: number;
   status: string;

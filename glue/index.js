@@ -11,7 +11,7 @@
 // so the page's main thread is a fine place to call it from. A URL is streamed by the driver
 // straight into the module's memory and kept in the origin private file system (source.js).
 
-import { WasmindError, describe, ROLE } from './wasmind.js';
+import { WasmindError, describe, ROLE, within } from './wasmind.js';
 import { deleteCached, cached, CACHE_NAME } from './source.js';
 
 const isNode = typeof process === 'object' && !!process.versions?.node;
@@ -109,10 +109,13 @@ export class Wasmind {
    * Starts the driver (and helpers on a cross-origin isolated page). Options: `threads` (driver
    * included; default ¾ of the cores, at most 16), `dist` (URL of the folder with the .wasm
    * files; default the package's dist/), `threaded` (default: when shared memory is allowed),
-   * `relaxed` (the relaxed-SIMD build; default: when the engine runs relaxed SIMD).
+   * `relaxed` (the relaxed-SIMD build; default: when the engine runs relaxed SIMD),
+   * `startTimeout` (ms the driver may take to start and load the module before the call rejects
+   * with TIMEOUT and the workers are ended; default 60000).
    */
   static async create(options = {}) {
-    checkOptions('Wasmind.create', options, { threads: 'positive', dist: 'checked', threaded: 'boolean', relaxed: 'boolean' });
+    checkOptions('Wasmind.create', options, { threads: 'positive', dist: 'checked', threaded: 'boolean', relaxed: 'boolean',
+      startTimeout: 'positive' });
     const ai = new Wasmind(options);
     await ai.#start();
     return ai;
@@ -124,7 +127,7 @@ export class Wasmind {
   /** The cached copy of a URL as { size }, or null. */
   static async cached(url) { const f = await cached(absolute(url)); return f && { size: f.size }; }
 
-  #options; #driver = null; #starting = null; #next = 1; #pending = new Map();
+  #options; #startMs; #driver = null; #starting = null; #next = 1; #pending = new Map();
   #history = [];      // the messages the module holds, its replies included; null: unknown
   #chatting = null;   // id of the reply in progress
   #stats = null;
@@ -133,6 +136,7 @@ export class Wasmind {
   constructor(options) {
     this.#options = { threads: options.threads, threaded: options.threaded, relaxed: options.relaxed,
       dist: new URL(options.dist ?? DIST, globalThis.location?.href ?? import.meta.url).href };
+    this.#startMs = options.startTimeout ?? 60000;
     this.threaded = false; this.threads = 1; this.relaxed = false; this.model = null; this.embedDim = 0;
   }
 
@@ -141,13 +145,28 @@ export class Wasmind {
     if (this.#starting) return this.#starting;
     this.#starting = (async () => {
       const d = await spawnDriver();
-      let listening;
+      let listening, waiting = 'the driver worker (driver.js) did not start';
       const up = new Promise((ok, fail) => { listening = { ok, fail }; });
       d.listen((m) => this.#receive(m, listening), (e) => this.#fail(d, e, listening));
-      await up;
-      this.#driver = d;
-      const r = await this.#call('init', { options: this.#options });
-      this.#module(r);
+      const started = (async () => {
+        await up;
+        this.#driver = d;
+        waiting = `the module did not load from ${this.#options.dist}`;
+        this.#module(await this.#call('init', { options: this.#options }));
+      })();
+      const late = () => Object.assign(new WasmindError(0, `wasmind: ${waiting} within ${this.#startMs} ms (startTimeout)`),
+        { status: 'TIMEOUT' });
+      try {
+        await within(started, this.#startMs, late);
+      } catch (e) {
+        // A driver that failed or is late is ended, so the next call starts a fresh one.
+        started.catch(() => {});
+        if (this.#driver === d) this.#driver = null;
+        for (const p of this.#pending.values()) p.reject(e);
+        this.#pending.clear();
+        d.terminate();
+        throw e;
+      }
     })();
     try { await this.#starting; } finally { this.#starting = null; }
   }

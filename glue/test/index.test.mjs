@@ -275,3 +275,36 @@ test('index.js: a conversation past the context rejects with CONTEXT_FULL, or dr
     assert.ok(s.droppedMessages >= 2, JSON.stringify(s));
   } finally { await ai.unload(); }
 });
+
+// A driver that never says it is listening, or never answers `init` (a stalled fetch of the
+// module, a worker starved of its script): `create` rejects with TIMEOUT naming what it waited
+// for, and the worker is ended (its heartbeat file stops growing) instead of running on.
+test('index.js: a driver that does not start in startTimeout is ended, and create rejects with TIMEOUT', async () => {
+  const { mkdtempSync, writeFileSync, copyFileSync, statSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const { pathToFileURL } = await import('node:url');
+  const glue = new URL('..', import.meta.url);
+  for (const [answers, waited] of [[false, /driver worker \(driver\.js\) did not start within 300 ms/], [true, /module did not load from .* within 300 ms/]]) {
+    const dir = mkdtempSync(join(tmpdir(), 'wasmind-late-'));
+    try {
+      for (const f of ['index.js', 'wasmind.js', 'source.js']) copyFileSync(new URL(f, glue), join(dir, f));
+      const beat = join(dir, 'heartbeat');
+      writeFileSync(beat, '');
+      writeFileSync(join(dir, 'driver.js'), `import { parentPort } from 'node:worker_threads';
+        import { appendFileSync } from 'node:fs';
+        setInterval(() => appendFileSync(${JSON.stringify(beat)}, '.'), 10);
+        ${answers ? "parentPort.postMessage({ event: 'listening' }); parentPort.on('message', () => {});" : ''}`);
+      const { Wasmind: Late } = await import(pathToFileURL(join(dir, 'index.js')).href);
+      const t0 = Date.now();
+      await assert.rejects(Late.create({ startTimeout: 300 }), (e) => e.status === 'TIMEOUT' && waited.test(e.message), String(waited));
+      assert.ok(Date.now() - t0 < 5000, `rejected after ${Date.now() - t0} ms`);
+      await new Promise((r) => setTimeout(r, 100));
+      const size = statSync(beat).size;
+      assert.ok(size > 0, 'the fake driver ran');
+      await new Promise((r) => setTimeout(r, 300));
+      assert.equal(statSync(beat).size, size, 'the late driver was ended');
+    } finally { rmSync(dir, { recursive: true, force: true }); }
+  }
+  await assert.rejects(Wasmind.create({ startTimeout: 0 }), (e) => e.status === 'INVALID_ARGUMENT' && /startTimeout must be an integer >= 1/.test(e.message));
+});
