@@ -10,8 +10,8 @@ Parts, each a line per case and a verdict:
 - shapes: tiny random-weight models of all eleven architectures (CROSSCHECK_ARCHS: some) in
   shapes drawn from the seed
   (widths that are and are not multiples of 32 and 256, 1-8 heads, grouped and not, head widths
-  16-256, partial RoPE for phi3, linear RoPE scaling, tied outputs, 1-8 layers, sliding windows
-  of 1-40, gemma2's soft caps, granite's four scales and RoPE switched off, lfm2's convolution
+  16-256, partial RoPE and LongRoPE (long or short factors) for phi3, linear RoPE scaling,
+  tied outputs, 1-8 layers, sliding windows of 1-40, gemma2's soft caps, granite's four scales and RoPE switched off, lfm2's convolution
   and attention layers in any order, convolutions of 2-5 positions, exaone4 at 64 layers with
   its sliding windows, qwen35's delta-net and attention layers by list or by interval, 1-3
   value heads to a key head, delta heads 8-128 wide, M-RoPE sections), F32 and two other
@@ -83,6 +83,10 @@ QUANTS = {"Q8_0": 7, "Q4_0": 2, "Q4_1": 3, "Q5_0": 8, "Q5_1": 9, "Q4_K": 15, "Q5
           "F16": 1, "BF16": 32}
 
 
+# Both sides run with this context (Phi-3's LongRoPE picks its factors by it).
+CHECK_CONTEXT = 256
+
+
 def draw_shape(arch):
     """Hyper-parameters llama.cpp accepts for `arch` (llama and qwen2 need head width = dim /
     heads and RoPE over all of it)."""
@@ -138,6 +142,11 @@ def draw_shape(arch):
             s["kinds"] = "".join(kinds)
     if arch == "phi3" and rng.random() < 0.5:
         s["rope_dims"] = rng.choice([r for r in range(8, hd + 1, 8) if r % 2 == 0])
+    if arch == "phi3" and rng.random() < 0.5:
+        # LongRoPE (Phi-3.5, Phi-4-mini): the long factors below the checks' context of
+        # CHECK_CONTEXT, the short ones at or above it
+        s["longrope"] = rng.choice([16, 32, 100, 128, CHECK_CONTEXT, 512, 4096])
+        s["ctx"] = rng.choice([c for c in (2048, 4096, 131072) if c > s["longrope"]])
     if arch not in ("gemma2", "gemma3") and rng.random() < 0.3:
         s["tied"] = True
     if rng.random() < 0.25:
@@ -162,12 +171,13 @@ def exact_logits(path, ids):
 
 
 def check_logits(path, name, ids, rounded, exact_ok=False):
-    llm = Llama(model_path=path, n_ctx=256, n_threads=2, n_batch=64, logits_all=True, verbose=False)
+    llm = Llama(model_path=path, n_ctx=CHECK_CONTEXT, n_threads=2, n_batch=64, logits_all=True, verbose=False)
     llm.eval(ids)
     ref = np.array(llm.scores[: len(ids)], dtype=np.float64)
     del llm
     arg = ",".join(map(str, ids))
-    runs = [wasmind("logits", "--model", path, "--ids", arg, "--threads", n) for n in ("0", "2")]
+    runs = [wasmind("logits", "--model", path, "--ids", arg, "--threads", n, "--ctx", str(CHECK_CONTEXT))
+            for n in ("0", "2")]
     if runs[0][0] != 0:
         return verdict(False, f"{name}: wasmind logits failed: {runs[0][2][:200]}")
     if runs[1][1] != runs[0][1]:

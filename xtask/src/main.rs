@@ -176,6 +176,7 @@ const FUZZ_TARGETS: [(&str, &[&str]); 8] = [
             "host-tests/testdata/arch/tiny-gemma2-F16.gguf",
             "host-tests/testdata/arch/tiny-lfm2-F16.gguf",
             "host-tests/testdata/arch/tiny-qwen35-tiled-F16.gguf",
+            "host-tests/testdata/arch/tiny-phi3-longrope-F16.gguf",
             "models/vocab/vocab-bpe-smollm.gguf",
         ],
     ),
