@@ -11,8 +11,8 @@ Parts, each a line per case and a verdict:
   shapes drawn from the seed
   (widths that are and are not multiples of 32 and 256, 1-8 heads, grouped and not, head widths
   16-256, partial RoPE and LongRoPE (long or short factors) for phi3, linear RoPE scaling,
-  tied outputs, 1-8 layers, sliding windows of 1-40, gemma2's soft caps, granite's four scales and RoPE switched off, lfm2's convolution
-  and attention layers in any order, convolutions of 2-5 positions, exaone4 at 64 layers with
+  tied outputs, 1-8 layers, sliding windows of 1-40, gemma2's soft caps, granite's four scales
+  and RoPE switched off, lfm2's convolution and attention layers in any order, convolutions of 2-5 positions, exaone4 at 64 layers with
   its sliding windows, qwen35's delta-net and attention layers by list or by interval, 1-3
   value heads to a key head, delta heads 8-128 wide, M-RoPE sections), F32 and two other
   types each (quantized, F16, BF16) as llama-quantize writes them;
