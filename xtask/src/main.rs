@@ -165,7 +165,7 @@ fn lint() -> Result<(), String> {
 
 /// The fuzz targets (host-tests/fuzz, cargo fuzz on nightly) and the real files that seed them
 /// (in ../shared, or this repository's where the path starts with host-tests/).
-const FUZZ_TARGETS: [(&str, &[&str]); 8] = [
+const FUZZ_TARGETS: [(&str, &[&str]); 9] = [
     (
         "gguf_model",
         &[
@@ -181,6 +181,7 @@ const FUZZ_TARGETS: [(&str, &[&str]); 8] = [
         ],
     ),
     ("tokenize", &["reference/prompts.json"]),
+    ("pretokenize", &["reference/prompts.json"]),
     ("stream_decode", &["reference/prompts.json"]),
     ("embed", &[]),
     (

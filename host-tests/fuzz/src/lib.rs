@@ -45,3 +45,51 @@ pub fn three_parts(data: &[u8]) -> [&[u8]; 3] {
     }
     parts
 }
+
+/// The pre-tokenizer names the `pretokenize` target puts on the `llama-bpe` test vocabulary,
+/// one of each pattern `tokenizer.ggml.pre` selects.
+pub const PRE_NAMES: [&str; 8] = [
+    "gpt-2",
+    "smollm",
+    "llama-bpe",
+    "qwen2",
+    "qwen35",
+    "gpt-4o",
+    "default",
+    "deepseek-coder",
+];
+
+/// llama.cpp's `llama-bpe` test vocabulary (byte-level BPE) with `tokenizer.ggml.pre`
+/// rewritten to each of [`PRE_NAMES`], built once.
+pub fn llama3_with_pre() -> &'static [wasmind::tokenizer::Tokenizer] {
+    static TOKS: OnceLock<Vec<wasmind::tokenizer::Tokenizer>> = OnceLock::new();
+    TOKS.get_or_init(|| {
+        let base = shared("models/vocab/vocab-bpe-llama-bpe.gguf");
+        let string = |s: &str| [&(s.len() as u64).to_le_bytes()[..], s.as_bytes()].concat();
+        let key = string("tokenizer.ggml.pre");
+        // the key, its value's type (u32), then the string
+        let at = base
+            .windows(key.len())
+            .position(|w| w == key)
+            .expect("a pre key")
+            + key.len()
+            + 4;
+        let was = string("llama-bpe");
+        assert_eq!(
+            &base[at..at + was.len()],
+            was,
+            "the llama-bpe pre-tokenizer"
+        );
+        PRE_NAMES
+            .iter()
+            .map(|name| {
+                let mut bytes = base.clone();
+                bytes.splice(at..at + was.len(), string(name));
+                // a shorter name moves the header's end: zeros keep the (empty) data inside
+                bytes.resize(bytes.len() + was.len().saturating_sub(name.len()), 0);
+                let g = wasmind::gguf::Gguf::parse(&bytes).expect("the patched vocabulary parses");
+                wasmind::tokenizer::Tokenizer::from_gguf(&g).expect("the patched vocabulary loads")
+            })
+            .collect()
+    })
+}
