@@ -18,6 +18,8 @@ qwen3, gemma2 and gemma3, D / H for the others), FF, L (layers), and per archite
   LongRoPE's long and short factors and its attention factor, as the converter writes them
   for Phi-3.5 and Phi-4-mini);
 - phi3, qwen35: rope_dims (partial RoPE); any: tied (no output.weight), linear (RoPE scaling factor),
+  yarn ((factor, original context): YaRN RoPE scaling, as Qwen3's 128k files; the file's context
+  is their product),
   out_scale (of the final norm: 4 for Gemma, 1 for the others by default).
 """
 import gguf
@@ -31,7 +33,8 @@ def write_model(path, s, w_rng):
     arch, V, D, H, HKV, FF, L = s["arch"], s["V"], s["D"], s["H"], s["HKV"], s["FF"], s["L"]
     hd = s["HD"] if arch in OWN_HEAD_WIDTH else D // H
     w = gguf.GGUFWriter(path, arch)
-    w.add_block_count(L); w.add_context_length(s.get("ctx", 4096) if "longrope" in s else 256)
+    ctx = s.get("ctx", 4096) if "longrope" in s else int(s["yarn"][0] * s["yarn"][1]) if "yarn" in s else 256
+    w.add_block_count(L); w.add_context_length(ctx)
     w.add_embedding_length(D)
     w.add_feed_forward_length(FF); w.add_head_count(H)
     conv = [k == "c" for k in s["kinds"]] if arch == "lfm2" else [False] * L
@@ -72,6 +75,9 @@ def write_model(path, s, w_rng):
         w.add_rope_scaling_attn_factors(float(np.sqrt(1 + np.log(ctx / orig) / np.log(orig))))
     if "linear" in s:
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR); w.add_rope_scaling_factor(s["linear"])
+    if "yarn" in s:  # (as conversion/base.py writes a config's rope_scaling of type yarn)
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN); w.add_rope_scaling_factor(s["yarn"][0])
+        w.add_rope_scaling_orig_ctx_len(s["yarn"][1])
     qd, kvd = H * hd, HKV * hd
 
     def t(name, shape, scale):

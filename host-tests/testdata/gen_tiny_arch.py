@@ -1,5 +1,5 @@
 """The suite's tiny models of the architectures ../shared has no fixture for (gemma2, granite,
-smollm3, lfm2, exaone4, qwen35; and phi3's LongRoPE), and llama.cpp's logits for them: arch/tiny-<arch>-F16.gguf and
+smollm3, lfm2, exaone4, qwen35; and phi3's LongRoPE, YaRN), and llama.cpp's logits for them: arch/tiny-<arch>-F16.gguf and
 arch/reference.json.
 
 usage: python gen_tiny_arch.py   (needs llama-cpp-python==0.3.36, gguf, numpy; writes next to itself)
@@ -15,7 +15,8 @@ layers (their convolution and recurrent state cross the batch too) beside its ga
 once with every second layer attending, once with its own list of layers, three value heads
 to each key head, and M-RoPE sections that leave some pairs unrotated; phi3 with LongRoPE
 (Phi-3.5, Phi-4-mini), once with an original context below the 64 the test runs (its long
-factors) and partial RoPE, once above llama.cpp's 256 (its short factors).
+factors) and partial RoPE, once above llama.cpp's 256 (its short factors); YaRN RoPE scaling
+on qwen3 and on gemma2 (its sliding-window layers scaled too).
 Types: F16 as committed, and (unless `types` says otherwise) Q8_0 as llama-quantize writes it
 from that F16 file (the test quantizes the F16 file at load instead: the same Q8_0 blocks).
 The reference has the shape of ../shared/models/tiny/tiny-arch-reference.json: the ids, and per
@@ -51,6 +52,12 @@ SHAPES = [
     dict(arch="phi3", V=320, D=64, H=4, HKV=2, FF=128, L=3, rope_dims=12, longrope=32, name="phi3-longrope"),
     dict(arch="phi3", V=320, D=64, H=4, HKV=4, FF=128, L=3, longrope=256, ctx=131072, tied=True,
          name="phi3-longrope-short"),
+    # YaRN (Qwen3's 128k files) from a small original context, so that its ramp crosses pairs
+    # that turn fast within the 48 ids; once on gemma2, whose sliding-window layers take it too
+    dict(arch="qwen3", V=320, D=64, H=4, HKV=2, HD=32, FF=128, L=3, yarn=(4.0, 256), tied=True,
+         name="qwen3-yarn"),
+    dict(arch="gemma2", V=320, D=64, H=4, HKV=2, HD=32, FF=128, L=4, SWA=8, attn_softcap=20.0,
+         final_softcap=30.0, out_scale=8.0, yarn=(2.5, 128), name="gemma2-yarn"),
 ]
 assert llama_cpp.__version__ == "0.3.36", llama_cpp.__version__
 

@@ -371,8 +371,8 @@ fn arch_fixtures() -> (std::path::PathBuf, serde_json::Value, Vec<u32>) {
     (dir, r, ids)
 }
 
-/// gemma2, granite, smollm3, lfm2, exaone4, qwen35 and phi3 with LongRoPE (this repository's
-/// tiny models, `testdata/arch/`) in the real modules: llama.cpp's argmaxes and last-4 logits
+/// gemma2, granite, smollm3, lfm2, exaone4, qwen35, phi3 with LongRoPE, and qwen3 and gemma2
+/// with YaRN (this repository's tiny models, `testdata/arch/`) in the real modules: llama.cpp's argmaxes and last-4 logits
 /// with every build, F16 as committed and quantized to Q8_0 at load, the last position as a
 /// decode step; the same bits on 0, 1 and 2 threads.
 #[test]
@@ -448,6 +448,23 @@ fn qwen35_truncation_rebuilds_inside_the_module() {
             }
         }
     }
+}
+
+/// `model_info` says how RoPE is stretched: YaRN with its factor and original context, linear
+/// with its factor, and nothing for a file that is not stretched.
+#[test]
+fn model_info_names_the_rope_scaling() {
+    let (dir, _, _) = arch_fixtures();
+    let mut w = Wasmind::single_threaded().unwrap();
+    let mut info = |file: &str| -> serde_json::Value {
+        w.load_model_file(&dir.join(file), 64).unwrap();
+        serde_json::from_str(&w.model_info().unwrap()).unwrap()
+    };
+    let i = info("tiny-qwen3-yarn-F16.gguf");
+    let got = (&i["rope_scaling"], i["rope_factor"].as_f64());
+    assert_eq!((got, &i["rope_original_context"]), ((&"yarn".into(), Some(4.0)), &256.into()));
+    let i = info("tiny-granite-F16.gguf");
+    assert!(i.get("rope_scaling").is_none(), "{i}");
 }
 
 #[test]

@@ -9,7 +9,7 @@ use crate::error::{Result, Status};
 use crate::gguf::Gguf;
 use crate::grammar::{Constraint, Grammar, TokenTable};
 use crate::json::ObjectWriter;
-use crate::model::{Activation, LayerKind, LoadOptions, Model};
+use crate::model::{Activation, LayerKind, LoadOptions, Model, RopeScaling};
 use crate::quant::GgmlType;
 use crate::sampler::{Sampler, Settings};
 use crate::template::Template;
@@ -244,6 +244,18 @@ impl LlmEngine {
             if c.sliding_window > 0 {
                 o.uint("sliding_window", c.sliding_window as u64)
                     .float32("rope_base_local", c.rope_base_local);
+            }
+            // RoPE stretched past the trained context: by how much, and how
+            match (c.rope_scaling, c.rope_factor) {
+                (RopeScaling::Linear, f) if f == 1.0 => {}
+                (RopeScaling::Linear, f) => {
+                    o.string("rope_scaling", "linear").float32("rope_factor", f);
+                }
+                (RopeScaling::Yarn, f) => {
+                    o.string("rope_scaling", "yarn")
+                        .float32("rope_factor", f)
+                        .uint("rope_original_context", c.rope_original_context as u64);
+                }
             }
             // What sets the architecture apart, where it applies: Gemma 2's soft caps,
             // Granite's scales, SmolLM3's layers without RoPE (every n-th).

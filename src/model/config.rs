@@ -151,6 +151,19 @@ pub enum RopeStyle {
     Halves,
 }
 
+/// How the global layers' RoPE stretches positions past the trained context
+/// (`rope.scaling.type`; Llama 3's and Phi-3's per-pair factors come as tensors beside it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeScaling {
+    /// Every angle divided by `rope_factor` (`linear`, also `longrope` and an absent type, as
+    /// llama.cpp reads them; `none` and `llama3` with a factor of 1).
+    Linear,
+    /// YaRN (Qwen3's 128k files): pairs that turn fast within `rope_original_context` keep
+    /// their angles, slow ones are divided by `rope_factor`, a ramp between; cos and sin are
+    /// scaled by `1 + 0.1 ln(factor)` (ggml's `rope_yarn`, its betas 32 and 1).
+    Yarn,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     pub arch: Arch,
@@ -170,19 +183,22 @@ pub struct Config {
     /// Dimensions of each head that RoPE rotates (the first `rope_dims`).
     pub rope_dims: usize,
     pub rope_style: RopeStyle,
-    /// Linear RoPE scaling of global layers (`rope.scaling.type = linear`): angles divided by it.
-    pub rope_linear_factor: f32,
+    pub rope_scaling: RopeScaling,
+    /// The global layers' RoPE scaling factor (`rope.scaling.factor`, 1 when absent or 0).
+    pub rope_factor: f32,
     /// Multiplies cos and sin of each turning RoPE pair (`rope.scaling.attn_factor`, else 1).
     pub rope_attn_factor: f32,
     /// The context RoPE was trained at before it was stretched
     /// (`rope.scaling.original_context_length`, else `train_context`): Phi-3's LongRoPE takes
-    /// its long factors for a context past it, its short ones otherwise.
+    /// its long factors for a context past it, its short ones otherwise; YaRN's ramp is
+    /// placed by it.
     pub rope_original_context: usize,
     /// The RoPE base of the sliding-window layers (`rope.freq_base_swa`; without it Gemma 3's
     /// is 10000 and Gemma 2's the global base; LFM2's is always the global base: as llama.cpp).
     pub rope_base_local: f32,
-    /// Their linear RoPE scaling (Gemma 2, LFM2: the global one; Gemma 3: none).
-    pub rope_linear_factor_local: f32,
+    /// Their RoPE scaling factor, of the same kind (Gemma 2, LFM2, EXAONE 4.0: the global
+    /// one; Gemma 3: 1).
+    pub rope_factor_local: f32,
     /// Positions a local layer sees (0: no local layers).
     pub sliding_window: usize,
     /// Every `swa_pattern`-th layer is global, the others local (0: all local, as llama.cpp
@@ -453,24 +469,29 @@ impl Config {
             Some(v) => v as usize,
             None => head_dim,
         };
-        let mut rope_linear_factor = 1.0;
-        if let Some(scaling) = g.get_str_opt(&key("rope.scaling.type"))? {
-            match scaling {
-                "none" | "llama3" => {}
-                "linear" => {
-                    let f = g.get_f32_opt(&key("rope.scaling.factor"))?.unwrap_or(1.0);
-                    if !(f.is_finite() && f >= 1.0) {
-                        bail!(
-                            Status::BadFormat,
-                            "rope.scaling.factor {} is out of range",
-                            Shortest::from(f)
-                        );
-                    }
-                    rope_linear_factor = f;
-                }
-                _ => bail!(Status::Unsupported, "rope scaling {:?}", scaling),
-            }
-        }
+        // As llama.cpp: the type is `linear` when absent, the factor `rope.scale_linear` when
+        // `rope.scaling.factor` is absent, and 0 means 1.
+        let (rope_scaling, scaled) = match g.get_str_opt(&key("rope.scaling.type"))? {
+            None | Some("linear" | "longrope") => (RopeScaling::Linear, true),
+            Some("none" | "llama3") => (RopeScaling::Linear, false),
+            Some("yarn") => (RopeScaling::Yarn, true),
+            Some(other) => bail!(Status::Unsupported, "rope scaling {:?}", other),
+        };
+        let rope_factor = match g.get_f32_opt(&key("rope.scaling.factor"))? {
+            Some(f) => Some(f),
+            None => g.get_f32_opt(&key("rope.scale_linear"))?,
+        };
+        let rope_factor = match rope_factor {
+            _ if !scaled => 1.0,
+            None | Some(0.0) => 1.0,
+            Some(f) if f.is_finite() && f >= 1.0 => f,
+            Some(f) => bail!(
+                Status::BadFormat,
+                "{} {} is out of range",
+                key("rope.scaling.factor"),
+                Shortest::from(f)
+            ),
+        };
         // Scales cos and sin of every turning pair (llama.cpp reads it for every architecture;
         // Phi-3.5 and Phi-4-mini's converter writes sqrt(1 + ln(scale) / ln(original context))).
         let rope_attn_factor = match g.get_f32_opt(&key("rope.scaling.attn_factor"))? {
@@ -707,13 +728,14 @@ impl Config {
             rope_base,
             rope_dims,
             rope_style,
-            rope_linear_factor,
+            rope_scaling,
+            rope_factor,
             rope_attn_factor,
             rope_original_context,
             rope_base_local,
             // Gemma 2's and LFM2's sliding-window layers scale as the others do; Gemma 3's do not
-            rope_linear_factor_local: match arch {
-                Arch::Exaone4 | Arch::Gemma2 | Arch::Lfm2 => rope_linear_factor,
+            rope_factor_local: match arch {
+                Arch::Exaone4 | Arch::Gemma2 | Arch::Lfm2 => rope_factor,
                 _ => 1.0,
             },
             sliding_window,

@@ -46,7 +46,7 @@ use crate::gguf::{Gguf, TensorInfo};
 use crate::pool::{self, Disjoint};
 use crate::quant::{self, ActivationBuf, GgmlType};
 use crate::{bail, err, math};
-pub use config::{Activation, Arch, Config, LayerKind};
+pub use config::{Activation, Arch, Config, LayerKind, RopeScaling};
 use ops::{RopeTable, rmsnorm, rmsnorm_in_place, try_vec};
 
 /// Tokens that go through the layers together in one prefill batch.
@@ -757,8 +757,13 @@ impl<'a> Model<'a> {
         }
         ld.skip_blocks_from(cfg.n_layers);
         ld.check_all_used()?;
-        let linear = 1.0 / cfg.rope_linear_factor as f64;
-        let rope = RopeTable::new(&cfg, context, factors.as_deref(), cfg.rope_base, linear)?;
+        let rope = RopeTable::new(
+            &cfg,
+            context,
+            factors.as_deref(),
+            cfg.rope_base,
+            cfg.rope_factor,
+        )?;
         // llama.cpp: sliding-window layers have their own base (and Gemma 3's no scaling).
         let rope_local = match cfg.sliding_window {
             0 => None,
@@ -767,7 +772,7 @@ impl<'a> Model<'a> {
                 context,
                 factors.as_deref(),
                 cfg.rope_base_local,
-                1.0 / cfg.rope_linear_factor_local as f64,
+                cfg.rope_factor_local,
             )?),
         };
         let mut cache = Vec::new();

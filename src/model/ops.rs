@@ -3,7 +3,7 @@
 
 use alloc::vec::Vec;
 
-use super::config::{Config, RopeStyle};
+use super::config::{Config, RopeScaling, RopeStyle};
 use crate::error::{Result, Status};
 use crate::{err, math, quant};
 
@@ -114,18 +114,25 @@ pub struct RopeTable {
 }
 
 impl RopeTable {
-    /// Angle of pair `i` at position `p`: `p * base^(-2i / rope_dims) / factor[i] * scale`
-    /// (0 for a pair that does not turn, see [`Config::rope_pair_turns`]),
-    /// computed in f64 with our own `exp`/`log`/`sin`/`cos` (`factor` is Llama 3's `rope_freqs`
-    /// or Phi-3's LongRoPE factors, or 1; `scale` is 1 / the linear scaling factor, or 1); cos
-    /// and sin are multiplied by `Config::rope_attn_factor` (that of a pair at angle 0 too,
-    /// as ggml does; the dimensions past `rope_dims` are not scaled).
+    /// Angle of pair `i` at position `p`: `p * base^(-2i / rope_dims) / factor[i] / scale`
+    /// (0 for a pair that does not turn, see [`Config::rope_pair_turns`]), computed in f64
+    /// with our own `exp`/`log`/`sin`/`cos` (`factor` is Llama 3's `rope_freqs` or Phi-3's
+    /// LongRoPE factors, or 1; `scale` is the layers' RoPE scaling factor, of the kind
+    /// `Config::rope_scaling` names). cos and sin are multiplied by `Config::rope_attn_factor`
+    /// (that of a pair at angle 0 too, as ggml does; the dimensions past `rope_dims` are not
+    /// scaled).
+    ///
+    /// YaRN divides by `scale` only the part `1 - r` of each angle, `r` a ramp from 1 (pairs
+    /// at or below `low`) to 0 (at or past `high`), where `low` and `high` are the pairs that
+    /// turn 32 and 1 times within the original context (rounded down and up, clamped to
+    /// `0..rope_dims - 1`), and cos and sin are also multiplied by `1 + 0.1 ln(scale)`: ggml's
+    /// `rope_yarn` with llama.cpp's defaults (ext_factor 1, beta_fast 32, beta_slow 1).
     pub fn new(
         cfg: &Config,
         context: usize,
         factors: Option<&[f32]>,
         base: f32,
-        scale: f64,
+        scale: f32,
     ) -> Result<RopeTable> {
         let pairs = cfg.rope_dims / 2;
         if let Some(f) = factors
@@ -144,6 +151,27 @@ impl RopeTable {
         let mut cos = try_vec(n)?;
         let mut sin = try_vec(n)?;
         let ln_base = math::log(base as f64);
+        let dims = cfg.rope_dims as f64;
+        let scale = scale as f64;
+        let mut m = cfg.rope_attn_factor as f64;
+        // YaRN's ramp: from the pair `kept[0]` (all of its angle unscaled) to `kept[1]` (none)
+        let mut kept: [f64; 2] = [0.0, 0.0];
+        let yarn = cfg.rope_scaling == RopeScaling::Yarn;
+        if yarn {
+            // the pair that turns `turns` times within the original context
+            let pair = |turns: f64| {
+                let wave = 2.0 * core::f64::consts::PI * turns;
+                dims * math::log(cfg.rope_original_context as f64 / wave) / (2.0 * ln_base)
+            };
+            // (rounded through i64: core has no floor or ceil; these are small numbers)
+            let floor = |x: f64| (x as i64 - (((x as i64) as f64) > x) as i64) as f64;
+            let ceil = |x: f64| (x as i64 + (((x as i64) as f64) < x) as i64) as f64;
+            kept = [
+                floor(pair(32.0)).max(0.0),
+                ceil(pair(1.0)).min(dims - 1.0),
+            ];
+            m *= 1.0 + 0.1 * math::log(scale);
+        }
         let mut freq: Vec<f64> = Vec::new();
         freq.try_reserve_exact(pairs)
             .map_err(|_| err!(Status::OutOfMemory, "RoPE table"))?;
@@ -153,11 +181,17 @@ impl RopeTable {
                 freq.push(0.0);
                 continue;
             }
-            let f = math::exp(-((2 * i) as f64) / cfg.rope_dims as f64 * ln_base);
-            let factor = factors.map_or(1.0, |fs| fs[i] as f64);
-            freq.push(f / factor * scale);
+            let f = math::exp(-((2 * i) as f64) / dims * ln_base);
+            let f = f / factors.map_or(1.0, |fs| fs[i] as f64);
+            let r = match yarn {
+                true => {
+                    let y = (i as f64 - kept[0]) / (kept[1] - kept[0]).max(0.001);
+                    1.0 - y.clamp(0.0, 1.0)
+                }
+                false => 0.0,
+            };
+            freq.push(f / scale * (1.0 - r) + f * r);
         }
-        let m = cfg.rope_attn_factor as f64;
         for p in 0..context {
             for (i, &f) in freq.iter().enumerate() {
                 let (s, c) = math::sin_cos(p as f64 * f);

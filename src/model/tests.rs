@@ -226,7 +226,7 @@ fn newer_architectures_match_llama_cpp() {
         let logits = run_bytes(bytes, &ids, 64, quantize);
         failures.extend(check_arch_file(&r, file, &logits));
     }
-    assert_eq!(r["models"].as_object().unwrap().len(), 19);
+    assert_eq!(r["models"].as_object().unwrap().len(), 23);
     assert!(failures.is_empty(), "differ from llama.cpp: {failures:?}");
 }
 
@@ -314,6 +314,15 @@ fn newer_architectures_read_their_hyperparameters() {
     );
     let c = load("tiny-phi3-longrope-short-F16.gguf");
     assert_eq!((c.rope_original_context, c.train_context), (256, 131072));
+    // YaRN (Qwen3's 128k files); Gemma 2's sliding-window layers take its factor too
+    use super::config::RopeScaling;
+    let c = load("tiny-qwen3-yarn-F16.gguf");
+    let yarn = (c.rope_scaling, c.rope_factor, c.rope_original_context);
+    assert_eq!((yarn, c.train_context), ((RopeScaling::Yarn, 4.0, 256), 1024));
+    let c = load("tiny-gemma2-yarn-F16.gguf");
+    assert_eq!((c.rope_scaling, c.rope_factor_local), (RopeScaling::Yarn, 2.5));
+    let c = load("tiny-phi3-longrope-F16.gguf");
+    assert_eq!((c.rope_scaling, c.rope_factor), (RopeScaling::Linear, 1.0));
     let c = load("tiny-gemma2-F16.gguf");
     assert_eq!(
         (c.rope_attn_factor, c.rope_original_context),
@@ -467,6 +476,12 @@ fn bad_scales_and_unread_tensors_are_refused() {
             "tiny-phi3-longrope-F16.gguf",
             "phi3.rope.scaling.original_context_length",
             0u32.to_le_bytes(),
+        ),
+        ("tiny-qwen3-yarn-F16.gguf", "qwen3.rope.scaling.factor", nan),
+        (
+            "tiny-qwen3-yarn-F16.gguf",
+            "qwen3.rope.scaling.factor",
+            0.5f32.to_le_bytes(),
         ),
     ];
     for (file, key, value) in cases {
