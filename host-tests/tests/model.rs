@@ -462,7 +462,10 @@ fn model_info_names_the_rope_scaling() {
     };
     let i = info("tiny-qwen3-yarn-F16.gguf");
     let got = (&i["rope_scaling"], i["rope_factor"].as_f64());
-    assert_eq!((got, &i["rope_original_context"]), ((&"yarn".into(), Some(4.0)), &256.into()));
+    assert_eq!(
+        (got, &i["rope_original_context"]),
+        ((&"yarn".into(), Some(4.0)), &256.into())
+    );
     let i = info("tiny-granite-F16.gguf");
     assert!(i.get("rope_scaling").is_none(), "{i}");
 }

@@ -247,7 +247,7 @@ impl LlmEngine {
             }
             // RoPE stretched past the trained context: by how much, and how
             match (c.rope_scaling, c.rope_factor) {
-                (RopeScaling::Linear, f) if f == 1.0 => {}
+                (RopeScaling::Linear, 1.0) => {}
                 (RopeScaling::Linear, f) => {
                     o.string("rope_scaling", "linear").float32("rope_factor", f);
                 }

@@ -166,10 +166,7 @@ impl RopeTable {
             // (rounded through i64: core has no floor or ceil; these are small numbers)
             let floor = |x: f64| (x as i64 - (((x as i64) as f64) > x) as i64) as f64;
             let ceil = |x: f64| (x as i64 + (((x as i64) as f64) < x) as i64) as f64;
-            kept = [
-                floor(pair(32.0)).max(0.0),
-                ceil(pair(1.0)).min(dims - 1.0),
-            ];
+            kept = [floor(pair(32.0)).max(0.0), ceil(pair(1.0)).min(dims - 1.0)];
             m *= 1.0 + 0.1 * math::log(scale);
         }
         let mut freq: Vec<f64> = Vec::new();

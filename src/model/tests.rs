@@ -318,9 +318,15 @@ fn newer_architectures_read_their_hyperparameters() {
     use super::config::RopeScaling;
     let c = load("tiny-qwen3-yarn-F16.gguf");
     let yarn = (c.rope_scaling, c.rope_factor, c.rope_original_context);
-    assert_eq!((yarn, c.train_context), ((RopeScaling::Yarn, 4.0, 256), 1024));
+    assert_eq!(
+        (yarn, c.train_context),
+        ((RopeScaling::Yarn, 4.0, 256), 1024)
+    );
     let c = load("tiny-gemma2-yarn-F16.gguf");
-    assert_eq!((c.rope_scaling, c.rope_factor_local), (RopeScaling::Yarn, 2.5));
+    assert_eq!(
+        (c.rope_scaling, c.rope_factor_local),
+        (RopeScaling::Yarn, 2.5)
+    );
     let c = load("tiny-phi3-longrope-F16.gguf");
     assert_eq!((c.rope_scaling, c.rope_factor), (RopeScaling::Linear, 1.0));
     let c = load("tiny-gemma2-F16.gguf");
