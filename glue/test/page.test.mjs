@@ -4,8 +4,8 @@
 // peak V8 heap of the driver worker during that load, llama.cpp's greedy replies while it is
 // decisive, stop() and an AbortSignal, a second load served from the cache (OPFS; no GET at the
 // server), a cut download that leaves no cache entry (and a next load that works), a cached copy
-// of another length discarded, a split GGUF from its first part, Model2Vec vectors equal to the Python package's, and five
-// load/unload cycles whose memory does not grow.
+// of another length discarded, a split GGUF from its first part, Model2Vec vectors equal to the Python package's, five
+// load/unload cycles whose memory does not grow, and a driver that never starts ended after startTimeout.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, writeFileSync, readFileSync, rmSync } from 'node:fs';
@@ -220,3 +220,48 @@ for (const isolated of [true, false]) {
     }
   });
 }
+
+// A driver that never says it is listening (its script hangs, say): `create` rejects with
+// TIMEOUT after `startTimeout`, and the driver Worker is terminated (it stops ticking on a
+// BroadcastChannel) instead of running on in the page. The glue is served from /late/ with a
+// fake driver.js beside the real index.js, wasmind.js and source.js.
+test('page API in Chromium: a driver that does not start is ended, and create rejects with TIMEOUT', { skip, timeout: 120000 }, async () => {
+  const glue = new URL('..', import.meta.url);
+  const fake = "const ch = new BroadcastChannel('late-driver'); setInterval(() => ch.postMessage('tick'), 10);";
+  const intercept = (req, res, url, headers) => {
+    if (!url.pathname.startsWith('/late/')) return false;
+    const name = url.pathname.slice('/late/'.length);
+    const body = name === 'driver.js' ? fake : ['index.js', 'wasmind.js', 'source.js'].includes(name) && readFileSync(new URL(name, glue));
+    if (!body) { res.writeHead(404, headers).end('not found'); return true; }
+    res.writeHead(200, { ...headers, 'Content-Type': 'text/javascript' }).end(body);
+    return true;
+  };
+  const { server, origin } = await testServer({ intercept });
+  const browser = await launch();
+  try {
+    const page = await browser.newPage();
+    await page.goto(`${origin}/test.html`);
+    await page.waitForFunction(() => window.pageReady);
+    const r = await page.evaluate(async () => {
+      const { Wasmind: Late } = await import('/late/index.js');
+      let ticks = 0;
+      new BroadcastChannel('late-driver').onmessage = () => ticks++;
+      const t0 = performance.now();
+      const error = await Late.create({ startTimeout: 500 }).then(() => null, (e) => ({ status: e.status, message: e.message }));
+      const ms = performance.now() - t0;
+      const sleep = (n) => new Promise((ok) => setTimeout(ok, n));
+      await sleep(200);
+      const before = ticks;
+      await sleep(400);
+      return { error, ms, ticks: before, after: ticks - before };
+    });
+    assert.equal(r.error?.status, 'TIMEOUT', JSON.stringify(r));
+    assert.match(r.error.message, /driver worker \(driver\.js\) did not start within 500 ms/);
+    assert.ok(r.ms < 5000, `rejected after ${r.ms} ms`);
+    assert.ok(r.ticks > 0, 'the fake driver ran');
+    assert.equal(r.after, 0, 'the late driver was terminated');
+  } finally {
+    await browser.close();
+    server.close();
+  }
+});
