@@ -151,8 +151,9 @@ pub enum RopeStyle {
     Halves,
 }
 
-/// How the global layers' RoPE stretches positions past the trained context
-/// (`rope.scaling.type`; Llama 3's and Phi-3's per-pair factors come as tensors beside it).
+/// How RoPE stretches positions past the trained context (`rope.scaling.type`), by
+/// `rope_factor` in the global layers and `rope_factor_local` in the sliding-window ones
+/// (Llama 3's and Phi-3's per-pair factors come as tensors beside it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RopeScaling {
     /// Every angle divided by `rope_factor` (`linear`, also `longrope` and an absent type, as
