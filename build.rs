@@ -177,16 +177,18 @@ fn generate_unicode_tables() {
     }
 
     // 1. General category group (its first letter), numbered in the order of `unicode::Group`;
-    //    unassigned (Other) where ASSIGNED_VERSION had nothing yet.
+    //    7 (read as Other, told apart by `unicode::is_control`) where ASSIGNED_VERSION had
+    //    nothing yet.
     let assigned = assigned_by(ASSIGNED_VERSION);
     let group = |cp: u32| -> u8 {
         const OTHER: u8 = 6;
+        const UNASSIGNED: u8 = 7;
         let Some(ch) = char::from_u32(cp) else {
             return OTHER; // Cs
         };
         let i = assigned.partition_point(|r| r.1 < cp);
         if assigned.get(i).is_none_or(|r| r.0 > cp) {
-            return OTHER; // Cn
+            return UNASSIGNED; // Cn
         }
         match get_general_category(ch) {
             G::UppercaseLetter
@@ -205,7 +207,8 @@ fn generate_unicode_tables() {
             | G::OtherPunctuation => 3,
             G::MathSymbol | G::CurrencySymbol | G::ModifierSymbol | G::OtherSymbol => 4,
             G::SpaceSeparator | G::LineSeparator | G::ParagraphSeparator => 5,
-            G::Control | G::Format | G::Surrogate | G::PrivateUse | G::Unassigned => OTHER,
+            G::Control | G::Format | G::Surrogate | G::PrivateUse => OTHER,
+            G::Unassigned => UNASSIGNED,
             other => panic!("general category {other:?} is new: extend unicode::Group"),
         }
     };

@@ -114,6 +114,15 @@ pub fn group(cp: u32) -> Group {
     Group::ALL.get(v as usize).copied().unwrap_or(Group::Other)
 }
 
+/// Whether a code point is a control in llama.cpp's tables: general category Cc, Cf, Cs or Co
+/// (group C less the code points Unicode [`ASSIGNED_UNICODE_VERSION`] had not assigned, which
+/// llama.cpp leaves without a class).
+#[inline]
+pub fn is_control(cp: u32) -> bool {
+    cp < 0x11_0000
+        && run_lookup(cp, &tables::GROUP_DIRECT, &tables::GROUP_RUNS) == Group::Other as u8
+}
+
 /// C's `isspace` in the "C" locale, which llama.cpp trims and strips with: space, \t, \n, \v,
 /// \f, \r; no other code point.
 #[inline]
@@ -338,19 +347,25 @@ mod tests {
         };
         let mut cut = 0;
         for cp in 0..0x11_0000u32 {
-            // The group is the first letter of the category's abbreviation.
-            let want = match char::from_u32(cp).map(get_general_category) {
-                None => 'C', // Cs
-                Some(G::Unassigned) => 'C',
+            // The group is the first letter of the category's abbreviation; a control is an
+            // assigned C (Cc, Cf, Cs, Co).
+            let (want, control) = match char::from_u32(cp).map(get_general_category) {
+                None => ('C', true), // Cs
+                Some(G::Unassigned) => ('C', false),
                 Some(_) if !assigned(cp) => {
                     cut += 1;
-                    'C'
+                    ('C', false)
                 }
-                Some(g) => g.abbreviation().as_bytes()[0] as char,
+                Some(g) => {
+                    let group = g.abbreviation().as_bytes()[0] as char;
+                    (group, group == 'C')
+                }
             };
             let got = ['L', 'M', 'N', 'P', 'S', 'Z', 'C'][group(cp) as usize];
             assert_eq!(got, want, "U+{cp:04X}");
+            assert_eq!(is_control(cp), control, "U+{cp:04X}");
         }
+        assert!(is_control(0x200B) && is_control(0xE000) && !is_control(0x0378));
         // Unicode 16.0 assigned 5,185 code points.
         assert_eq!(cut, 5185);
         assert_eq!(group(0x113B5), Group::Other, "Tulu-Tigalari, new in 16.0");

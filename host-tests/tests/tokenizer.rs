@@ -3,7 +3,7 @@
 
 mod common;
 use common::*;
-use host_tests::{TOKENIZE_PARSE_SPECIAL, Wasmind};
+use host_tests::{TOKENIZE_ADD_SPECIAL, TOKENIZE_PARSE_SPECIAL, Wasmind};
 
 fn check_file(w: &mut Wasmind, texts: &[&str], refs: &[serde_json::Value], what: &str) {
     let mut mismatches = vec![];
@@ -90,4 +90,36 @@ fn bad_text_is_an_error() {
         "prefill without weights"
     );
     assert!(w.last_error().unwrap().contains("no model"));
+}
+
+/// WordPiece (BERT vocabularies, `testdata/bert/`, made by `gen_bert.py`): every corpus text
+/// and some harder ones under the vocabulary lowercased with accents stripped, cased, and
+/// lowercased with accents kept, plain, with control tokens parsed, and with [CLS] ... [SEP].
+#[test]
+fn wordpiece_files_match_llama_cpp() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/bert");
+    let r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("reference.json")).unwrap()).unwrap();
+    let corpus = json("reference/vocab-reference.json");
+    let mut texts = strs(&corpus["texts"]);
+    texts.extend(strs(&r["extra_texts"]));
+    let mut w = Wasmind::single_threaded().unwrap();
+    let files = r["vocab"].as_object().unwrap();
+    assert_eq!(files.len(), 3);
+    for (file, refs) in files {
+        w.load_model_file(&dir.join(file), 0).unwrap();
+        let refs = refs.as_array().unwrap();
+        check_file(&mut w, &texts, refs, file);
+        let mut mismatches = vec![];
+        for (i, (text, r)) in texts.iter().zip(refs).enumerate() {
+            let ids = w.tokenize(text.as_bytes(), TOKENIZE_ADD_SPECIAL).unwrap();
+            if ids != u32s(&r["ids_cls_sep"]) {
+                mismatches.push(i);
+            }
+        }
+        assert!(
+            mismatches.is_empty(),
+            "{file}: [CLS] ... [SEP] of texts {mismatches:?}"
+        );
+    }
 }

@@ -314,6 +314,7 @@ impl LlmEngine {
             let kind = match t.algorithm() {
                 crate::tokenizer::Algorithm::Bpe { .. } => "bpe",
                 crate::tokenizer::Algorithm::Spm { .. } => "spm",
+                crate::tokenizer::Algorithm::Wpm { .. } => "wpm",
             };
             let id = |v: Option<u32>| v.map_or(-1, |v| v as i64);
             o.string("tokenizer", kind)

@@ -26,6 +26,7 @@ mod pretokenize;
 mod special;
 mod spm;
 mod table;
+mod wpm;
 
 use alloc::vec::Vec;
 
@@ -61,6 +62,13 @@ pub enum Algorithm {
     },
     /// SentencePiece BPE (`tokenizer.ggml.model = llama`).
     Spm { add_space_prefix: bool },
+    /// WordPiece (`tokenizer.ggml.model = bert`), with the BERT normalizer's options
+    /// (`tokenizer.ggml.normalizer.lowercase`, default true; `...strip_accents`, default as
+    /// lowercase).
+    Wpm {
+        lowercase: bool,
+        strip_accents: bool,
+    },
 }
 
 /// Token texts that mark the end of a turn (llama.cpp's list, in its order of preference).
@@ -155,6 +163,8 @@ pub struct Tokenizer {
     scores: Vec<f32>,
     /// BPE merges (empty table for SentencePiece).
     merges: PairTable,
+    /// WordPiece: the tokens by length and hash (`None` for the other algorithms).
+    wordpiece: Option<wpm::WordPiece>,
     /// SentencePiece: `(id, score)` of every two-character string over ASCII and `▁`,
     /// indexed by [`short_pair_index`] (id [`bpe::NONE`] when it is no token).
     short_pairs: Vec<(u32, f32)>,
@@ -167,6 +177,8 @@ pub struct Tokenizer {
     eot: Option<u32>,
     unk: Option<u32>,
     pad: Option<u32>,
+    /// The separator WordPiece ends a text with (`[SEP]`).
+    sep: Option<u32>,
     add_bos: bool,
     add_eos: bool,
     /// Tokens that end generation, sorted.
@@ -212,6 +224,13 @@ impl Tokenizer {
         let special = special_matcher(&texts, &attrs);
         let (byte_token, merges) = byte_tokens_and_merges(g, algorithm, &texts, &by_text)?;
         let short_pairs = short_pair_table(algorithm, &texts, &by_text, &scores)?;
+        let wordpiece = match algorithm {
+            Algorithm::Wpm {
+                lowercase,
+                strip_accents,
+            } => Some(wpm::WordPiece::new(&texts, lowercase, strip_accents)?),
+            _ => None,
+        };
         // Pieces: the bytes each token stands for.
         let pieces = build_pieces(&algorithm, &texts, &attrs)?;
         Ok(Tokenizer {
@@ -223,6 +242,7 @@ impl Tokenizer {
             scores,
             merges,
             short_pairs,
+            wordpiece,
             byte_token,
             special,
             bos: ids.bos,
@@ -230,6 +250,7 @@ impl Tokenizer {
             eot,
             unk: ids.unk,
             pad: ids.pad,
+            sep: ids.sep,
             add_bos: ids.add_bos,
             add_eos: ids.add_eos,
             eog,
@@ -240,7 +261,8 @@ impl Tokenizer {
     // ---- encode -----------------------------------------------------------------------------
 
     /// Appends the ids of `text` to `out`. `add_special`: add BOS/EOS as the vocabulary says
-    /// (`add_bos_token` / `add_eos_token`). `parse_special`: control tokens written in the
+    /// (`add_bos_token` / `add_eos_token`; WordPiece: always `[CLS]` and `[SEP]`, as llama.cpp
+    /// does). `parse_special`: control tokens written in the
     /// text (`<|im_start|>`) become their ids; user-defined tokens always do.
     pub fn encode(
         &self,
@@ -281,8 +303,15 @@ impl Tokenizer {
             &mut work.fragments,
         )?;
 
-        if add_special && self.add_bos {
-            out.extend(self.bos);
+        let (open, close) = match self.algorithm {
+            Algorithm::Wpm { .. } => (self.bos, self.sep),
+            _ => (
+                self.bos.filter(|_| self.add_bos),
+                self.eos.filter(|_| self.add_eos),
+            ),
+        };
+        if add_special {
+            out.extend(open);
         }
         let fragments = core::mem::take(&mut work.fragments);
         match self.algorithm {
@@ -318,10 +347,21 @@ impl Tokenizer {
                     }
                 }
             }
+            Algorithm::Wpm { .. } => {
+                for f in &fragments {
+                    match *f {
+                        Fragment::Token(id) => out.push(id),
+                        Fragment::Text(a, b) => {
+                            let s = text.get(a..b).unwrap_or("");
+                            self.encode_wpm(work, s, out)?;
+                        }
+                    }
+                }
+            }
         }
         work.fragments = fragments;
-        if add_special && self.add_eos {
-            out.extend(self.eos);
+        if add_special {
+            out.extend(close);
         }
         Ok(())
     }
@@ -413,6 +453,20 @@ impl Tokenizer {
             },
             out,
         )
+    }
+
+    fn encode_wpm(&self, work: &mut Work, text: &str, out: &mut Vec<u32>) -> Result<()> {
+        let (Some(wp), Some(unk)) = (&self.wordpiece, self.unk) else {
+            return Ok(()); // not WordPiece (`from_gguf` gives WordPiece both)
+        };
+        let wpm::WpmWork {
+            word,
+            spelled,
+            prefix,
+        } = &mut work.wpm;
+        wp.words(text, word, |w| {
+            wp.encode_word(&self.texts, (&mut *spelled, &mut *prefix), w, unk, out)
+        })
     }
 
     /// The token of a byte string and its score. Two-character strings of ASCII and `▁` —
@@ -529,6 +583,7 @@ impl Tokenizer {
             + self.attrs.capacity() * 2
             + self.scores.capacity() * 4
             + self.merges.heap_bytes()
+            + self.wordpiece.as_ref().map_or(0, |w| w.heap_bytes())
     }
 }
 
@@ -544,6 +599,7 @@ pub struct Work {
     spelled: Vec<u8>,
     /// BPE: ids of words seen before (bounded).
     cache: bpe::WordCache,
+    wpm: wpm::WpmWork,
 }
 
 /// Turns ids into text one at a time, never emitting an incomplete UTF-8 sequence: bytes
@@ -599,7 +655,8 @@ impl StreamDecoder {
             self.started = true;
             if let Algorithm::Spm {
                 add_space_prefix: true,
-            } = tok.algorithm
+            }
+            | Algorithm::Wpm { .. } = tok.algorithm
             {
                 piece = piece.strip_prefix(b" ").unwrap_or(piece);
             }
@@ -659,6 +716,7 @@ struct SpecialIds {
     eot: Option<u32>,
     eom: Option<u32>,
     pad: Option<u32>,
+    sep: Option<u32>,
     add_bos: bool,
     add_eos: bool,
 }
@@ -674,6 +732,7 @@ fn algorithm_from_gguf(g: &Gguf<'_>) -> Result<(Algorithm, SpecialIds)> {
         eot: None,
         eom: None,
         pad: None,
+        sep: None,
         add_bos: false,
         add_eos: false,
     };
@@ -712,6 +771,28 @@ fn algorithm_from_gguf(g: &Gguf<'_>) -> Result<(Algorithm, SpecialIds)> {
             };
             (algorithm, ids)
         }
+        "bert" => {
+            let lowercase = g
+                .get_bool_opt("tokenizer.ggml.normalizer.lowercase")?
+                .unwrap_or(true);
+            let strip_accents = g
+                .get_bool_opt("tokenizer.ggml.normalizer.strip_accents")?
+                .unwrap_or(lowercase);
+            let algorithm = Algorithm::Wpm {
+                lowercase,
+                strip_accents,
+            };
+            // [CLS] is the BOS token; every text is [CLS] ... [SEP] whatever add_bos says.
+            let ids = SpecialIds {
+                bos: Some(101),
+                unk: Some(100),
+                sep: Some(102),
+                pad: Some(0),
+                add_bos: true,
+                ..none
+            };
+            (algorithm, ids)
+        }
         "none" | "no_vocab" => bail!(
             Status::Unsupported,
             "the file has no vocabulary (tokenizer.ggml.model = '{}')",
@@ -719,7 +800,7 @@ fn algorithm_from_gguf(g: &Gguf<'_>) -> Result<(Algorithm, SpecialIds)> {
         ),
         other => bail!(
             Status::Unsupported,
-            "tokenizer.ggml.model '{}' is not supported (gpt2 and llama are)",
+            "tokenizer.ggml.model '{}' is not supported (gpt2, llama and bert are)",
             other
         ),
     };
@@ -871,13 +952,27 @@ impl SpecialIds {
         let unk = key_id("tokenizer.ggml.unknown_token_id", in_vocab(defaults.unk))?;
         let eot = key_id("tokenizer.ggml.eot_token_id", None)?;
         let eom = key_id("tokenizer.ggml.eom_token_id", None)?;
-        let pad = key_id("tokenizer.ggml.padding_token_id", None)?;
-        let add_bos = g
+        let pad = key_id("tokenizer.ggml.padding_token_id", in_vocab(defaults.pad))?;
+        let sep = key_id("tokenizer.ggml.seperator_token_id", in_vocab(defaults.sep))?;
+        let mut add_bos = g
             .get_bool_opt("tokenizer.ggml.add_bos_token")?
             .unwrap_or(defaults.add_bos);
-        let add_eos = g
+        let mut add_eos = g
             .get_bool_opt("tokenizer.ggml.add_eos_token")?
             .unwrap_or(defaults.add_eos);
+        if defaults.sep.is_some() {
+            // WordPiece: [CLS] ... [SEP] always (llama.cpp reads the keys and ignores them)
+            (add_bos, add_eos) = (true, false);
+            for (name, id) in [("[CLS] (BOS)", bos), ("[SEP]", sep), ("unknown", unk)] {
+                if id.is_none() {
+                    bail!(
+                        Status::BadFormat,
+                        "the WordPiece vocabulary has no {} token",
+                        name
+                    );
+                }
+            }
+        }
         if add_bos && bos.is_none() {
             bail!(
                 Status::BadFormat,
@@ -897,6 +992,7 @@ impl SpecialIds {
             eot,
             eom,
             pad,
+            sep,
             add_bos,
             add_eos,
         })
@@ -1000,6 +1096,7 @@ fn byte_tokens_and_merges(
             }
             build_merges(g, texts, by_text)?
         }
+        Algorithm::Wpm { .. } => PairTable::with_capacity(0)?,
         Algorithm::Spm { .. } => {
             for (b, slot) in byte_token.iter_mut().enumerate() {
                 let hex = byte_token_text(b as u8);
@@ -1168,7 +1265,7 @@ fn build_pieces(model: &Algorithm, texts: &Texts, attrs: &[u16]) -> Result<Texts
             } else if a & attr::NORMAL != 0 {
                 match model {
                     Algorithm::Bpe { .. } => decode_gpt2_spelling(t, buf),
-                    Algorithm::Spm { .. } => unescape_spaces(t, buf),
+                    Algorithm::Spm { .. } | Algorithm::Wpm { .. } => unescape_spaces(t, buf),
                 }
             } else if a & attr::BYTE != 0 {
                 buf.extend(parse_byte_token(t));
