@@ -99,10 +99,12 @@ WASMIND_API int32_t     tokenize(wasmind_ptr text, uint32_t len, uint32_t flags,
 WASMIND_API int32_t     detokenize(wasmind_ptr ids, uint32_t n, uint32_t flags); /* text in the result buffer */
 WASMIND_API int32_t     detokenize_stream(int32_t id, uint32_t flags); /* complete UTF-8 of one more token; -1 flushes */
 
-/* Model2Vec embeddings */
-/* load_embedder: the safetensors block is owned by the module from now on; the JSON files are copied. Returns dim. */
+/* Embeddings: Model2Vec, or a BERT sentence encoder in one GGUF file */
+/* load_embedder: the first block (model.safetensors, or a GGUF file with tok_len = cfg_len = 0) is owned by
+ * the module from now on; the JSON files are copied. Returns dim. */
 WASMIND_API int32_t     load_embedder(wasmind_ptr safetensors, uint32_t st_len, wasmind_ptr tokenizer_json, uint32_t tok_len, wasmind_ptr config_json, uint32_t cfg_len);
 WASMIND_API void        unload_embedder(void);             /* drops the embedder and frees its file */
+WASMIND_API int32_t     embedder_info(void);               /* JSON in the result buffer; returns its length */
 WASMIND_API int32_t     embed(wasmind_ptr text, uint32_t len, wasmind_ptr out); /* out: f32[dim]; returns dim */
 /* embed_batch: n texts back to back at `texts`, text i = bytes offsets[i]..offsets[i+1] (offsets: u32[n+1]);
  * out: f32[n][dim]. Split across the pool in the threaded build; each vector equals embed()'s. Returns n. */

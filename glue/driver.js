@@ -241,22 +241,22 @@ async function loadEmbedder({ id, files, options = {}, reload = false }) {
     const dir = files.endsWith('/') ? files : `${files}/`;
     files = { safetensors: `${dir}model.safetensors`, tokenizer: `${dir}tokenizer.json`, config: `${dir}config.json` };
   }
-  const [tokenizer, cfg] = await Promise.all([readAll(files.tokenizer, { cache, stallMs }), readAll(files.config, { cache, stallMs })]);
-  const opened = await open(files.safetensors, { cache, stallMs });
+  // A GGUF sentence encoder is one file; a Model2Vec model is three.
+  const none = new Uint8Array(0);
+  const [tokenizer, cfg] = files.gguf !== undefined ? [none, none]
+    : await Promise.all([readAll(files.tokenizer, { cache, stallMs }), readAll(files.config, { cache, stallMs })]);
+  const opened = await open(files.gguf ?? files.safetensors, { cache, stallMs });
   const gathered = opened.total === null ? await gather(opened) : null;
   const total = gathered?.total ?? opened.total;
   if (!reload) { embedder = null; await ensureRoom(total + tokenizer.byteLength, { keepModel: true, keepEmbedder: false }); }
-  // The safetensors block is the module's from load_embedder on (as load_model's).
+  // The safetensors (or GGUF) block is the module's from load_embedder on (as load_model's).
   const ptr = wm.exports.alloc(total);
   if (ptr === 0) throw new WasmindError(2, `alloc(${total}) failed: the embedder does not fit in memory`);
   let at = 0;
   const writer = { write: (c) => { wm.copyIn(ptr + at, c); at += c.byteLength; }, abort: () => wm.free(ptr, total) };
   await pump(opened, writer, id !== undefined ? progress(id, total) : () => {}, gathered?.chunks);
   await opened.stored;
-  const tok = wm.put(tokenizer), cf = wm.put(cfg);
-  try {
-    wm.embedDim = wm.check(wm.exports.load_embedder(ptr, total, tok, tokenizer.byteLength, cf, cfg.byteLength));
-  } finally { wm.free(tok, tokenizer.byteLength); wm.free(cf, cfg.byteLength); }
+  wm.loadEmbedderBlock(ptr, total, tokenizer, cfg);
   embedder = { files, size: total + tokenizer.byteLength };
   return { dim: wm.embedDim };
 }

@@ -107,10 +107,16 @@ export interface ChatStats {
   droppedMessages: number;
 }
 
+/** A Model2Vec model's three files. */
 export interface EmbedderFiles {
   safetensors: Source;
   tokenizer: Source;
   config: Source;
+}
+
+/** A BERT sentence encoder (all-MiniLM, bge, e5, gte) in one GGUF file. */
+export interface EmbedderGguf {
+  gguf: Source;
 }
 
 /** Every failure: `status` is the module's status name (BAD_FORMAT, OUT_OF_MEMORY, NO_MODEL, …)
@@ -154,8 +160,10 @@ export class Wasmind {
   reset(): Promise<void>;
   /** The token ids in the KV cache and the last sampled id (tests, debugging). */
   tokens(): Promise<{ ids: number[]; last: number }>;
-  /** Loads a Model2Vec embedder: a folder URL, or its three files. */
-  loadEmbedder(source: string | URL | EmbedderFiles, options?: { cache?: boolean; onProgress?: (p: Progress) => void; stallTimeout?: number }): Promise<{ dim: number }>;
+  /** Loads an embedder: a Model2Vec folder URL or its three files, or a BERT sentence encoder
+   *  in one GGUF file (a URL ending in .gguf, a Blob, bytes, or { gguf }; its vectors have unit
+   *  length). */
+  loadEmbedder(source: Source | EmbedderFiles | EmbedderGguf, options?: { cache?: boolean; onProgress?: (p: Progress) => void; stallTimeout?: number }): Promise<{ dim: number }>;
   embed(text: string): Promise<Float32Array>;
   embed(texts: string[]): Promise<Float32Array[]>;
   /** Memory figures of the driver: wasm memory bytes, JS heap where known, the last load's peak. */

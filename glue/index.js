@@ -52,6 +52,8 @@ async function spawnDriver() {
 }
 
 /** A URL string or URL as an absolute URL (against the page); other values as they are. */
+/** Whether a URL's path names a GGUF file (`….gguf`, before any query). */
+const ggufPath = (s) => /\.gguf$/i.test(String(s instanceof URL ? s.pathname : s).replace(/[?#].*$/, ''));
 const absolute = (s) => (s instanceof URL ? s.href : typeof s === 'string' && !isNode ? new URL(s, globalThis.location?.href).href : s);
 const same = (a, b) => a && b && a.role === b.role && a.content === b.content;
 /** `chat`'s messages as the module takes them, `{ role, content }` with a string content, from
@@ -296,21 +298,24 @@ export class Wasmind {
   /** Forgets the conversation (the next chat reads all its messages). */
   async reset() { this.#history = []; if (this.#driver) await this.#call('reset'); }
 
-  /** Loads a Model2Vec embedder: a folder URL (model.safetensors, tokenizer.json, config.json)
-   *  or { safetensors, tokenizer, config }, each a URL, Blob or bytes. Options: `cache`,
-   *  `onProgress`, `stallTimeout` (as load's). Resolves with { dim }. */
+  /** Loads an embedder: a Model2Vec folder URL (model.safetensors, tokenizer.json, config.json)
+   *  or { safetensors, tokenizer, config }, each a URL, Blob or bytes; or a BERT sentence
+   *  encoder in one GGUF file: a URL whose path ends in .gguf, a Blob, bytes, or { gguf }.
+   *  Options: `cache`, `onProgress`, `stallTimeout` (as load's). Resolves with { dim }. */
   async loadEmbedder(source, options = {}) {
     checkOptions('loadEmbedder', options, { cache: 'boolean', onProgress: 'function', stallTimeout: 'positive' });
     const { cache = true, onProgress, stallTimeout } = options;
-    const folder = typeof source === 'string' || source instanceof URL;
-    if (!folder) {
+    const url = typeof source === 'string' || source instanceof URL;
+    const bytes = source instanceof Blob || source instanceof ArrayBuffer || ArrayBuffer.isView(source);
+    const gguf = bytes ? source : url && ggufPath(source) ? source : source?.gguf;
+    if (!url && gguf == null) {
       const missing = source !== null && typeof source === 'object' && !Array.isArray(source)
         ? ['safetensors', 'tokenizer', 'config'].filter((k) => source[k] == null) : null;
-      if (missing === null) throw new WasmindError(1, `loadEmbedder takes a folder URL or { safetensors, tokenizer, config }, not ${describe(source)}`);
-      if (missing.length) throw new WasmindError(1, `loadEmbedder: ${missing.join(', ')} missing (give { safetensors, tokenizer, config })`);
+      if (missing === null) throw new WasmindError(1, `loadEmbedder takes a folder URL, { safetensors, tokenizer, config } or a GGUF file, not ${describe(source)}`);
+      if (missing.length) throw new WasmindError(1, `loadEmbedder: ${missing.join(', ')} missing (give { safetensors, tokenizer, config }, or { gguf })`);
     }
     await this.#start();
-    const files = folder ? absolute(source)
+    const files = gguf != null ? { gguf: absolute(gguf) } : url ? absolute(source)
       : { safetensors: absolute(source.safetensors), tokenizer: absolute(source.tokenizer), config: absolute(source.config) };
     const r = await this.#call('loadEmbedder', { files, options: { cache, stallTimeout } },
       (m) => m.event === 'progress' && onProgress?.({ loaded: m.loaded, total: m.total }));

@@ -393,13 +393,20 @@ export class WasmindModule {
    *  Shared only in the threaded build (send `memory` to the thread that should stop it). */
   stopFlag() { return { memory: this.memory, index: (this.exports.shared_state() + STOP_FLAG_OFFSET) / 4 }; }
 
-  /** Loads a Model2Vec directory's three files (bytes); returns the vector dimension. */
-  loadEmbedder({ safetensors, tokenizer, config }) {
-    const tok = this.put(tokenizer), cfg = this.put(config);
+  /** Loads a Model2Vec directory's three files (bytes), or a BERT sentence encoder's GGUF file
+   *  ({ gguf: bytes }); returns the vector dimension. */
+  loadEmbedder({ safetensors, tokenizer, config, gguf }) {
+    const none = new Uint8Array(0);
+    if (gguf !== undefined) return this.loadEmbedderBlock(this.put(gguf), gguf.byteLength, none, none);
+    return this.loadEmbedderBlock(this.put(safetensors), safetensors.byteLength, tokenizer, config);
+  }
+  /** load_embedder with a block already in the module's memory (`ptr`, `len` bytes: the
+   *  module's from now on) and the JSON files (copied; both empty for a GGUF file). */
+  loadEmbedderBlock(ptr, len, tokenizer, config) {
+    const tok = tokenizer.byteLength ? this.put(tokenizer) : 0, cfg = config.byteLength ? this.put(config) : 0;
     try {
-      return this.embedDim = this.check(this.exports.load_embedder(this.put(safetensors),
-        safetensors.byteLength, tok, tokenizer.byteLength, cfg, config.byteLength));
-    } finally { this.free(tok, tokenizer.byteLength); this.free(cfg, config.byteLength); }
+      return this.embedDim = this.check(this.exports.load_embedder(ptr, len, tok, tokenizer.byteLength, cfg, config.byteLength));
+    } finally { if (tok) this.free(tok, tokenizer.byteLength); if (cfg) this.free(cfg, config.byteLength); }
   }
   /** Drops the model and frees its file (the module's memory stays as large as it grew). */
   unloadModel() { this.exports.unload_model(); }

@@ -523,6 +523,15 @@ pub extern "C" fn load_embedder(
     status(r.and_then(|(st, tok, cfg)| e.load(st, tok, cfg).map(|d| d as i32)))
 }
 
+/// Writes a JSON description of the loaded embedder to the result buffer (`kind`:
+/// `model2vec` or `bert`, `dim`; an encoder's layers, `max_tokens` and `pooling` too); returns
+/// its length (read it at `result_ptr()`).
+#[unsafe(no_mangle)]
+pub extern "C" fn embedder_info() -> i32 {
+    let d = driver();
+    status(d.embedder.info(&mut d.result).map(|n| n as i32))
+}
+
 /// Drops the embedder and frees its file and the buffers its embeddings grew.
 #[unsafe(no_mangle)]
 pub extern "C" fn unload_embedder() {
@@ -534,8 +543,8 @@ pub extern "C" fn unload_embedder() {
 #[unsafe(no_mangle)]
 pub extern "C" fn embed(text: *const u8, len: usize, out: *mut f32) -> i32 {
     let e = &mut driver().embedder;
-    let dim = match e.embedder() {
-        Ok(m) => m.dim(),
+    let dim = match e.dim() {
+        Ok(d) => d,
         Err(x) => return fail(x),
     };
     // SAFETY: the host passes its text and room for dim floats.
@@ -558,8 +567,8 @@ pub extern "C" fn embed_batch(
     out: *mut f32,
 ) -> i32 {
     let e = &mut driver().embedder;
-    let dim = match e.embedder() {
-        Ok(m) => m.dim(),
+    let dim = match e.dim() {
+        Ok(d) => d,
         Err(x) => return fail(x),
     };
     // SAFETY: the host passes n + 1 offsets, the text bytes up to offsets[n], and room for

@@ -27,6 +27,7 @@ export async function testServer(extra = {}) {
   const counts = {}, cut = new Set(), swap = {};
   const m2v = fileURLToPath(shared('models/m2v-minilm-256/'));
   const tiny = fileURLToPath(shared('models/tiny/'));
+  const bert = fileURLToPath(new URL('../../host-tests/testdata/bert/', import.meta.url));
   const sendFile = (req, res, headers, file, { half = false, length = true } = {}) => {
     const size = statSync(file).size;
     res.writeHead(200, { ...headers, 'Content-Type': 'application/octet-stream', ...(length ? { 'Content-Length': size } : {}),
@@ -52,7 +53,7 @@ export async function testServer(extra = {}) {
     return false;
   };
   const server = await serve({ port: 0, files: { '/models/SmolLM2-135M-Instruct.Q4_1.gguf': MODEL_FILE },
-    mounts: { '/models/m2v-minilm-256/': m2v, '/models/tiny/': tiny }, pages: { '/test.html': TEST_PAGE }, intercept, ...extra });
+    mounts: { '/models/m2v-minilm-256/': m2v, '/models/tiny/': tiny, '/models/bert/': bert }, pages: { '/test.html': TEST_PAGE }, intercept, ...extra });
   const origin = `http://127.0.0.1:${server.address().port}`;
   return { server, origin, counts, cut, swap, tiny };
 }

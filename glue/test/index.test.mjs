@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { Wasmind } from '../index.js';
-import { MODEL_PATH, EMBEDDER_DIR, smollm2, m2v, messagesOf, compareGreedy, cosine, REPLY_TOKENS } from './reference.mjs';
+import { MODEL_PATH, EMBEDDER_DIR, BERT_DIR, smollm2, m2v, bert, unitOff, messagesOf, compareGreedy, cosine, REPLY_TOKENS } from './reference.mjs';
 
 const reference = smollm2();
 const GREEDY = { temperature: 0, repeatPenalty: 1, maxTokens: REPLY_TOKENS };
@@ -93,6 +93,24 @@ test('index.js: embed() equals the Python package (cosine ≥ 0.99999); errors; 
     await ai.load(bytes, { context: 256 });
     const r = await reply(ai, [{ role: 'user', content: 'What is the capital of France?' }]);
     assert.match(r.text, /Paris/);
+  } finally { await ai.unload(); }
+});
+
+test('index.js: a GGUF sentence encoder from a path, bytes and { gguf }: llama.cpp\'s vectors at unit length; a Model2Vec folder after it', async () => {
+  const ref = bert().models['tiny-bert-F16.gguf'];
+  const ai = await Wasmind.create({ threads: 2 });
+  try {
+    const path = new URL('tiny-bert-F16.gguf', BERT_DIR);
+    for (const source of [path, readFileSync(path), { gguf: path }]) {
+      assert.deepEqual(await ai.loadEmbedder(source), { dim: 32 });
+      const vectors = await ai.embed(ref.texts);
+      ref.F16.forEach((row, i) => assert.ok(unitOff(vectors[i], row.embedding) < 5e-4, `text ${i}`));
+    }
+    await assert.rejects(ai.loadEmbedder({ gguf: new Uint8Array([1, 2, 3]) }), (e) => e.status === 'BAD_FORMAT');
+    await assert.rejects(ai.loadEmbedder(MODEL_PATH), (e) => e.status === 'UNSUPPORTED' && /not a sentence encoder/.test(e.message));
+    const m = m2v();
+    assert.deepEqual(await ai.loadEmbedder(EMBEDDER_DIR), { dim: m.dim });
+    assert.ok(cosine(await ai.embed(m.rows[0].text), m.rows[0].embedding) >= 0.99999);
   } finally { await ai.unload(); }
 });
 

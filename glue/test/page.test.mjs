@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, writeFileSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { smollm2, m2v, messagesOf, compareGreedy, cosine, REPLY_TOKENS, MODEL_PATH } from './reference.mjs';
+import { smollm2, m2v, bert, unitOff, messagesOf, compareGreedy, cosine, REPLY_TOKENS, MODEL_PATH } from './reference.mjs';
 import { skip, testServer, launch, heapSampler, chromiumPss, HF_URL, CDN_URL, MODEL_SIZE } from './harness.mjs';
 
 const reference = smollm2();
@@ -184,6 +184,18 @@ for (const isolated of [true, false]) {
       assert.equal(vectors.dim, ref.dim);
       rows.forEach((row, i) => assert.ok(cosine(vectors.vs[i], row.embedding) >= 0.99999, `text ${i}`));
       assert.ok(cosine(vectors.one, rows[0].embedding) >= 0.99999);
+
+      step = 'GGUF sentence encoder';
+      // A BERT encoder from a URL (with a query, as Hugging Face links have one), with progress.
+      const br = bert().models['tiny-bert-F16.gguf'];
+      const enc = await page.evaluate(async (texts) => {
+        const events = [];
+        const { dim } = await ai.loadEmbedder('/models/bert/tiny-bert-F16.gguf?download=true', { onProgress: (p) => events.push(p) });
+        return { dim, events: events.length, vs: (await ai.embed(texts)).map((v) => [...v]) };
+      }, br.texts);
+      assert.equal(enc.dim, 32);
+      assert.ok(enc.events >= 1);
+      br.F16.forEach((row, i) => assert.ok(unitOff(enc.vs[i], row.embedding) < 5e-4, `text ${i}`));
 
       step = 'load/unload cycles';
       // Five load/unload cycles: the memory after each unload must not grow. Measured as the OS

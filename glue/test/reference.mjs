@@ -9,6 +9,14 @@ export const MODEL_PATH = shared('models/SmolLM2-135M-Instruct.Q4_1.gguf');
 export const EMBEDDER_DIR = shared('models/m2v-minilm-256/');
 export const smollm2 = () => JSON.parse(readFileSync(shared('reference/smollm2-q4_1.json')));
 export const m2v = () => JSON.parse(readFileSync(shared('reference/m2v-minilm-256.json')));
+/** The tiny BERT sentence encoders of host-tests/testdata/bert/ and llama.cpp's vectors for them. */
+export const BERT_DIR = new URL('../../host-tests/testdata/bert/', import.meta.url);
+export const bert = () => JSON.parse(readFileSync(new URL('reference.json', BERT_DIR)));
+/** |v - w / |w|| at its largest: how far a unit vector is from llama.cpp's (unnormalized) one. */
+export function unitOff(v, w) {
+  const n = Math.hypot(...w);
+  return Math.max(...w.map((x, i) => Math.abs(v[i] - x / n)));
+}
 export const DECISIVE = 0.5, REPLY_TOKENS = 12;
 
 /** OpenAI-shaped messages of a reference conversation. */

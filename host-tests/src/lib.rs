@@ -602,6 +602,29 @@ impl Wasmind {
         self.load_embedder_bytes(&st, &tok, &cfg)
     }
 
+    /// The embedder at `path`: a Model2Vec folder, or a GGUF sentence encoder file; returns
+    /// its vector width.
+    pub fn load_embedder_path(&mut self, path: &std::path::Path) -> Result<usize> {
+        if path.is_dir() {
+            self.load_embedder_dir(path)
+        } else {
+            self.load_embedder_gguf(path)
+        }
+    }
+
+    /// A BERT sentence encoder in one GGUF file as the embedder; returns its vector width.
+    pub fn load_embedder_gguf(&mut self, path: &std::path::Path) -> Result<usize> {
+        let bytes =
+            std::fs::read(path).map_err(|e| wasmtime::format_err!("{}: {e}", path.display()))?;
+        self.load_embedder_bytes(&bytes, &[], &[])
+    }
+
+    /// `embedder_info`'s JSON.
+    pub fn embedder_info(&mut self) -> Result<String> {
+        let n = self.call_checked::<()>("embedder_info", ())?;
+        Ok(String::from_utf8_lossy(&self.result(n)?).into_owned())
+    }
+
     pub fn load_embedder_bytes(&mut self, st: &[u8], tok: &[u8], cfg: &[u8]) -> Result<usize> {
         let st_ptr = self.put(st)?;
         let tok_ptr = self.put(tok)?;

@@ -564,7 +564,7 @@ fn engine(
         }
         if let Some(e) = &embed {
             dim = w
-                .load_embedder_dir(e)
+                .load_embedder_path(e)
                 .map_err(|x| format!("{}: {x}", e.display()))?;
             names.1 = e.file_name().map(|s| s.to_string_lossy().into_owned());
         }

@@ -131,3 +131,55 @@ fn a_model_larger_than_the_memory_is_refused_before_it_is_read() {
     );
     assert!(start.elapsed().as_secs() < 5, "took {:?}", start.elapsed());
 }
+
+/// `embed --model E.gguf` runs a BERT sentence encoder: llama.cpp's ids and (unit) vectors.
+#[test]
+fn embed_runs_a_gguf_sentence_encoder() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/bert");
+    let r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("reference.json")).unwrap()).unwrap();
+    let entry = &r["models"]["tiny-bert-F16.gguf"];
+    let texts = strs(&entry["texts"]);
+    let input: String = texts
+        .iter()
+        .map(|t| serde_json::to_string(t).unwrap() + "\n")
+        .collect();
+    let model = dir.join("tiny-bert-F16.gguf");
+    let out = wasmind_piped(
+        &["embed", "--model", model.to_str().unwrap(), "--json"],
+        input.as_bytes(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), texts.len());
+    for (line, want) in lines.iter().zip(entry["F16"].as_array().unwrap()) {
+        assert_eq!(line["ids"], want["ids"]);
+        let v: Vec<f64> = line["embedding"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        let w: Vec<f64> = want["embedding"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        let nw = w.iter().map(|y| y * y).sum::<f64>().sqrt();
+        let off = v
+            .iter()
+            .zip(&w)
+            .map(|(a, b)| (a - b / nw).abs())
+            .fold(0.0, f64::max);
+        assert!(off < 5e-4, "{line}");
+    }
+}

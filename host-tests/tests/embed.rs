@@ -98,3 +98,103 @@ fn bad_embedder_inputs_are_errors() {
     assert!(e.contains("(-7)"), "{e}");
     assert!(w.embed(b"", dim).unwrap().iter().all(|&x| x == 0.0));
 }
+
+/// BERT sentence encoders (`testdata/bert/`, made by `gen_bert.py`) inside the real modules
+/// against llama.cpp: the ids `embed` runs ([CLS] ... [SEP]) and its unit vectors, mean and
+/// CLS pooling; the same bits on 1 and 2 threads and from `embed_batch`; what
+/// `embedder_info` says.
+#[test]
+fn bert_encoders_match_llama_cpp() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/bert");
+    let r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("reference.json")).unwrap()).unwrap();
+    let models = r["models"].as_object().unwrap();
+    assert_eq!(models.len(), 2);
+    for (file, entry) in models {
+        let texts = strs(&entry["texts"]);
+        let mut vectors: Vec<Vec<Vec<f32>>> = vec![];
+        for threads in [1, 2] {
+            let mut w = Wasmind::with_threads(threads).unwrap();
+            let dim = w.load_embedder_gguf(&dir.join(file)).unwrap();
+            assert_eq!(dim, 32);
+            let info: serde_json::Value =
+                serde_json::from_str(&w.embedder_info().unwrap()).unwrap();
+            assert_eq!(info["kind"], "bert");
+            let pooling = ["", "mean", "cls"][entry["pooling"].as_u64().unwrap() as usize];
+            assert_eq!(info["pooling"], pooling, "{info}");
+            let mut worst = 1.0f64;
+            let mut got = vec![];
+            for (text, want) in texts.iter().zip(entry["F16"].as_array().unwrap()) {
+                assert_eq!(w.embed_ids(text.as_bytes()).unwrap(), u32s(&want["ids"]));
+                let v = w.embed(text.as_bytes(), dim).unwrap();
+                let want: Vec<f64> = want["embedding"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap())
+                    .collect();
+                let norm: f64 = v.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
+                assert!((norm - 1.0).abs() < 1e-5, "{file} {text:?}: |v| = {norm}");
+                worst = worst.min(cosine(&v, &want));
+                // (the tiny models' vectors share a large part: compare each value too)
+                let unit = want.iter().map(|y| y * y).sum::<f64>().sqrt();
+                let off = v
+                    .iter()
+                    .zip(&want)
+                    .map(|(&x, &y)| (x as f64 - y / unit).abs())
+                    .fold(0.0, f64::max);
+                assert!(off < 5e-4, "{file} {text:?}: a value {off} off llama.cpp's");
+                got.push(v);
+            }
+            println!("{file}, {threads} thread(s): worst cosine {worst:.7}");
+            assert!(worst >= MIN_COSINE, "{file}: cosine {worst}");
+            let bytes: Vec<&[u8]> = texts.iter().map(|t| t.as_bytes()).collect();
+            assert_eq!(
+                w.embed_batch(&bytes, dim).unwrap(),
+                got,
+                "{file}: embed_batch"
+            );
+            vectors.push(got);
+        }
+        assert_eq!(vectors[0], vectors[1], "{file}: 1 and 2 threads differ");
+    }
+}
+
+#[test]
+fn bad_gguf_embedders_are_errors() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/bert");
+    let bert = std::fs::read(dir.join("tiny-bert-F16.gguf")).unwrap();
+    let mut w = Wasmind::single_threaded().unwrap();
+    let e = w
+        .load_embedder_bytes(&bert, b"{}", b"{}")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("GGUF embedder is one file"), "{e}");
+    // a chat model is no sentence encoder
+    let e = w
+        .load_embedder_bytes(&read("models/tiny/tiny-llama-F16.gguf"), &[], &[])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not a sentence encoder"), "{e}");
+    // a vocabulary without weights
+    let vocab = std::fs::read(dir.join("vocab-wpm-uncased.gguf")).unwrap();
+    let e = w
+        .load_embedder_bytes(&vocab, &[], &[])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("missing"), "{e}");
+    // cut short
+    let e = w
+        .load_embedder_bytes(&bert[..bert.len() / 2], &[], &[])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("(-"), "{e}");
+    // nothing loaded after the failures
+    let e = w.embed(b"hello", 32).unwrap_err().to_string();
+    assert!(e.contains("no embedder"), "{e}");
+    // and a good load after them works
+    assert_eq!(w.load_embedder_bytes(&bert, &[], &[]).unwrap(), 32);
+    assert_eq!(w.embed(b"hello", 32).unwrap().len(), 32);
+    let e = w.embed(b"caf\xc3", 32).unwrap_err().to_string();
+    assert!(e.contains("UTF-8"), "{e}");
+}

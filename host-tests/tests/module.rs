@@ -13,10 +13,12 @@ use wasmparser::{Operator, Parser, Payload, TypeRef, ValType};
 /// 600 KiB until session 15 added five architectures (gemma2, granite, smollm3, lfm2,
 /// exaone4: +19.5 KB, the relaxed threaded module 603,521 -> 622,756 bytes), 612 KiB until
 /// session 16 added qwen35 (its delta nets, gated attention, M-RoPE sections and
-/// pre-tokenizer: +22.2 KB, 622,976 -> 645,191 bytes), now 634 KiB.
+/// pre-tokenizer: +22.2 KB, 622,976 -> 645,191 bytes), 634 KiB until session 20 added BERT
+/// sentence encoders (the WordPiece tokenizer, the encoder's loader and forward pass, the
+/// embedder's second kind: +31.4 KB, 649,096 -> 680,534 bytes), now 666 KiB.
 /// The sizes are printed by these tests, by `cargo xtask dist` and (with gzip) by `cargo xtask
 /// bench`.
-const SIZE_BUDGET: usize = 634 * 1024;
+const SIZE_BUDGET: usize = 666 * 1024;
 
 #[derive(Debug, PartialEq, Clone)]
 struct Sig {

@@ -35,6 +35,7 @@
 //! element is computed by one thread in a fixed order, so logits do not depend on thread count.
 
 pub mod config;
+pub mod encoder;
 pub mod ops;
 
 use alloc::vec::Vec;
@@ -424,7 +425,31 @@ struct Loader<'g, 'a> {
     used: Vec<bool>,
 }
 
-impl<'a> Loader<'_, 'a> {
+impl<'g, 'a> Loader<'g, 'a> {
+    /// A loader of `g`'s tensors, none read yet; `quantize`: `Some(Q8_0)` or `None`.
+    fn new(g: &'g Gguf<'a>, quantize: Option<GgmlType>) -> Result<Loader<'g, 'a>> {
+        match quantize {
+            None | Some(GgmlType::Q8_0) => {}
+            Some(other) => bail!(
+                Status::Unsupported,
+                "quantizing at load to {} (supported: Q8_0)",
+                other.name()
+            ),
+        }
+        let n_tensors = g.tensors().len();
+        let mut used = Vec::new();
+        used.try_reserve_exact(n_tensors)
+            .map_err(|_| err!(Status::OutOfMemory, "{} tensors", n_tensors))?;
+        used.resize(n_tensors, false);
+        Ok(Loader {
+            g,
+            quantize,
+            owned: Vec::new(),
+            quantized_bytes: 0,
+            used,
+        })
+    }
+
     /// Tensor `name`, if the file has it (then it counts as read).
     fn optional(&mut self, name: &str) -> Result<Option<&TensorInfo<'a>>> {
         let Some(i) = self.g.tensor_index(name) else {
@@ -655,26 +680,7 @@ impl<'a> Model<'a> {
         if context > (1 << 20) {
             bail!(Status::InvalidArgument, "context {} is too large", context);
         }
-        match opts.quantize {
-            None | Some(GgmlType::Q8_0) => {}
-            Some(other) => bail!(
-                Status::Unsupported,
-                "quantizing at load to {} (supported: Q8_0)",
-                other.name()
-            ),
-        }
-        let mut ld = Loader {
-            g,
-            quantize: opts.quantize,
-            owned: Vec::new(),
-            quantized_bytes: 0,
-            used: Vec::new(),
-        };
-        let n_tensors = g.tensors().len();
-        ld.used
-            .try_reserve_exact(n_tensors)
-            .map_err(|_| err!(Status::OutOfMemory, "{} tensors", n_tensors))?;
-        ld.used.resize(n_tensors, false);
+        let mut ld = Loader::new(g, opts.quantize)?;
         let (dim, q_dim, kv_dim, ffn, _) = cfg.widths();
         let token_embd = ld.matrix("token_embd.weight", cfg.vocab, dim)?;
         let output = match g.tensor("output.weight") {

@@ -47,20 +47,48 @@ pub fn softcap_in_place(xs: &mut [f32], cap: f32) {
     }
 }
 
-/// `gate[i] = gelu(gate[i]) * up[i]` as ggml's CPU backend computes it (`GGML_GELU_FP16`): the
-/// input rounded to f16, GELU of that read from a table of f16 values (computed here), the
-/// identity above 10 and 0 below -10.
+/// GELU as ggml's CPU backend computes it (`GGML_GELU_FP16`): the input rounded to f16, GELU
+/// of that read from a table of f16 values (computed here), the identity above 10 and 0 below
+/// -10.
+fn gelu_ggml(x: f32) -> f32 {
+    if x <= -10.0 {
+        0.0
+    } else if x >= 10.0 {
+        x
+    } else {
+        quant::round_to_f16(gelu_tanh(quant::round_to_f16(x)))
+    }
+}
+
+/// `gate[i] = gelu(gate[i]) * up[i]` ([`gelu_ggml`]).
 pub fn geglu_in_place(gate: &mut [f32], up: &[f32]) {
     debug_assert_eq!(gate.len(), up.len());
     for (g, &u) in gate.iter_mut().zip(up) {
-        let x = *g;
-        *g = if x <= -10.0 {
-            0.0
-        } else if x >= 10.0 {
-            x * u
-        } else {
-            quant::round_to_f16(gelu_tanh(quant::round_to_f16(x))) * u
-        };
+        *g = gelu_ggml(*g) * u;
+    }
+}
+
+/// `x[i] = gelu(x[i])` ([`gelu_ggml`]): BERT's feed-forward.
+pub fn gelu_in_place(xs: &mut [f32]) {
+    for x in xs {
+        *x = gelu_ggml(*x);
+    }
+}
+
+/// `x = (x - mean(x)) / sqrt(var(x) + eps) * w + b` in place: BERT's layer norm, as ggml's
+/// `norm` (the sums in f64 here) followed by the weight and the bias.
+pub fn layer_norm_in_place(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
+    debug_assert!(w.len() == x.len() && b.len() == x.len());
+    let n = x.len() as f64;
+    let mean = (x.iter().map(|&v| v as f64).sum::<f64>() / n) as f32;
+    let var: f64 = x
+        .iter()
+        .map(|&v| ((v - mean) * (v - mean)) as f64)
+        .sum::<f64>()
+        / n;
+    let scale = 1.0 / sqrtf(var as f32 + eps);
+    for ((v, &g), &c) in x.iter_mut().zip(w).zip(b) {
+        *v = (*v - mean) * scale * g + c;
     }
 }
 

@@ -763,3 +763,56 @@ fn sliding_window_ring_steps_and_truncation() {
         }
     }
 }
+
+/// The tiny BERT encoders of `host-tests/testdata/bert/` (made by its `gen_bert.py`): the
+/// tokenizer's [CLS] ... [SEP] ids and the pooled vectors against llama.cpp's (mean and CLS
+/// pooling), from the F16 files and quantized to Q8_0 at load against llama-quantize's Q8_0.
+#[test]
+fn bert_encoders_match_llama_cpp() {
+    use super::encoder::Encoder;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("host-tests/testdata/bert");
+    let r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("reference.json")).unwrap()).unwrap();
+    let models = r["models"].as_object().unwrap();
+    assert_eq!(models.len(), 2);
+    let mut report = Vec::new();
+    for (file, entry) in models {
+        let mut bytes = std::fs::read(dir.join(file)).unwrap();
+        let g = Gguf::parse_for_model(&mut bytes).unwrap();
+        let tok = crate::tokenizer::Tokenizer::from_gguf(&g).unwrap();
+        for (ty, quantize, tol) in [("F16", None, 2e-3), ("Q8_0", Some(GgmlType::Q8_0), 2e-3)] {
+            let mut enc = Encoder::load(&g, quantize).unwrap();
+            let mut worst = 0f32;
+            for (text, want) in r["models"][file]["texts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .zip(entry[ty].as_array().unwrap())
+            {
+                let mut ids = Vec::new();
+                tok.encode(text.as_str().unwrap(), true, false, &mut ids)
+                    .unwrap();
+                assert_eq!(ids, u32s(&want["ids"]), "{file} {text}");
+                let want: Vec<f32> = want["embedding"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_f64().unwrap() as f32)
+                    .collect();
+                let mut got = std::vec![0f32; enc.cfg.dim];
+                enc.encode(&ids, &mut got).unwrap();
+                let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let diff = got
+                    .iter()
+                    .zip(&want)
+                    .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+                worst = worst.max(diff / scale);
+            }
+            report.push(std::format!(
+                "{file} {ty}: worst {worst:.2e} of the largest value"
+            ));
+            assert!(worst <= tol, "{report:?}");
+        }
+    }
+    std::println!("{report:?}");
+}

@@ -19,8 +19,8 @@
 
 use alloc::vec::Vec;
 
-use super::reserve;
 use super::table::{Texts, mix64};
+use super::{MAX_TOKEN_BYTES, reserve};
 use crate::err;
 use crate::error::{Result, Status};
 use crate::unicode::{self, Group};
@@ -65,23 +65,29 @@ impl WordPiece {
             .try_reserve_exact(cap)
             .map_err(|_| err!(Status::OutOfMemory, "WordPiece table of {} slots", cap))?;
         slots.resize(cap, (0u64, 0u32));
-        let mut lengths: Vec<(u32, u64)> = Vec::new();
-        reserve(&mut lengths, n, "WordPiece lengths")?;
+        // Which lengths occur (a bit per length up to the longest a token may be).
+        let mut seen: Vec<u64> = Vec::new();
+        reserve(&mut seen, MAX_TOKEN_BYTES / 64 + 1, "WordPiece lengths")?;
+        seen.resize(MAX_TOKEN_BYTES / 64 + 1, 0);
         for id in 0..n as u32 {
             let t = texts.get(id);
-            let (len, key) = (t.len() as u32, slot_key(poly(t), t.len() as u32));
+            let (len, key) = (t.len(), slot_key(poly(t), t.len() as u32));
             let mut i = key as usize & (cap - 1);
             while slots[i].1 != 0 {
                 i = (i + 1) & (cap - 1);
             }
             slots[i] = (key, id + 1);
-            lengths.push((len, 0));
+            if let Some(w) = seen.get_mut(len / 64) {
+                *w |= 1 << (len % 64);
+            }
         }
-        crate::sort::quicksort_by(&mut lengths, |a, b| a.0 > b.0);
-        lengths.dedup_by_key(|l| l.0);
-        lengths.retain(|l| l.0 > 0);
-        for (len, pow) in &mut lengths {
-            *pow = (0..*len).fold(1u64, |p, _| p.wrapping_mul(BASE));
+        let mut lengths: Vec<(u32, u64)> = Vec::new();
+        for len in (1..=MAX_TOKEN_BYTES).rev() {
+            if seen[len / 64] & 1 << (len % 64) != 0 {
+                reserve(&mut lengths, 1, "WordPiece lengths")?;
+                let pow = (0..len).fold(1u64, |p, _| p.wrapping_mul(BASE));
+                lengths.push((len as u32, pow));
+            }
         }
         Ok(WordPiece {
             lengths,

@@ -34,7 +34,7 @@ commands:
                                            on stdin -> the text the template renders (NAME:
                                            llama.cpp's template names or qwen3; --model: the
                                            model's template), rendered in the module
-  serve      [--model M.gguf] [--embed-model DIR] [--threads N] [--ctx N] [--host H] [--port P]
+  serve      [--model M.gguf] [--embed-model DIR|E.gguf] [--threads N] [--ctx N] [--host H] [--port P]
              [--api-key K]                 an OpenAI-compatible HTTP server (default
                                            127.0.0.1:8080): /v1/chat/completions (stream,
                                            response_format), /v1/embeddings, /v1/models, /health
@@ -47,7 +47,9 @@ commands:
   logits     --model M.gguf --ids 1,2,3 --json
                                            top-5 ids per position and the last 4 logit rows
   perplexity --model M.gguf (--text-file F | --ids-file F) [--limit N] --json
-  embed      --model DIR --json            JSON string lines on stdin -> {\"ids\", \"embedding\"} lines
+  embed      --model DIR|E.gguf --json     JSON string lines on stdin -> {\"ids\", \"embedding\"} lines
+                                           (DIR: a Model2Vec folder; E.gguf: a BERT sentence
+                                           encoder, its vectors at unit length)
 
 chat options: --template NAME (instead of the model's own), --think (let a model that can reason
          think: no empty <think> block for Qwen3)
@@ -436,7 +438,7 @@ fn embed(args: &Args) -> Result<(), String> {
     let threads = args.number("--threads", 1)?;
     let mut w = Wasmind::with_threads(threads).map_err(s)?;
     let dim = w
-        .load_embedder_dir(&PathBuf::from(args.required("--model")?))
+        .load_embedder_path(&PathBuf::from(args.required("--model")?))
         .map_err(s)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
