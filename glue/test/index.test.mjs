@@ -258,7 +258,7 @@ test('index.js: responseFormat (json_schema, json_object) and grammar give outpu
     for (const [call, what] of [[() => Wasmind.create({ thread: 2 }), /unknown option 'thread'/], [() => Wasmind.create({ threads: 1.5 }), /threads must be an integer/],
       [() => ai.load(MODEL_PATH, { contxt: 64 }), /load: unknown option 'contxt'/], [() => ai.load(MODEL_PATH, { context: '64' }), /context must be an integer/],
       [() => ai.loadEmbedder(EMBEDDER_DIR, { cache: 'no' }), /cache must be a boolean/],
-      [() => ai.loadEmbedder(null), /a folder URL or \{ safetensors, tokenizer, config \}, not null/],
+      [() => ai.loadEmbedder(null), /a folder URL, \{ safetensors, tokenizer, config \} or a GGUF file, not null/],
       [() => ai.loadEmbedder({ safetensors: `${EMBEDDER_DIR}/model.safetensors` }), /tokenizer, config missing/]]) {
       await assert.rejects(call(), (e) => e.status === 'INVALID_ARGUMENT' && what.test(e.message), String(what));
     }
