@@ -15,10 +15,12 @@ use wasmparser::{Operator, Parser, Payload, TypeRef, ValType};
 /// session 16 added qwen35 (its delta nets, gated attention, M-RoPE sections and
 /// pre-tokenizer: +22.2 KB, 622,976 -> 645,191 bytes), 634 KiB until session 20 added BERT
 /// sentence encoders (the WordPiece tokenizer, the encoder's loader and forward pass, the
-/// embedder's second kind: +31.4 KB, 649,096 -> 680,534 bytes), now 666 KiB.
+/// embedder's second kind: +31.4 KB, 649,096 -> 680,534 bytes), 666 KiB until session 21
+/// converted F16 rows once per batch (`quant/simd128/f16_batch.rs`, 1.7x all-MiniLM-L6-v2's
+/// texts per second: +3.4 KB, 680,534 -> 683,897 bytes), now 670 KiB.
 /// The sizes are printed by these tests, by `cargo xtask dist` and (with gzip) by `cargo xtask
 /// bench`.
-const SIZE_BUDGET: usize = 666 * 1024;
+const SIZE_BUDGET: usize = 670 * 1024;
 
 #[derive(Debug, PartialEq, Clone)]
 struct Sig {

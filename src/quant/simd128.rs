@@ -171,10 +171,11 @@ fn bf16x8_to_f32(h: v128) -> (v128, v128) {
 /// Shared body of the float kernels: `Kernels::dot` over the rows of `w` (`rb` bytes, `n`
 /// weights each), `8·STEPS` weights per iteration with two partial sums per step:
 /// `weights8(row, i)` returns weights `8i..8i + 8` of `row` as two f32x4 (only called for whole
-/// groups of 8), `weight(row, j)` weight `j`. F32 and BF16 take two steps; F16, whose
-/// conversion needs more registers, one (more would make V8 spill the partial sums).
+/// groups of 8), `weight(row, j)` weight `j`. Two steps (four partial sums per vector) for every
+/// type: F16 sums as F32 does, so a row converted to f32 first gives the same bits
+/// (`f16_batch`).
 #[inline(always)]
-fn dot_float<const T: usize, const STEPS: usize>(
+fn dot_float<const T: usize>(
     w: &[u8],
     rb: usize,
     n: usize,
@@ -183,6 +184,7 @@ fn dot_float<const T: usize, const STEPS: usize>(
     weights8: impl Fn(*const u8, usize) -> (v128, v128),
     weight: impl Fn(&[u8], usize) -> f32,
 ) {
+    const STEPS: usize = 2;
     for x in xs {
         assert!(x.values.len() >= n);
     }
@@ -227,7 +229,7 @@ fn dot_float<const T: usize, const STEPS: usize>(
 // One entry point per element type over `dot_float` (deliberately alike: see the module doc).
 #[inline(never)]
 pub(super) fn dot_f32<const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T], y: Out<'_>) {
-    dot_float::<T, 2>(
+    dot_float::<T>(
         w,
         rb,
         rb / 4,
@@ -242,7 +244,7 @@ pub(super) fn dot_f32<const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T],
 #[inline(never)]
 pub(super) fn dot_f16<const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T], y: Out<'_>) {
     let k = F16Bits::opaque();
-    dot_float::<T, 1>(
+    dot_float::<T>(
         w,
         rb,
         rb / 2,
@@ -256,7 +258,7 @@ pub(super) fn dot_f16<const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T],
 
 #[inline(never)]
 pub(super) fn dot_bf16<const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T], y: Out<'_>) {
-    dot_float::<T, 2>(
+    dot_float::<T>(
         w,
         rb,
         rb / 2,
@@ -1043,6 +1045,8 @@ use dot_i16 as build;
 mod dot_i8;
 #[cfg(target_feature = "relaxed-simd")]
 use dot_i8 as build;
+mod f16_batch;
+pub(super) use f16_batch::matmul as matmul_f16;
 #[cfg(target_feature = "relaxed-simd")]
 mod prepared;
 #[cfg(target_feature = "relaxed-simd")]
