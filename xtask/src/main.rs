@@ -178,6 +178,8 @@ const FUZZ_TARGETS: [(&str, &[&str]); 9] = [
             "host-tests/testdata/arch/tiny-qwen35-tiled-F16.gguf",
             "host-tests/testdata/arch/tiny-phi3-longrope-F16.gguf",
             "host-tests/testdata/arch/tiny-qwen3-yarn-F16.gguf",
+            "host-tests/testdata/bert/tiny-bert-F16.gguf",
+            "host-tests/testdata/bert/tiny-bert-cls-F16.gguf",
             "models/vocab/vocab-bpe-smollm.gguf",
         ],
     ),
