@@ -3,7 +3,7 @@
 //
 //   node glue/bench/bench.mjs llm      --model M.gguf --prompt-file P.txt [--long-prompt-file L.txt] [--gen 128] [--threads 0,1,2,4,8] [--reps 3]
 //   node glue/bench/bench.mjs tokenize --model M.gguf --texts T.json [--min-secs 1]
-//   node glue/bench/bench.mjs embed    --model DIR --texts T.json --set NAME [--threads 0,1,2] [--min-secs 1]
+//   node glue/bench/bench.mjs embed    --model DIR|E.gguf --texts T.json --set NAME [--threads 0,1,2] [--min-secs 1]
 //
 // `--threads 0` is the single-threaded module; N >= 1 the threaded one with N - 1 helper workers.
 // `--dist DIR` takes the two .wasm files from DIR instead of dist/.
@@ -82,23 +82,30 @@ async function tokenize() {
 }
 
 async function embed() {
-  const dir = need('--model').replace(/\/$/, '');
+  const path = need('--model').replace(/\/$/, '');
   const texts = JSON.parse(await readFile(need('--texts'), 'utf8'));
   const set = opt('--set', 'texts'), minSecs = Number(opt('--min-secs', 1));
-  const [st, tok, cfg] = await Promise.all(['model.safetensors', 'tokenizer.json', 'config.json'].map((f) => readFile(`${dir}/${f}`)));
+  // A Model2Vec folder's three files, or an encoder GGUF as the first with the other two empty.
+  const encoder = path.endsWith('.gguf');
+  const [st, tok, cfg] = encoder ? [await readFile(path), new Uint8Array(0), new Uint8Array(0)]
+    : await Promise.all(['model.safetensors', 'tokenizer.json', 'config.json'].map((f) => readFile(`${path}/${f}`)));
   for (const threads of threadList('0,1,2')) {
     const wm = await open(threads, memoryFor(st.length) + 64 * 2 ** 20);
     const x = wm.exports;
-    const dim = check(wm, x.load_embedder(wm.put(st), st.length, wm.put(tok), tok.length, wm.put(cfg), cfg.length), 'load_embedder');
+    const put = (b) => (b.length ? wm.put(b) : 0);
+    const dim = check(wm, x.load_embedder(put(st), st.length, put(tok), tok.length, put(cfg), cfg.length), 'load_embedder');
     const placed = texts.map((t) => putText(wm, t));
     const bytes = placed.reduce((a, [, n]) => a + n, 0);
     const out = x.alloc(texts.length * dim * 4);
-    if (threads <= 1) {
+    // One text per call: Model2Vec's embed does not use the pool (only single-threaded is
+    // meaningful); an encoder's does, and its embed_batch runs the same texts one by one.
+    if (threads <= 1 || encoder) {
       const times = timedPasses(minSecs, () => {
         for (const [p, n] of placed) check(wm, x.embed(p, n, out), 'embed');
       });
       emit({ bench: 'embed', api: 'embed', set, module: moduleName(threads), threads: Math.max(1, threads), ...rates(times, texts.length, bytes) });
     }
+    if (encoder) { await wm.close(); continue; }
     const enc = texts.map((t) => new TextEncoder().encode(t));
     const joined = new Uint8Array(bytes), offsets = new Uint32Array(texts.length + 1);
     enc.forEach((b, i) => { joined.set(b, offsets[i]); offsets[i + 1] = offsets[i] + b.length; });

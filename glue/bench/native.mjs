@@ -4,10 +4,12 @@
 //
 //   node glue/bench/native.mjs llm      --model M.gguf --prompt-file P.txt [--gen 128] [--threads 1,2,4,8] [--reps 3]
 //   node glue/bench/native.mjs tokenize --model M.gguf --texts T.json [--min-secs 1]
+//   node glue/bench/native.mjs embed    --model E.gguf --texts T.json --set NAME [--threads 1,2] [--min-secs 1]
 //
 // Prefill: the prompt evaluated as one batch (evaluateWithoutGeneratingNewTokens). Decode: greedy
 // (temperature 0) generation of --gen tokens after it, through the sequence's token generator.
-// Tokenize: model.tokenize(text) per text (includes the N-API call per text).
+// Tokenize: model.tokenize(text) per text (includes the N-API call per text). Embed: a sentence
+// encoder's getEmbeddingFor(text) per text (tokenizing included, as in wasmind's embed).
 import { readFile } from 'node:fs/promises';
 import { loadavg } from 'node:os';
 import { getLlama, LlamaLogLevel } from 'node-llama-cpp';
@@ -69,8 +71,27 @@ async function tokenize() {
     texts_per_s: texts.length / best, mb_per_s: bytes / best / 1e6, mb_per_s_median: bytes / med / 1e6 });
 }
 
+// A sentence encoder (a BERT GGUF): one text per call, as wasmind's `embed`, per thread count.
+async function embed() {
+  const texts = JSON.parse(await readFile(opt('--texts'), 'utf8'));
+  const set = opt('--set', 'texts'), minSecs = Number(opt('--min-secs', 1));
+  const bytes = texts.reduce((a, t) => a + Buffer.byteLength(t), 0);
+  for (const threads of opt('--threads', '1,2').split(',').map(Number)) {
+    const ctx = await model.createEmbeddingContext({ contextSize: 512, batchSize: 512, threads });
+    const pass = async () => { for (const t of texts) await ctx.getEmbeddingFor(t); };
+    await pass();
+    const times = [], start = now();
+    while (times.length < 3 || now() - start < minSecs) { const t = now(); await pass(); times.push(now() - t); }
+    const best = Math.min(...times), med = median(times);
+    emit({ bench: 'embed', api: 'embed', set, module: build, threads, texts: texts.length, bytes, passes: times.length,
+      texts_per_s: texts.length / best, mb_per_s: bytes / best / 1e6, texts_per_s_median: texts.length / med, mb_per_s_median: bytes / med / 1e6 });
+    await ctx.dispose();
+  }
+}
+
 if (cmd === 'llm') await llm();
 else if (cmd === 'tokenize') await tokenize();
-else { console.error('usage: native.mjs (llm | tokenize) [options]'); process.exit(2); }
+else if (cmd === 'embed') await embed();
+else { console.error('usage: native.mjs (llm | tokenize | embed) [options]'); process.exit(2); }
 await model.dispose();
 await llama.dispose();

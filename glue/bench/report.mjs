@@ -1,7 +1,8 @@
 // report.mjs: inputs and tables for `cargo xtask bench`.
 //
 //   node glue/bench/report.mjs inputs CORPUS.json OUT.json   short sentences cut from the corpus
-//   node glue/bench/report.mjs report DIR [DIST]             tables from DIR/{llm,grammar,tokenize,embed}.json
+//   node glue/bench/report.mjs first IN.json N OUT.json      the first N texts of IN
+//   node glue/bench/report.mjs report DIR [DIST]             tables from DIR/{llm,grammar,tokenize,embed,encoder}.json
 //                                                            (and the sizes of DIST's modules, raw and gzipped),
 //                                                            also written to DIR/report.md
 //
@@ -157,9 +158,26 @@ async function report(dir, dist) {
     errors(emb);
     say();
   }
+  const enc = await results(dir, 'encoder');
+  if (enc.length) {
+    const ok = enc.filter((r) => !r.error);
+    say('## Sentence encoder: all-MiniLM-L6-v2 (F16 GGUF; 6 layers, dim 384), `embed` one text per call');
+    for (const set of [...new Set(ok.map((r) => r.set))]) {
+      const rs = ok.filter((r) => r.set === set), nat = (t) => rs.find((r) => r.engine === 'native' && r.threads === t);
+      say();
+      say(`### ${set}: ${rs[0].texts} texts, ${rs[0].bytes} bytes (${(rs[0].bytes / rs[0].texts).toFixed(1)} per text)`);
+      say();
+      say(table(['engine', 'module', 'threads', 'texts/s', 'texts/s median', 'vs native llama.cpp (same threads)'],
+        rs.map((r) => [ENGINE[r.engine] ?? r.engine, r.module, r.threads, f(r.texts_per_s, 1), f(r.texts_per_s_median, 1),
+          ratio(r.texts_per_s, nat(r.threads)?.texts_per_s)])));
+    }
+    errors(enc);
+    say();
+  }
   await writeFile(`${dir}/report.md`, out.join('\n') + '\n');
 }
 
 if (cmd === 'inputs') await inputs(a, b);
+else if (cmd === 'first') await writeFile(process.argv[5], JSON.stringify(JSON.parse(await readFile(a, 'utf8')).slice(0, Number(b))));
 else if (cmd === 'report') await report(a, b);
-else { console.error('usage: report.mjs inputs CORPUS OUT | report DIR'); process.exit(2); }
+else { console.error('usage: report.mjs inputs CORPUS OUT | first IN N OUT | report DIR'); process.exit(2); }

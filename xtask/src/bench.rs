@@ -2,7 +2,7 @@
 //! same run on the same machine, so every speed claim is a ratio against a peer.
 //!
 //! ```text
-//! cargo xtask bench [--only llm,grammar,tokenize,embed] [--no-peers] [--gen N] [--reps N] [--threads 0,1,2,4,8]
+//! cargo xtask bench [--only llm,grammar,tokenize,embed,encoder] [--no-peers] [--gen N] [--reps N] [--threads 0,1,2,4,8]
 //! ```
 //!
 //! Runs, one after another (never two at once: they would share the cores):
@@ -21,6 +21,9 @@
 //! - `embed`: Model2Vec (m2v-minilm-256) on the corpus and on short sentences, single thread
 //!   (`embed` per text) and `embed_batch` per thread count; peers: the Rust crate `model2vec-rs`
 //!   (bench-peers/m2v-rs, `RAYON_NUM_THREADS=1`) and the Python package `model2vec`.
+//! - `encoder`: the sentence encoder all-MiniLM-L6-v2 (F16 GGUF, `models/fetch.py --model
+//!   all-minilm-l6-v2`; skipped without it) on the first 40 corpus texts and the first 100 short
+//!   sentences, `embed` per text at each thread count; peer: native llama.cpp's embedding context.
 //!
 //! wasmind runs from `dist/` (built first by `cargo xtask dist`) in both wasmtime and Node, so
 //! both measure the same files. Every program prints one JSON object per result; they are collected into
@@ -71,6 +74,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "grammar".into(),
             "tokenize".into(),
             "embed".into(),
+            "encoder".into(),
         ],
         peers: true,
         gen_tokens: "128".into(),
@@ -136,6 +140,18 @@ fn collect(label: &str, cmd: &mut Command, results: &mut Vec<String>) {
             out.status
         ));
     }
+}
+
+/// all-MiniLM-L6-v2 as `models/fetch.py --model all-minilm-l6-v2` writes it, in `models/` or
+/// `../shared/models/`.
+fn minilm() -> Option<PathBuf> {
+    let name = "all-MiniLM-L6-v2-F16.gguf";
+    [
+        workspace_root().join("models").join(name),
+        shared("models").join(name),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
 }
 
 fn write_json(path: &Path, results: &[String]) -> Result<(), String> {
@@ -360,9 +376,53 @@ pub fn run(args: &[String]) -> Result<(), String> {
                     }
                 }
             }
+            "encoder" => {
+                let Some(minilm) = minilm() else {
+                    println!(
+                        "--> encoder: SKIPPED, no all-MiniLM-L6-v2-F16.gguf in models/ or \
+                         ../shared/models/ (python3 models/fetch.py --model all-minilm-l6-v2)"
+                    );
+                    continue;
+                };
+                // Subsets: a sentence encoder does about a thousand times Model2Vec's work per
+                // token, and every setting runs at least four passes.
+                let subsets = [("corpus", &corpus, 40), ("short", &short, 100)];
+                for (set, texts, n) in subsets {
+                    let subset = inputs.join(format!("encoder-{set}.json"));
+                    status(
+                        "bench inputs",
+                        node("report.mjs")
+                            .arg("first")
+                            .arg(texts)
+                            .arg(n.to_string())
+                            .arg(&subset),
+                    )?;
+                    for (label, mut c) in wasmind_hosts() {
+                        c.arg("embed")
+                            .arg("--model")
+                            .arg(&minilm)
+                            .arg("--texts")
+                            .arg(&subset)
+                            .args(["--set", set, "--threads", "0,1,2"])
+                            .arg("--dist")
+                            .arg(&dist);
+                        collect(label, &mut c, &mut results);
+                    }
+                    if o.peers {
+                        let mut c = node("native.mjs");
+                        c.arg("embed")
+                            .arg("--model")
+                            .arg(&minilm)
+                            .arg("--texts")
+                            .arg(&subset)
+                            .args(["--set", set, "--threads", "1,2"]);
+                        collect("native llama.cpp", &mut c, &mut results);
+                    }
+                }
+            }
             other => {
                 return Err(format!(
-                    "bench: unknown group {other:?} (llm, grammar, tokenize, embed)"
+                    "bench: unknown group {other:?} (llm, grammar, tokenize, embed, encoder)"
                 ));
             }
         }

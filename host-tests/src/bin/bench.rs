@@ -4,7 +4,7 @@
 //! ```text
 //! bench llm      --model M.gguf --prompt-file P.txt [--long-prompt-file L.txt] [--gen 128] [--threads 0,1,2,4,8] [--reps 3]
 //! bench tokenize --model M.gguf --texts T.json [--min-secs 1]
-//! bench embed    --model DIR --texts T.json --set NAME [--threads 0,1,2] [--min-secs 1]
+//! bench embed    --model DIR|E.gguf --texts T.json --set NAME [--threads 0,1,2] [--min-secs 1]
 //! bench grammar  --model M.gguf [--gen 128] [--threads 2] [--reps 3]
 //! ```
 //! `--threads 0` is the single-threaded module; `N >= 1` the threaded one with `N - 1` helpers.
@@ -346,7 +346,8 @@ fn tokenize(args: &Args) -> Result<(), String> {
     Ok(())
 }
 
-/// Model2Vec: `embed` one text at a time (single thread), and `embed_batch` per thread count.
+/// An embedder (a Model2Vec folder or an encoder GGUF): `embed` one text at a time (single
+/// thread), and `embed_batch` per thread count.
 fn embed(args: &Args) -> Result<(), String> {
     let dir = PathBuf::from(args.required("--model")?);
     let texts = read_texts(args.required("--texts")?)?;
@@ -355,7 +356,7 @@ fn embed(args: &Args) -> Result<(), String> {
     let bytes: usize = texts.iter().map(String::len).sum();
     for threads in args.threads("0,1,2")? {
         let mut w = open(args, threads)?;
-        let dim = w.load_embedder_dir(&dir).map_err(s)?;
+        let dim = w.load_embedder_path(&dir).map_err(s)?;
         let placed = place(&mut w, &texts)?;
         let out = w.put(&vec![0u8; texts.len() * dim * 4]).map_err(s)?;
         let emit_embed = |api: &str, times: &mut [f64]| {
@@ -367,8 +368,10 @@ fn embed(args: &Args) -> Result<(), String> {
             v["threads"] = json!(threads.max(1));
             emit(v);
         };
-        // One text per call: only meaningful single-threaded (embed does not use the pool).
-        if threads <= 1 {
+        // One text per call: Model2Vec's embed does not use the pool (only single-threaded is
+        // meaningful); an encoder's does, and its embed_batch runs the same texts one by one.
+        let encoder = !dir.is_dir();
+        if threads <= 1 || encoder {
             let f = w.func::<(u32, u32, u32), i32>("embed").map_err(s)?;
             let mut times = timed_passes(min_secs, || {
                 for &(p, n) in &placed {
@@ -377,6 +380,10 @@ fn embed(args: &Args) -> Result<(), String> {
                 Ok(())
             })?;
             emit_embed("embed", &mut times);
+        }
+        if encoder {
+            w.shutdown().map_err(s)?;
+            continue;
         }
         let refs: Vec<&[u8]> = texts.iter().map(|t| t.as_bytes()).collect();
         let (joined, offsets) = pack_texts(&refs);
