@@ -3,7 +3,7 @@
 //! of the batch is multiplied with the scratch by the F32 kernel. Without it the conversion,
 //! about as many instructions as a tile's products, is repeated for every tile of every row
 //! (55 times per row for 110 tokens). Measured on all-MiniLM-L6-v2 (F16, one thread,
-//! wasmtime): 1.7x the texts per second.
+//! wasmtime): 1.5-1.7x the texts per second.
 //!
 //! `dot_f16` and `dot_f32` share `dot_float`'s sums, so the F32 kernel on the converted row
 //! gives the same bits as `dot_f16` on the F16 row: a batch the same as one vector at a time.
@@ -55,7 +55,8 @@ fn convert(row: &[u8], c: &mut Converted) {
     }
     if !n.is_multiple_of(8) {
         let g = n / 8;
-        // SAFETY: `tail` is 8 f32 (32 bytes); g < MAX_COLS / 8 as n is no multiple of 8 and n <= MAX_COLS.
+        // SAFETY: `tail` is 8 f32 (32 bytes); g < MAX_COLS / 8, as n <= MAX_COLS is no
+        // multiple of 8.
         unsafe {
             c.values[2 * g] = load(tail.as_ptr());
             c.values[2 * g + 1] = load(tail.as_ptr().add(4));
