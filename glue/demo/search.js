@@ -1,5 +1,6 @@
-// The semantic-search page: Model2Vec vectors of a small corpus (corpus.json), and of the query
-// as it is typed; the top five by cosine (the vectors are unit length: a dot product).
+// The semantic-search page: sentence vectors of a small corpus (corpus.json), and of the query
+// as it is typed; the top five by cosine (the vectors are unit length: a dot product). The
+// embedder: m2v-minilm-256 (Model2Vec), or ?embedder=URL (a Model2Vec folder or an encoder .gguf).
 // State for tests: window.wasmindSearch = { ready, query, results: [{ text, score }], error }.
 import { Wasmind } from '../index.js';
 

@@ -71,6 +71,7 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const base = `http://localhost:${server.address().port}/glue/demo/`;
   console.log(`${isolation ? 'cross-origin isolated (COOP/COEP): threaded module' : 'not isolated (--no-isolation): single-threaded module'}`);
   console.log(`${base}chat.html    chat (?model=URL&threads=N&ctx=N&temp=T)`);
-  console.log(`${base}search.html  semantic search (Model2Vec)`);
+  console.log(`${base}search.html  semantic search (Model2Vec; ?embedder=/models/all-MiniLM-L6-v2-F16.gguf for`);
+  console.log('             the sentence encoder, after python3 models/fetch.py --model all-minilm-l6-v2)');
   console.log(`${base}             thread pool self-test`);
 }

@@ -5,6 +5,7 @@
 // origin private file system, whose copies are kept when a HEAD cannot reach the server).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
 import { skip, testServer, launch } from './harness.mjs';
 
 const PARIS = 'What is the capital of France?';
@@ -21,52 +22,77 @@ async function openChat(page, origin) {
   await page.waitForFunction(() => window.wasmindChat?.ready || window.wasmindChat?.error, null, { timeout: 120000 });
   return page.evaluate(() => ({ ...window.wasmindChat, isolated: crossOriginIsolated }));
 }
-async function search(page, origin, q) {
-  await page.goto(`${origin}/glue/demo/search.html?q=${encodeURIComponent(q)}`);
+async function search(page, origin, q, embedder) {
+  const using = embedder ? `&embedder=${encodeURIComponent(embedder)}` : '';
+  await page.goto(`${origin}/glue/demo/search.html?q=${encodeURIComponent(q)}${using}`);
   await page.waitForFunction(() => window.wasmindSearch?.results?.length || window.wasmindSearch?.error, null, { timeout: 120000 });
   return page.evaluate(() => window.wasmindSearch);
 }
 
-test('demos in Chromium: search top hits, then chat and search offline (service worker + OPFS)', { skip, timeout: 300000 }, async (t) => {
+/** Runs `body({ page, origin, server, errors })` on a fresh test server and browser (`errors`: the
+ *  page's uncaught errors), and closes both after. */
+async function inChromium(body) {
   const { server, origin } = await testServer();
   const browser = await launch();
   try {
     const page = await browser.newPage();
     const errors = [];
     page.on('pageerror', (e) => errors.push(e.message));
-
-    const online = await openChat(page, origin);
-    assert.equal(online.error, undefined);
-    assert.deepEqual([online.isolated, online.threaded, online.threads], [true, true, 2]);
-    assert.equal((await ask(page, PARIS)).text, 'The capital of France is Paris.');
-    assert.ok(await page.evaluate(() => navigator.serviceWorker.ready.then((r) => !!r.active)), 'service worker active');
-
-    const s1 = await search(page, origin, 'how do plants make food');
-    assert.equal(s1.error, undefined);
-    assert.match(s1.results[0].text, /photosynthesis/);
-    await page.fill('#q', 'capital city of France');
-    await page.waitForFunction(() => window.wasmindSearch.query === 'capital city of France');
-    assert.match((await page.evaluate(() => window.wasmindSearch.results[0].text)), /^Paris/);
-    const shell = await page.evaluate(async () => (await (await caches.open('wasmind-demo-v1')).keys()).length);
-    t.diagnostic(`service worker cache: ${shell} files`);
-
-    // Offline: the server is gone (connections too), a fresh request fails.
-    server.closeAllConnections();
-    await new Promise((r) => server.close(r));
-    const probe = await page.evaluate(() => fetch(`/models/probe?${Date.now()}`).then((r) => r.status, (e) => String(e)));
-    t.diagnostic(`probe after stopping the server: ${probe}`);
-    assert.match(String(probe), /Failed to fetch|TypeError/);
-
-    const offline = await openChat(page, origin);
-    assert.equal(offline.error, undefined);
-    assert.deepEqual([offline.isolated, offline.threaded, offline.info.fromCache], [true, true, true]);
-    assert.equal((await ask(page, PARIS)).text, 'The capital of France is Paris.');
-    const s2 = await search(page, origin, 'what powers the sun and stars?');
-    assert.equal(s2.error, undefined);
-    assert.match(s2.results[0].text, /^Stars shine/);
-    assert.deepEqual(errors, []);
+    await body({ page, origin, server, errors });
   } finally {
     await browser.close();
     server.close();
   }
+}
+
+test('demos in Chromium: search top hits, then chat and search offline (service worker + OPFS)', { skip, timeout: 300000 }, (t) => inChromium(async ({ page, origin, server, errors }) => {
+  const online = await openChat(page, origin);
+  assert.equal(online.error, undefined);
+  assert.deepEqual([online.isolated, online.threaded, online.threads], [true, true, 2]);
+  assert.equal((await ask(page, PARIS)).text, 'The capital of France is Paris.');
+  assert.ok(await page.evaluate(() => navigator.serviceWorker.ready.then((r) => !!r.active)), 'service worker active');
+
+  const s1 = await search(page, origin, 'how do plants make food');
+  assert.equal(s1.error, undefined);
+  assert.match(s1.results[0].text, /photosynthesis/);
+  await page.fill('#q', 'capital city of France');
+  await page.waitForFunction(() => window.wasmindSearch.query === 'capital city of France');
+  assert.match((await page.evaluate(() => window.wasmindSearch.results[0].text)), /^Paris/);
+  const shell = await page.evaluate(async () => (await (await caches.open('wasmind-demo-v1')).keys()).length);
+  t.diagnostic(`service worker cache: ${shell} files`);
+
+  // Offline: the server is gone (connections too), a fresh request fails.
+  server.closeAllConnections();
+  await new Promise((r) => server.close(r));
+  const probe = await page.evaluate(() => fetch(`/models/probe?${Date.now()}`).then((r) => r.status, (e) => String(e)));
+  t.diagnostic(`probe after stopping the server: ${probe}`);
+  assert.match(String(probe), /Failed to fetch|TypeError/);
+
+  const offline = await openChat(page, origin);
+  assert.equal(offline.error, undefined);
+  assert.deepEqual([offline.isolated, offline.threaded, offline.info.fromCache], [true, true, true]);
+  assert.equal((await ask(page, PARIS)).text, 'The capital of France is Paris.');
+  const s2 = await search(page, origin, 'what powers the sun and stars?');
+  assert.equal(s2.error, undefined);
+  assert.match(s2.results[0].text, /^Stars shine/);
+  assert.deepEqual(errors, []);
+}));
+
+// The search page with a sentence encoder in one GGUF file (?embedder=URL): all-MiniLM-L6-v2 when
+// models/fetch.py has fetched it (CI does), which must rank the right sentence first; else the
+// tiny random encoder, which must give five ranked results without an error.
+test('search demo in Chromium with a sentence-encoder GGUF (?embedder=...gguf)', { skip, timeout: 300000 }, async (t) => {
+  const minilm = existsSync(new URL('../../models/all-MiniLM-L6-v2-F16.gguf', import.meta.url));
+  const embedder = minilm ? '/models/all-MiniLM-L6-v2-F16.gguf' : '/models/bert/tiny-bert-F16.gguf';
+  t.diagnostic(`embedder: ${embedder}`);
+  await inChromium(async ({ page, origin, errors }) => {
+    const s = await search(page, origin, 'how do plants make food', embedder);
+    assert.equal(s.error, undefined);
+    assert.equal(s.results.length, 5);
+    assert.ok(s.results.every((r) => Number.isFinite(r.score) && r.score <= 1.0001), JSON.stringify(s.results));
+    assert.ok(s.results.every((r, i) => i === 0 || r.score <= s.results[i - 1].score));
+    if (minilm) assert.match(s.results[0].text, /photosynthesis/);
+    t.diagnostic(`top hit ${s.results[0].score.toFixed(3)}: ${s.results[0].text.slice(0, 60)}`);
+    assert.deepEqual(errors, []);
+  });
 });
