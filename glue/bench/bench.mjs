@@ -9,7 +9,7 @@
 // `--dist DIR` takes the two .wasm files from DIR instead of dist/.
 // Inputs are copied into linear memory once; the timed loops contain only export calls
 // (measure.mjs: the LLM measurement, shared with the Chromium bench).
-import { readFile } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import { pathToFileURL } from 'node:url';
 import { loadavg } from 'node:os';
 import { hasRelaxedSimd, load, memoryFor, moduleFile } from '../wasmind.js';
@@ -85,8 +85,8 @@ async function embed() {
   const path = need('--model').replace(/\/$/, '');
   const texts = JSON.parse(await readFile(need('--texts'), 'utf8'));
   const set = opt('--set', 'texts'), minSecs = Number(opt('--min-secs', 1));
-  // A Model2Vec folder's three files, or an encoder GGUF as the first with the other two empty.
-  const encoder = path.endsWith('.gguf');
+  // A Model2Vec folder's three files, or an encoder GGUF (a file) as the first, the others empty.
+  const encoder = !(await stat(path)).isDirectory();
   const [st, tok, cfg] = encoder ? [await readFile(path), new Uint8Array(0), new Uint8Array(0)]
     : await Promise.all(['model.safetensors', 'tokenizer.json', 'config.json'].map((f) => readFile(`${path}/${f}`)));
   for (const threads of threadList('0,1,2')) {

@@ -346,17 +346,18 @@ fn tokenize(args: &Args) -> Result<(), String> {
     Ok(())
 }
 
-/// An embedder (a Model2Vec folder or an encoder GGUF): `embed` one text at a time (single
-/// thread), and `embed_batch` per thread count.
+/// An embedder: a Model2Vec folder, `embed` one text at a time (single thread) and `embed_batch`
+/// per thread count; or an encoder GGUF, `embed` one text at a time per thread count.
 fn embed(args: &Args) -> Result<(), String> {
-    let dir = PathBuf::from(args.required("--model")?);
+    let path = PathBuf::from(args.required("--model")?);
+    let encoder = !path.is_dir();
     let texts = read_texts(args.required("--texts")?)?;
     let set = args.value("--set").unwrap_or("texts").to_string();
     let min_secs: f64 = args.number("--min-secs", 1.0)?;
     let bytes: usize = texts.iter().map(String::len).sum();
     for threads in args.threads("0,1,2")? {
         let mut w = open(args, threads)?;
-        let dim = w.load_embedder_path(&dir).map_err(s)?;
+        let dim = w.load_embedder_path(&path).map_err(s)?;
         let placed = place(&mut w, &texts)?;
         let out = w.put(&vec![0u8; texts.len() * dim * 4]).map_err(s)?;
         let emit_embed = |api: &str, times: &mut [f64]| {
@@ -370,7 +371,6 @@ fn embed(args: &Args) -> Result<(), String> {
         };
         // One text per call: Model2Vec's embed does not use the pool (only single-threaded is
         // meaningful); an encoder's does, and its embed_batch runs the same texts one by one.
-        let encoder = !dir.is_dir();
         if threads <= 1 || encoder {
             let f = w.func::<(u32, u32, u32), i32>("embed").map_err(s)?;
             let mut times = timed_passes(min_secs, || {
