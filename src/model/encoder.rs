@@ -21,10 +21,11 @@
 //! the thread count.
 
 use alloc::vec::Vec;
-use core::ops::Range;
 
 use super::ops::{self, try_vec};
-use super::{Loader, MAX_BATCH, Matrix, matmul_group, vector};
+use super::{
+    AttentionArgs, Loader, MAX_BATCH, Matrix, QUERIES, attention_kernel, matmul_group, vector,
+};
 use crate::decimal::Shortest;
 use crate::error::{Result, Status};
 use crate::gguf::Gguf;
@@ -192,6 +193,7 @@ pub struct Encoder<'a> {
     position_rows: Vec<f32>,
     embd_norm: Norm,
     layers: Vec<EncoderLayer<'a>>,
+    gelu: ops::GeluTable,
     /// Matrices quantized at load (see `Model::_owned`).
     _owned: Vec<Vec<u8>>,
     pub quantized_bytes: usize,
@@ -292,6 +294,7 @@ impl<'a> Encoder<'a> {
             position_rows,
             embd_norm,
             layers,
+            gelu: ops::GeluTable::new()?,
             _owned: ld.owned,
             quantized_bytes: ld.quantized_bytes,
             scratch: EncoderScratch::default(),
@@ -377,7 +380,7 @@ impl<'a> Encoder<'a> {
             matmuls([(&layer.up, &mut s.h[..])], &s.x, n, acts)?;
             for row in s.h[..n * ffn].chunks_exact_mut(ffn) {
                 ops::axpy(row, 1.0, &layer.b_up);
-                ops::gelu_in_place(row);
+                self.gelu.gelu_in_place(row);
             }
             matmuls([(&layer.down, &mut s.y[..])], &s.h, n, acts)?;
             add_and_norm(
@@ -430,24 +433,34 @@ impl<'a> Encoder<'a> {
         Ok(())
     }
 
-    /// Every head of every token over the sequence, into `o`: the pool takes (head, query)
-    /// items.
+    /// Every head of every token over the sequence, into `o`: the decoder's attention over
+    /// the batch's own keys and values, every query seeing every token (or those up to its own
+    /// when the encoder is causal).
     fn attention(&mut self, n: usize) {
         let s = &mut self.scratch;
-        let dim = self.cfg.dim;
-        let args = EncoderAttention {
+        let (dim, heads, hd) = (self.cfg.dim, self.cfg.n_heads, self.cfg.head_dim);
+        let args = AttentionArgs {
             q: &s.q[..n * dim],
-            k: &s.k[..n * dim],
-            v: &s.v[..n * dim],
             out: Disjoint::new(&mut s.o[..n * dim]),
-            scores: Disjoint::new(&mut s.scores[..self.cfg.n_heads * n * n]),
+            scores: Disjoint::new(&mut s.scores[..heads * n * n]),
+            k_cache: &s.k[..n * dim],
+            v_cache: &s.v[..n * dim],
+            slots: n,
+            head_stride: hd,
+            pos_stride: dim,
+            n_heads: heads,
+            group: 1,
+            head_dim: hd,
+            q_dim: dim,
+            score_stride: n,
             n,
-            dim,
-            head_dim: self.cfg.head_dim,
-            scale: 1.0 / math::sqrtf(self.cfg.head_dim as f32),
-            causal: self.cfg.causal,
+            pos0: 0,
+            scale: 1.0 / math::sqrtf(hd as f32),
+            softcap: 0.0,
+            window: usize::MAX,
+            bidirectional: !self.cfg.causal,
         };
-        pool::par_for(&args, self.cfg.n_heads * n, 1, encoder_attention_kernel);
+        pool::par_for(&args, n.div_ceil(QUERIES) * heads, 1, attention_kernel);
     }
 
     pub fn heap_bytes(&self) -> usize {
@@ -501,47 +514,5 @@ fn add_and_norm(x: &mut [f32], y: &[f32], bias: &[f32], norm: &Norm, n: usize, e
             *x += y + c;
         }
         ops::layer_norm_in_place(x, &norm.w, &norm.b, eps);
-    }
-}
-
-struct EncoderAttention<'a> {
-    /// (n, dim) each: head `h` is columns `h * head_dim..`.
-    q: &'a [f32],
-    k: &'a [f32],
-    v: &'a [f32],
-    /// (n, dim)
-    out: Disjoint<'a, f32>,
-    /// (n_heads * n, n): item `i`'s row is `i`.
-    scores: Disjoint<'a, f32>,
-    n: usize,
-    dim: usize,
-    head_dim: usize,
-    scale: f32,
-    causal: bool,
-}
-
-/// Items `h * n + t`: query `t` of head `h`, over keys `0..n` (`0..=t` when causal).
-fn encoder_attention_kernel(a: &EncoderAttention<'_>, items: Range<usize>) {
-    let hd = a.head_dim;
-    for item in items {
-        let (h, t) = (item / a.n, item % a.n);
-        let seen = if a.causal { t + 1 } else { a.n };
-        let col = h * hd..(h + 1) * hd;
-        let q = &a.q[t * a.dim..][col.clone()];
-        // SAFETY: score row `item` and head `h` of token `t`'s output belong to this item.
-        let (scores, out) = unsafe {
-            (
-                a.scores.slice(item * a.n..item * a.n + seen),
-                a.out.slice(t * a.dim + col.start..t * a.dim + col.end),
-            )
-        };
-        for (j, s) in scores.iter_mut().enumerate() {
-            *s = ops::dot(q, &a.k[j * a.dim..][col.clone()]) * a.scale;
-        }
-        math::softmax_in_place(scores);
-        out.fill(0.0);
-        for (j, &p) in scores.iter().enumerate() {
-            ops::axpy(out, p, &a.v[j * a.dim..][col.clone()]);
-        }
     }
 }

@@ -363,6 +363,8 @@ pub struct Model<'a> {
     rope: RopeTable,
     /// gemma3: the RoPE of the sliding-window layers (their own base).
     rope_local: Option<RopeTable>,
+    /// The feed-forward's gate activation (`cfg.activation`, with GELU's table).
+    gate_activation: GateActivation,
     /// Matrices quantized at load; the `Matrix` views above point into these. Never touched
     /// after `load`, so the views stay valid for the model's life (moving a Vec does not move
     /// its heap block).
@@ -388,6 +390,12 @@ pub struct Model<'a> {
     scratch: Scratch,
     /// (vocab,): logits after the last token of the last call.
     pub logits: Vec<f32>,
+}
+
+/// [`Activation`] as the forward pass runs it.
+enum GateActivation {
+    Silu,
+    Gelu(ops::GeluTable),
 }
 
 /// Reads a 1-D f32 (or f16) tensor of `n` values into a Vec.
@@ -846,6 +854,10 @@ impl<'a> Model<'a> {
             ],
         };
         let logits = try_vec(cfg.vocab)?;
+        let gate_activation = match cfg.activation {
+            Activation::Silu => GateActivation::Silu,
+            Activation::GeluTanh => GateActivation::Gelu(ops::GeluTable::new()?),
+        };
         Ok(Model {
             cfg,
             context,
@@ -855,6 +867,7 @@ impl<'a> Model<'a> {
             output,
             rope,
             rope_local,
+            gate_activation,
             _owned: ld.owned,
             quantized_bytes: ld.quantized_bytes,
             k_cache,
@@ -1045,10 +1058,12 @@ impl<'a> Model<'a> {
                 n,
                 &mut s.acts,
             )?;
-            match cfg.activation {
-                Activation::Silu => ops::swiglu_in_place(&mut s.gate[..n * ffn], &s.up[..n * ffn]),
-                Activation::GeluTanh => {
-                    ops::geglu_in_place(&mut s.gate[..n * ffn], &s.up[..n * ffn])
+            match &self.gate_activation {
+                GateActivation::Silu => {
+                    ops::swiglu_in_place(&mut s.gate[..n * ffn], &s.up[..n * ffn])
+                }
+                GateActivation::Gelu(table) => {
+                    table.geglu_in_place(&mut s.gate[..n * ffn], &s.up[..n * ffn])
                 }
             }
             let post_norm = layer.post_ffn_norm.as_deref();
@@ -1295,6 +1310,8 @@ impl<'a> Model<'a> {
             k_cache: &self.k_cache[ring.k_at..][..floats],
             v_cache: &self.v_cache[ring.v_at..][..floats],
             slots: ring.slots,
+            head_stride: ring.slots * cfg.head_dim,
+            pos_stride: cfg.head_dim,
             n_heads: cfg.n_heads,
             group: cfg.n_heads / cfg.n_kv_heads,
             head_dim: cfg.head_dim,
@@ -1305,6 +1322,7 @@ impl<'a> Model<'a> {
             scale: cfg.attn_scale,
             softcap: cfg.attn_softcap,
             window: cfg.span(l),
+            bidirectional: false,
         };
         pool::par_for(
             &args,
@@ -1400,11 +1418,14 @@ struct AttentionArgs<'a> {
     out: Disjoint<'a, f32>,
     /// (n * n_heads, score_stride): item (tile, h) owns rows `t * n_heads + h` of its tokens t.
     scores: Disjoint<'a, f32>,
-    /// This layer's keys and values, `(n_kv_heads, slots, head_dim)`: position `p` in slot
-    /// `p % slots`.
+    /// This layer's keys and values: head `h`'s key (and value) of position `p` starts at
+    /// `h * head_stride + (p % slots) * pos_stride`. The decoder's cache rings are `(n_kv_heads,
+    /// slots, head_dim)`; a sentence encoder's keys are its batch's `(n, q_dim)`.
     k_cache: &'a [f32],
     v_cache: &'a [f32],
     slots: usize,
+    head_stride: usize,
+    pos_stride: usize,
     n_heads: usize,
     group: usize,
     head_dim: usize,
@@ -1418,6 +1439,9 @@ struct AttentionArgs<'a> {
     softcap: f32,
     /// Positions each query sees, itself included (`usize::MAX`: all).
     window: usize,
+    /// Every query sees the whole batch (a sentence encoder's attention), not only the
+    /// positions up to its own.
+    bidirectional: bool,
 }
 
 fn attention_kernel(a: &AttentionArgs<'_>, items: Range<usize>) {
@@ -1442,9 +1466,12 @@ fn attend<const Q: usize>(a: &AttentionArgs<'_>, t0: usize, h: usize) {
     let kvh = h / a.group;
     // Query i sees positions lo[i]..=pos[i] (a ring keeps window + batch - 1 positions, so all
     // of them are there); score j of query i belongs to position lo[i] + j.
-    let pos: [usize; Q] = core::array::from_fn(|i| a.pos0 + t0 + i);
+    let pos: [usize; Q] = core::array::from_fn(|i| match a.bidirectional {
+        true => a.pos0 + a.n - 1,
+        false => a.pos0 + t0 + i,
+    });
     let lo: [usize; Q] = core::array::from_fn(|i| (pos[i] + 1).saturating_sub(a.window));
-    // Positions every query sees: lo[Q - 1]..=pos[0] (lo and pos grow with i).
+    // Positions every query sees: lo[Q - 1]..=pos[0] (lo and pos do not shrink with i).
     let (shared_lo, shared_end) = (lo[Q - 1], pos[0] + 1);
     if Q > 1 && shared_lo >= shared_end {
         // a window shorter than the tile: nothing shared
@@ -1464,10 +1491,10 @@ fn attend<const Q: usize>(a: &AttentionArgs<'_>, t0: usize, h: usize) {
         let at = (t0 + i) * a.q_dim + h * hd;
         a.out.slice(at..at + hd)
     });
-    let head = kvh * a.slots * hd..(kvh + 1) * a.slots * hd;
-    let (keys, values) = (&a.k_cache[head.clone()], &a.v_cache[head]);
-    let key = |p: usize| &keys[p % a.slots * hd..][..hd];
-    let value = |p: usize| &values[p % a.slots * hd..][..hd];
+    let head = kvh * a.head_stride;
+    let (keys, values) = (&a.k_cache[head..], &a.v_cache[head..]);
+    let key = |p: usize| &keys[p % a.slots * a.pos_stride..][..hd];
+    let value = |p: usize| &values[p % a.slots * a.pos_stride..][..hd];
     // Positions each query sees alone: before the shared ones (a window) and after them.
     let own = |i: usize| {
         [

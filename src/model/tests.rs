@@ -816,3 +816,48 @@ fn bert_encoders_match_llama_cpp() {
     }
     std::println!("{report:?}");
 }
+
+/// The GELU table gives what rounding to f16, GELU in f32 and rounding again give (ggml's
+/// `GGML_GELU_FP16`), for every f16 input and the f32 values between them, with its cut-offs at
+/// ±10 and NaN kept.
+#[test]
+fn gelu_table_is_gelu_of_the_rounded_input() {
+    use super::ops::{GeluTable, gelu_tanh};
+    use crate::quant::{f16_to_f32, round_to_f16};
+    let table = GeluTable::new().unwrap();
+    let expected = |x: f32| {
+        if x <= -10.0 {
+            0.0
+        } else if x >= 10.0 {
+            x
+        } else {
+            round_to_f16(gelu_tanh(round_to_f16(x)))
+        }
+    };
+    let mut xs: Vec<f32> = (0..=u16::MAX).map(f16_to_f32).collect();
+    // Between the f16 values (ties and near-ties round differently), and past the cut-offs.
+    xs.extend((0..=u16::MAX).map(|h| f16_to_f32(h) * (1.0 + 1.0 / 2048.0)));
+    xs.extend([
+        -10.0,
+        10.0,
+        -10.001,
+        9.999,
+        1e30,
+        -1e30,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+    ]);
+    for x in xs {
+        let mut got = [x];
+        table.gelu_in_place(&mut got);
+        let want = expected(x);
+        assert!(
+            got[0].to_bits() == want.to_bits() || (got[0].is_nan() && want.is_nan()),
+            "gelu({x:e}) = {:e}, want {want:e}",
+            got[0]
+        );
+        let mut gate = [x];
+        table.geglu_in_place(&mut gate, &[3.0]);
+        assert!(gate[0].to_bits() == (want * 3.0).to_bits() || gate[0].is_nan() && want.is_nan());
+    }
+}
