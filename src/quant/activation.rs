@@ -318,11 +318,7 @@ pub fn quantize_activations(
     let n = xs.len();
     match kind {
         ActivationKind::F32 => out.values[..n].copy_from_slice(xs),
-        ActivationKind::F16 => {
-            for (o, &x) in out.values[..n].iter_mut().zip(xs) {
-                *o = round_to_f16(x);
-            }
-        }
+        ActivationKind::F16 => round_slice_to_f16(&mut out.values[..n], xs),
         ActivationKind::BF16 => {
             for (o, &x) in out.values[..n].iter_mut().zip(xs) {
                 *o = round_to_bf16(x);
@@ -360,6 +356,20 @@ pub fn quantize_activations(
         }
     }
     Ok(())
+}
+
+/// `out[i] = round_to_f16(xs[i])`; the SIMD twin gives the same bits for every input.
+fn round_slice_to_f16(out: &mut [f32], xs: &[f32]) {
+    simd128_or!(
+        super::simd128::round_slice_to_f16(out, xs),
+        round_slice_to_f16_ref(out, xs)
+    )
+}
+
+pub(super) fn round_slice_to_f16_ref(out: &mut [f32], xs: &[f32]) {
+    for (o, &x) in out.iter_mut().zip(xs) {
+        *o = round_to_f16(x);
+    }
 }
 
 /// `|x|` without `f32::abs` (not in `core` on this toolchain).

@@ -143,6 +143,55 @@ fn f16_high_to_f32(top: v128, k: &F16Bits) -> v128 {
     v128_or(v128_or(value, exponent), sign)
 }
 
+/// `out[i] = round_to_f16(xs[i])`, four at a time (see [`round_to_f16x4`]), the tail one by
+/// one.
+#[inline(never)]
+pub(super) fn round_slice_to_f16(out: &mut [f32], xs: &[f32]) {
+    assert_eq!(out.len(), xs.len());
+    let n4 = xs.len() / 4 * 4;
+    for i in (0..n4).step_by(4) {
+        // SAFETY: i + 4 <= n4 <= both lengths.
+        unsafe {
+            let r = round_to_f16x4(load(xs.as_ptr().add(i)));
+            v128_store(out.as_mut_ptr().add(i).cast::<v128>(), r);
+        }
+    }
+    super::activation::round_slice_to_f16_ref(&mut out[n4..], &xs[n4..]);
+}
+
+/// f32x4 rounded to the nearest binary16 values (ties to even), as f32: [`round_to_f16`]'s
+/// result for every input. In the f16 normal range the 13 low mantissa bits are rounded away
+/// in the integer bits (a carry bumps the exponent, as it should); below it the step is the
+/// fixed 2^-24, which adding and taking away 0.5 rounds to (0.5's ulp is 2^-24, ties to even
+/// as the f16 subnormal's last bit); from 65520 up the result is infinity; a NaN keeps its
+/// sign and the top 9 bits of its payload, made quiet (`round_to_f16`'s NaN).
+///
+/// [`round_to_f16`]: super::half::round_to_f16
+#[inline(always)]
+fn round_to_f16x4(x: v128) -> v128 {
+    let sign = v128_and(x, u32x4_splat(0x8000_0000));
+    let abs = v128_and(x, u32x4_splat(0x7fff_ffff));
+    // Unsigned compares as signed ones: abs < 2^31 in every lane.
+    let odd = v128_and(u32x4_shr(abs, 13), u32x4_splat(1));
+    let normal = v128_and(
+        i32x4_add(abs, i32x4_add(u32x4_splat(0x0fff), odd)),
+        u32x4_splat(0xffff_e000),
+    );
+    let half = f32x4_splat(0.5);
+    let subnormal = f32x4_sub(f32x4_add(abs, half), half);
+    let small = i32x4_lt(abs, u32x4_splat(0x3880_0000));
+    let mut r = v128_bitselect(subnormal, normal, small);
+    let overflow = i32x4_ge(abs, u32x4_splat(0x477f_f000));
+    r = v128_bitselect(u32x4_splat(0x7f80_0000), r, overflow);
+    let nan = i32x4_gt(abs, u32x4_splat(0x7f80_0000));
+    let quiet = v128_and(
+        v128_or(abs, u32x4_splat(0x7fc0_0000)),
+        u32x4_splat(0x7fff_e000),
+    );
+    r = v128_bitselect(quiet, r, nan);
+    v128_or(r, sign)
+}
+
 /// 4 binary16 values, sign-extended to i32 lanes, -> f32x4, for finite values only (3
 /// instructions; an infinity or NaN would come out as a large finite number): for the legacy
 /// blocks' scales and minimums, which the loader has checked are finite

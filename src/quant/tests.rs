@@ -924,3 +924,37 @@ fn bench_matvec() {
         println!("{line}");
     }
 }
+
+/// The SIMD f16 rounding of F16 activations gives `round_to_f16`'s bits: every f32 pattern
+/// 0x1000 apart (which lands on every midpoint between two normal f16 values) and its
+/// neighbours, the midpoints between subnormals and theirs, both signs, infinities and NaNs.
+#[test]
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+fn f16_rounding_simd_matches_scalar() {
+    use super::activation::round_slice_to_f16_ref;
+    let mut xs: Vec<f32> = Vec::new();
+    for top in 0..(1u32 << 20) {
+        let b = top << 12;
+        xs.extend([b, b.wrapping_sub(1), b | 1].map(f32::from_bits));
+    }
+    for k in 0..2048u32 {
+        let mid = (k as f32 + 0.5) * (1.0 / 16_777_216.0);
+        let b = mid.to_bits();
+        xs.extend([b - 1, b, b + 1, b | 0x8000_0000].map(f32::from_bits));
+    }
+    xs.push(1.0); // a tail of len % 4 = 3 after the loop below
+    for chunk in xs.chunks(4096 + 3) {
+        let mut got = vec![0.0f32; chunk.len()];
+        let mut want = vec![0.0f32; chunk.len()];
+        super::simd128::round_slice_to_f16(&mut got, chunk);
+        round_slice_to_f16_ref(&mut want, chunk);
+        for ((x, g), w) in chunk.iter().zip(&got).zip(&want) {
+            assert_eq!(
+                g.to_bits(),
+                w.to_bits(),
+                "round_to_f16({:#010x})",
+                x.to_bits()
+            );
+        }
+    }
+}
