@@ -96,7 +96,7 @@ impl Arch {
 pub enum Activation {
     /// `x * sigmoid(x)` (SwiGLU).
     Silu,
-    /// GELU, tanh approximation (GeGLU), through ggml's f16 table (see `ops::gelu`).
+    /// GELU, tanh approximation (GeGLU), through ggml's f16 table (see `ops::GeluTable`).
     GeluTanh,
 }
 
