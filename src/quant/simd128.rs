@@ -171,7 +171,6 @@ pub(super) fn round_slice_to_f16(out: &mut [f32], xs: &[f32]) {
 fn round_to_f16x4(x: v128) -> v128 {
     let sign = v128_and(x, u32x4_splat(0x8000_0000));
     let abs = v128_and(x, u32x4_splat(0x7fff_ffff));
-    // Unsigned compares as signed ones: abs < 2^31 in every lane.
     let odd = v128_and(u32x4_shr(abs, 13), u32x4_splat(1));
     let normal = v128_and(
         i32x4_add(abs, i32x4_add(u32x4_splat(0x0fff), odd)),
@@ -179,6 +178,7 @@ fn round_to_f16x4(x: v128) -> v128 {
     );
     let half = f32x4_splat(0.5);
     let subnormal = f32x4_sub(f32x4_add(abs, half), half);
+    // The compares are signed, which is right for abs (below 2^31 in every lane).
     let small = i32x4_lt(abs, u32x4_splat(0x3880_0000));
     let mut r = v128_bitselect(subnormal, normal, small);
     let overflow = i32x4_ge(abs, u32x4_splat(0x477f_f000));
