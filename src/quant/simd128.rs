@@ -81,16 +81,22 @@ fn f16_at(row: &[u8], at: usize) -> f32 {
 // ---------------------------------------------------------------------------------------------
 // F32, F16, BF16: f32 products (the activations are already rounded to the weight format).
 
-/// 8 binary16 values (u16 lanes) -> two f32x4, exact for every value (subnormals, infinities,
-/// NaN). Each value is moved to the top half of a lane (sign at bit 31), its exponent and
-/// mantissa masked into f32 position and multiplied by 2^112 to rebias the exponent; f16
-/// subnormals come out exact (f32 arithmetic on subnormals is exact). Only an infinity or NaN
-/// can reach 2^16, and those get the all-ones exponent back. `k`: the conversion's constants
-/// ([`F16Bits`]).
+/// The 8 finite binary16 weights at `p` -> two f32x4, exact (subnormals included): two
+/// sign-extending loads and [`f16_sext_finite_to_f32`], 8 instructions for 8 values (the
+/// conversion that handles infinities and NaN took 18). An infinity or NaN would come out as a
+/// large finite number: F16 matrices are checked finite at load (`quant::check_matrix`).
+///
+/// # Safety
+/// 16 bytes at `p` must be readable.
 #[inline(always)]
-pub(super) fn f16x8_to_f32(h: v128, k: &F16Bits) -> (v128, v128) {
-    let (low, high) = bf16x8_to_f32(h); // the same move to the top half of each lane
-    (f16_high_to_f32(low, k), f16_high_to_f32(high, k))
+pub(super) unsafe fn f16x8_finite_to_f32(p: *const u8, k: &F16Bits) -> (v128, v128) {
+    // SAFETY: by the caller, bytes p..p + 16 are readable.
+    unsafe {
+        (
+            f16_sext_finite_to_f32(i32x4_load_extend_i16x4(p.cast()), k),
+            f16_sext_finite_to_f32(i32x4_load_extend_i16x4(p.add(8).cast()), k),
+        )
+    }
 }
 
 /// The masks and factor of the f16 conversion. [`F16Bits::CONST`] are plain constants; a
@@ -100,28 +106,17 @@ pub(super) fn f16x8_to_f32(h: v128, k: &F16Bits) -> (v128, v128) {
 /// load from the stack). LLVM turns shift pairs into these masks too, so shifts do not help.
 #[derive(Clone, Copy)]
 pub(super) struct F16Bits {
-    /// Exponent and mantissa of a value in a lane's top half, shifted right by 3.
-    magnitude: v128,
-    /// The same and the sign bit (of a sign-extended value shifted left by 13, whose three
-    /// copies of the sign below the top bit this clears).
+    /// The sign bit, exponent and mantissa of a sign-extended f16 shifted left by 13 (clears
+    /// the three copies of the sign below the top bit).
     signed_magnitude: v128,
     /// 2^112: rebiases the exponent.
     rebias: v128,
-    /// Largest converted magnitude of a finite f16 (65504 rounds below 2^16).
-    finite: v128,
-    /// The f32 all-ones exponent.
-    infinite: v128,
-    sign: v128,
 }
 
 impl F16Bits {
     pub(super) const CONST: F16Bits = F16Bits {
-        magnitude: u32x4(0x0fff_e000, 0x0fff_e000, 0x0fff_e000, 0x0fff_e000),
         signed_magnitude: u32x4(0x8fff_e000, 0x8fff_e000, 0x8fff_e000, 0x8fff_e000),
         rebias: u32x4(0x7780_0000, 0x7780_0000, 0x7780_0000, 0x7780_0000),
-        finite: u32x4(0x477f_ffff, 0x477f_ffff, 0x477f_ffff, 0x477f_ffff),
-        infinite: u32x4(0x7f80_0000, 0x7f80_0000, 0x7f80_0000, 0x7f80_0000),
-        sign: u32x4(0x8000_0000, 0x8000_0000, 0x8000_0000, 0x8000_0000),
     };
 
     /// The same values, hidden from the optimizers (see the type's doc).
@@ -129,18 +124,6 @@ impl F16Bits {
     pub(super) fn opaque() -> F16Bits {
         core::hint::black_box(F16Bits::CONST)
     }
-}
-
-/// 4 binary16 values in the top half of u32 lanes (the low half zero) -> f32x4, exact for
-/// every value ([`f16x8_to_f32`]'s conversion).
-#[inline(always)]
-fn f16_high_to_f32(top: v128, k: &F16Bits) -> v128 {
-    let magnitude = v128_and(u32x4_shr(top, 3), k.magnitude);
-    let value = f32x4_mul(magnitude, k.rebias);
-    let special = i32x4_gt(value, k.finite); // >= 2^16
-    let exponent = v128_and(special, k.infinite);
-    let sign = v128_and(top, k.sign);
-    v128_or(v128_or(value, exponent), sign)
 }
 
 /// `out[i] = round_to_f16(xs[i])`, four at a time (see [`round_to_f16x4`]), the tail one by
@@ -300,7 +283,7 @@ pub(super) fn dot_f16<const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T],
         xs,
         y,
         // SAFETY: only called with 8i + 8 <= n, so bytes 16i..16i + 16 lie in the row.
-        |p, i| f16x8_to_f32(unsafe { load(p.add(16 * i)) }, &k),
+        |p, i| unsafe { f16x8_finite_to_f32(p.add(16 * i), &k) },
         |row, j| f16_at(row, 2 * j),
     )
 }
