@@ -757,6 +757,48 @@ fn simd_matches_scalar_reference() {
     }
 }
 
+/// The integer kernels' sums at their extremes: every quant byte all ones (4- and 5-bit
+/// weights at 15 and 31, K-quant sub-block scales at their largest, Q8_0 at -1) with scales of
+/// 1, times activations that are all -1 or all +1 (quants of magnitude 127): an i16 partial sum
+/// that saturated or wrapped anywhere would be far off the scalar reference.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+#[test]
+fn integer_sums_do_not_overflow_at_the_extremes() {
+    let mut buf = ActivationBuf::new();
+    for (ty, kind, n, rb) in dot_cases() {
+        if ty.block_geometry().unwrap().0 == 1 {
+            continue; // float types
+        }
+        let (values, block_bytes) = ty.block_geometry().unwrap();
+        let n_rows = 3;
+        let mut w = vec![0xffu8; n_rows * n / values * block_bytes];
+        for blk in w.chunks_exact_mut(block_bytes) {
+            for (k, &at) in scale_offsets(ty).iter().enumerate() {
+                let scale = if k == 0 { 1.0 } else { 0.0 };
+                blk[at..at + 2].copy_from_slice(&f32_to_f16(scale).to_le_bytes());
+            }
+        }
+        group_rows(ty, n, &mut w);
+        for sign in [-1.0f32, 1.0] {
+            quantize_activations(ty, &vec![sign; n], n, &mut buf).unwrap();
+            let mut y = vec![0.0f32; n_rows];
+            matmul(ty, &w, n, &buf, 0..n_rows, &mut y);
+            let row = buf.row(0);
+            for (r, w_row) in w.chunks_exact(rb).enumerate() {
+                let reference = scalar_dot(ty, w_row, &row);
+                let (_, magnitude, _) = f64_dot(ty, w_row, &row, kind, n);
+                let what = format_args!("{} n={n} row {r} x={sign}", ty.name());
+                assert_within(
+                    y[r] as f64,
+                    reference,
+                    SIMD_REL_TOL * magnitude + 1e-30,
+                    what,
+                );
+            }
+        }
+    }
+}
+
 /// The SIMD rounding of Q8_0/Q8_1 blocks gives the reference's bits: random blocks of every
 /// magnitude, ties, zeros, infinities and subnormals, at even and odd block positions.
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
