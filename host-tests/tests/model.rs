@@ -228,6 +228,59 @@ fn unsupported_tensor_types_name_the_tensor_and_type() {
     assert!(e.contains("(-4)"), "not UNSUPPORTED: {e}");
 }
 
+/// A damaged tensor is refused at load with BAD_FORMAT naming it and the place: an infinite or
+/// NaN F16 weight, a NaN or infinite legacy block scale (the kernels convert both assuming they
+/// are finite), through the real module.
+#[test]
+fn non_finite_weights_and_scales_are_refused_naming_the_tensor() {
+    let cases = [
+        (
+            "tiny-llama-F16.gguf",
+            2,
+            0x7c00u16,
+            "weight 1 is not finite (f16 bits 0x7c00)",
+        ),
+        (
+            "tiny-llama-F16.gguf",
+            6,
+            0xfe00,
+            "weight 3 is not finite (f16 bits 0xfe00)",
+        ),
+        (
+            "tiny-llama-Q4_1.gguf",
+            0,
+            0x7e00,
+            "block 0 has a non-finite scale",
+        ),
+        (
+            "tiny-llama-Q8_0.gguf",
+            34,
+            0xfc00,
+            "block 1 has a non-finite scale",
+        ),
+    ];
+    let mut w = Wasmind::single_threaded().unwrap();
+    for (name, byte, bits, message) in cases {
+        let file = read(&format!("models/tiny/{name}"));
+        let tensor = "blk.1.ffn_down.weight";
+        let at = wasmind::gguf::Gguf::parse(&file)
+            .unwrap()
+            .tensor(tensor)
+            .unwrap()
+            .file_offset
+            + byte;
+        let mut bad = file.clone();
+        bad[at..at + 2].copy_from_slice(&bits.to_le_bytes());
+        let e = w.load_model_bytes(&bad, 64).unwrap_err().to_string();
+        assert!(
+            e.contains("(-3)") && e.contains(tensor) && e.contains(message),
+            "{name}: {e}"
+        );
+        // the same file undamaged loads
+        w.load_model_bytes(&file, 64).unwrap();
+    }
+}
+
 #[test]
 fn full_context_is_a_clear_status() {
     let mut w = Wasmind::single_threaded().unwrap();
