@@ -108,15 +108,21 @@ fn raw_batch(w: &mut Wasmind, joined: &[u8], offsets: &[u32], dim: usize) -> (i3
     )
 }
 
+/// Both kinds of embedder: a Model2Vec directory and a BERT sentence encoder.
 #[test]
 fn bad_batches_are_errors() {
     let dir = shared("models/m2v-minilm-128-vq");
-    for threads in [0u32, 2] {
+    let bert =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/bert/tiny-bert-F16.gguf");
+    for (threads, encoder) in [(0u32, false), (2, false), (0, true), (2, true)] {
         let mut w = Wasmind::with_threads(threads).unwrap();
         // No embedder yet.
         let (r, _) = raw_batch(&mut w, b"abc", &[0, 3], 4);
         assert!(r < 0, "embed_batch without an embedder must fail");
-        let dim = w.load_embedder_dir(&dir).unwrap();
+        let dim = match encoder {
+            false => w.load_embedder_dir(&dir).unwrap(),
+            true => w.load_embedder_gguf(&bert).unwrap(),
+        };
 
         // Invalid UTF-8 in texts 1 and 3: an error naming text 1, zero vectors there, the
         // others as `embed` gives them.
