@@ -27,6 +27,15 @@ impl F16 {
     }
 }
 
+/// The exponent bits of a binary16 value: all ones for an infinity or NaN.
+pub const F16_EXPONENT: u16 = 0x7c00;
+
+/// Whether binary16 bits `h` hold a finite value (its exponent is not all ones).
+#[inline(always)]
+pub fn f16_is_finite(h: u16) -> bool {
+    h & F16_EXPONENT != F16_EXPONENT
+}
+
 /// binary16 bits -> f32, exact for every input (subnormals, infinities and NaN included).
 ///
 /// Normal numbers move the exponent from bias 15 to bias 127. Subnormals (and zero) are

@@ -427,7 +427,7 @@ fn check_scales(ty: GgmlType, n_cols: usize, data: &[u8], what: &str) -> Result<
     for (r, row) in data.chunks_exact(n_blocks * block_bytes).enumerate() {
         for (k, &p) in at.iter().enumerate() {
             let h = u16::from_le_bytes([row[p], row[p + 1]]);
-            if h & 0x7c00 == 0x7c00 {
+            if !half::f16_is_finite(h) {
                 bail!(
                     Status::BadFormat,
                     "tensor {}: block {} has a non-finite scale (f16 bits {:#06x}): the tensor is damaged",
@@ -487,18 +487,19 @@ pub fn check_matrix(
 /// index, as [`check_scales`] refuses a non-finite scale. (An infinite or NaN weight would make
 /// its products infinite or NaN in llama.cpp too.)
 fn check_f16_finite(data: &[u8], what: &str) -> Result<()> {
-    // Page by page, the smallest of (!h & 0x7c00), which is 0 for an all-ones exponent: a
-    // min-fold, which LLVM vectorizes; the weight is found only when there is one.
+    use half::F16_EXPONENT;
+    // Page by page, the smallest of (!h & F16_EXPONENT), which is 0 for an all-ones exponent:
+    // a min-fold, which LLVM vectorizes; the weight is found only when there is one.
     for (page, bytes) in data.chunks(4096).enumerate() {
-        let least = bytes.chunks_exact(2).fold(0x7c00u16, |m, h| {
-            m.min(!u16::from_le_bytes([h[0], h[1]]) & 0x7c00)
+        let least = bytes.chunks_exact(2).fold(F16_EXPONENT, |m, h| {
+            m.min(!u16::from_le_bytes([h[0], h[1]]) & F16_EXPONENT)
         });
         if least == 0 {
             let (i, h) = bytes
                 .chunks_exact(2)
                 .map(|h| u16::from_le_bytes([h[0], h[1]]))
                 .enumerate()
-                .find(|&(_, h)| h & 0x7c00 == 0x7c00)
+                .find(|&(_, h)| !half::f16_is_finite(h))
                 .expect("the fold saw one");
             bail!(
                 Status::BadFormat,

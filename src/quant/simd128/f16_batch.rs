@@ -1,10 +1,9 @@
 //! Batched products of F16 weights (both builds): each weight row is converted to f32 once
 //! (exact: [`f16x8_finite_to_f32`], the loader having checked that the weights are finite) into
 //! a scratch on the stack, then every tile of up to two vectors of the batch is multiplied with
-//! the scratch by the F32 kernel. Without it the conversion,
-//! about as many instructions as a tile's products, is repeated for every tile of every row
-//! (55 times per row for 110 tokens). Measured on all-MiniLM-L6-v2 (F16, one thread,
-//! wasmtime): 1.5-1.7x the texts per second.
+//! the scratch by the F32 kernel. Without it the conversion, about as many instructions as a
+//! tile's products, is repeated for every tile of every row (55 times per row for 110 tokens).
+//! Measured on all-MiniLM-L6-v2 (F16, one thread, wasmtime): 1.5-1.7x the texts per second.
 //!
 //! `dot_f16` and `dot_f32` share `dot_float`'s sums, so the F32 kernel on the converted row
 //! gives the same bits as `dot_f16` on the F16 row: a batch the same as one vector at a time.
