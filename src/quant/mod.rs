@@ -488,9 +488,10 @@ pub fn check_matrix(
 /// its products infinite or NaN in llama.cpp too.)
 fn check_f16_finite(data: &[u8], what: &str) -> Result<()> {
     use half::F16_EXPONENT;
+    const PAGE: usize = 4096;
     // Page by page, the smallest of (!h & F16_EXPONENT), which is 0 for an all-ones exponent:
     // a min-fold, which LLVM vectorizes; the weight is found only when there is one.
-    for (page, bytes) in data.chunks(4096).enumerate() {
+    for (page, bytes) in data.chunks(PAGE).enumerate() {
         let least = bytes.chunks_exact(2).fold(F16_EXPONENT, |m, h| {
             m.min(!u16::from_le_bytes([h[0], h[1]]) & F16_EXPONENT)
         });
@@ -505,7 +506,7 @@ fn check_f16_finite(data: &[u8], what: &str) -> Result<()> {
                 Status::BadFormat,
                 "tensor {}: weight {} is not finite (f16 bits {:#06x}): the tensor is damaged",
                 what,
-                page * 2048 + i,
+                page * PAGE / 2 + i,
                 h
             );
         }
