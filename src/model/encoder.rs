@@ -23,9 +23,7 @@
 use alloc::vec::Vec;
 
 use super::ops::{self, try_vec};
-use super::{
-    AttentionArgs, Loader, MAX_BATCH, Matrix, QUERIES, attention_kernel, matmul_group, vector,
-};
+use super::{AttentionArgs, Loader, MAX_BATCH, Matrix, attention_kernel, matmul_group, vector};
 use crate::decimal::Shortest;
 use crate::error::{Result, Status};
 use crate::gguf::Gguf;
@@ -460,7 +458,7 @@ impl<'a> Encoder<'a> {
             window: usize::MAX,
             bidirectional: !self.cfg.causal,
         };
-        pool::par_for(&args, n.div_ceil(QUERIES) * heads, 1, attention_kernel);
+        pool::par_for(&args, args.items(), 1, attention_kernel);
     }
 
     pub fn heap_bytes(&self) -> usize {

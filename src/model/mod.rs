@@ -1296,7 +1296,7 @@ impl<'a> Model<'a> {
     }
 
     /// Attention for `n` new tokens at `pos0..pos0+n` in layer `l`, split across the pool by
-    /// (tile of [`QUERIES`] tokens, head).
+    /// (KV head, tile of [`QUERIES`] of its queries).
     fn attention(&mut self, l: usize, n: usize, pos0: usize) {
         let cfg = &self.cfg;
         let ring = &self.cache[l];
@@ -1324,12 +1324,7 @@ impl<'a> Model<'a> {
             window: cfg.span(l),
             bidirectional: false,
         };
-        pool::par_for(
-            &args,
-            n.div_ceil(QUERIES) * cfg.n_heads,
-            1,
-            attention_kernel,
-        );
+        pool::par_for(&args, args.items(), 1, attention_kernel);
     }
 }
 
@@ -1406,17 +1401,18 @@ fn delta_net_kernel(a: &DeltaNetArgs<'_>, heads: Range<usize>) {
     }
 }
 
-/// Tokens of a batch per attention item: their queries share each key and value row loaded
-/// (two: their 2 × 4 sums per pass fit V8's 16 vector registers beside the loads).
+/// Queries per attention item (of one KV head: its query heads, token by token): they share
+/// each key and value row loaded (two: their 2 × 4 sums per pass fit V8's 16 vector registers
+/// beside the loads).
 const QUERIES: usize = 2;
 
 struct AttentionArgs<'a> {
     /// (n, q_dim)
     q: &'a [f32],
-    /// (n, q_dim): item (tile, h) owns `out[t][h * head_dim..(h + 1) * head_dim]` of the
-    /// tile's tokens t.
+    /// (n, q_dim): an item owns `out[t][h * head_dim..(h + 1) * head_dim]` of each of its
+    /// queries (head h of token t).
     out: Disjoint<'a, f32>,
-    /// (n * n_heads, score_stride): item (tile, h) owns rows `t * n_heads + h` of its tokens t.
+    /// (n * n_heads, score_stride): an item owns row `t * n_heads + h` of each of its queries.
     scores: Disjoint<'a, f32>,
     /// This layer's keys and values: head `h`'s key (and value) of position `p` starts at
     /// `h * head_stride + (p % slots) * pos_stride`. The decoder's cache rings are `(n_kv_heads,
@@ -1444,31 +1440,49 @@ struct AttentionArgs<'a> {
     bidirectional: bool,
 }
 
+impl AttentionArgs<'_> {
+    /// Queries of one KV head: its `group` query heads of each of the `n` tokens, token by
+    /// token (so their positions do not go down).
+    fn queries_per_kv_head(&self) -> usize {
+        self.n * self.group
+    }
+
+    /// Pool items: (KV head, tile of up to [`QUERIES`] of its queries), KV head by KV head.
+    fn items(&self) -> usize {
+        self.n_heads / self.group * self.queries_per_kv_head().div_ceil(QUERIES)
+    }
+}
+
 fn attention_kernel(a: &AttentionArgs<'_>, items: Range<usize>) {
+    let queries = a.queries_per_kv_head();
+    let tiles = queries.div_ceil(QUERIES);
     for item in items {
-        let (tile, h) = (item / a.n_heads, item % a.n_heads);
-        let t0 = tile * QUERIES;
+        let (kvh, first) = (item / tiles, item % tiles * QUERIES);
         const { assert!(QUERIES == 2) };
-        match a.n - t0 {
-            1 => attend::<1>(a, t0, h),
-            _ => attend::<2>(a, t0, h),
+        match queries - first {
+            1 => attend::<1>(a, kvh, first),
+            _ => attend::<2>(a, kvh, first),
         }
     }
 }
 
-/// Head `h` of tokens `t0..t0 + Q`: scores, softmax, and the weighted sum of values. Each score
-/// is one `dot` and each output element adds its values in position order, however the
-/// positions are grouped, so a token gets the same bits in a tile of any size (batched prefill
-/// = one token at a time). (Not inlined: one copy per tile size.)
+/// Queries `first..first + Q` of KV head `kvh` (query `j`: head `kvh · group + j % group` of
+/// token `j / group`): scores, softmax, and the weighted sum of values, each key and value row
+/// loaded once for all of them. Each score is one `dot` and each output element adds its values
+/// in position order, however the queries and positions are grouped, so a query gets the same
+/// bits in a tile of any size (batched prefill = one token at a time, any thread count). (Not
+/// inlined: one copy per tile size.)
 #[inline(never)]
-fn attend<const Q: usize>(a: &AttentionArgs<'_>, t0: usize, h: usize) {
+fn attend<const Q: usize>(a: &AttentionArgs<'_>, kvh: usize, first: usize) {
     let hd = a.head_dim;
-    let kvh = h / a.group;
+    // query i: head h[i] of token t[i]
+    let t: [usize; Q] = core::array::from_fn(|i| (first + i) / a.group);
+    let h: [usize; Q] = core::array::from_fn(|i| kvh * a.group + (first + i) % a.group);
     // Query i sees positions lo[i]..=pos[i] (a ring keeps window + batch - 1 positions, so all
     // of them are there); score j of query i belongs to position lo[i] + j.
     let pos: [usize; Q] = core::array::from_fn(|i| match a.bidirectional {
         true => a.pos0 + a.n - 1,
-        false => a.pos0 + t0 + i,
+        false => a.pos0 + t[i],
     });
     let lo: [usize; Q] = core::array::from_fn(|i| (pos[i] + 1).saturating_sub(a.window));
     // Positions every query sees: lo[Q - 1]..=pos[0] (lo and pos do not shrink with i).
@@ -1476,19 +1490,19 @@ fn attend<const Q: usize>(a: &AttentionArgs<'_>, t0: usize, h: usize) {
     if Q > 1 && shared_lo >= shared_end {
         // a window shorter than the tile: nothing shared
         for i in 0..Q {
-            attend::<1>(a, t0 + i, h);
+            attend::<1>(a, kvh, first + i);
         }
         return;
     }
-    let q: [&[f32]; Q] = core::array::from_fn(|i| &a.q[(t0 + i) * a.q_dim + h * hd..][..hd]);
+    let q: [&[f32]; Q] = core::array::from_fn(|i| &a.q[t[i] * a.q_dim + h[i] * hd..][..hd]);
     // SAFETY: these score rows and these heads' slices of the tokens' outputs belong to this
     // item alone.
-    let scores: [&mut [f32]; Q] = core::array::from_fn(|i| unsafe {
-        let row = ((t0 + i) * a.n_heads + h) * a.score_stride;
+    let mut scores: [&mut [f32]; Q] = core::array::from_fn(|i| unsafe {
+        let row = (t[i] * a.n_heads + h[i]) * a.score_stride;
         a.scores.slice(row..row + pos[i] + 1 - lo[i])
     });
     let mut out: [&mut [f32]; Q] = core::array::from_fn(|i| unsafe {
-        let at = (t0 + i) * a.q_dim + h * hd;
+        let at = t[i] * a.q_dim + h[i] * hd;
         a.out.slice(at..at + hd)
     });
     let head = kvh * a.head_stride;
@@ -1505,12 +1519,17 @@ fn attend<const Q: usize>(a: &AttentionArgs<'_>, t0: usize, h: usize) {
     // Scores: the shared positions four at a time for all queries, then the rest one by one.
     let shared4 = shared_lo + (shared_end - shared_lo) / 4 * 4;
     for p in (shared_lo..shared4).step_by(4) {
-        let d = ops::dot4_multi(q, [key(p), key(p + 1), key(p + 2), key(p + 3)]);
-        for i in 0..Q {
-            for j in 0..4 {
-                scores[i][p + j - lo[i]] = d[i][j] * a.scale;
-            }
-        }
+        let mut i = 0;
+        let out = scores.each_mut().map(|s| {
+            i += 1;
+            &mut s[p - lo[i - 1]..][..4]
+        });
+        ops::scaled_dot4_multi(
+            q,
+            [key(p), key(p + 1), key(p + 2), key(p + 3)],
+            a.scale,
+            out,
+        );
     }
     for i in 0..Q {
         for p in own(i).into_iter().flatten().chain(shared4..shared_end) {

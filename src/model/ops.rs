@@ -347,11 +347,24 @@ pub fn axpy4(y: &mut [f32], p: [f32; 4], v: [&[f32]; 4]) {
     simd128_or!(simd128::axpy_n(y, p, v), axpy4_ref(y, p, v));
 }
 
-/// [`dot4`] for each of `Q` queries: `[q_i · k_j]`, each exactly [`dot_ref`] (the keys are
-/// loaded once for all queries in the SIMD version).
+/// `out_i[j] = (q_i · k_j) · scale` for each of `Q` queries and four keys, each dot exactly
+/// [`dot_ref`] (the SIMD version loads the keys once for all queries and combines each query's
+/// four sums in one vector: the same additions, lane by lane).
 #[inline(always)]
-pub fn dot4_multi<const Q: usize>(q: [&[f32]; Q], k: [&[f32]; 4]) -> [[f32; 4]; Q] {
-    simd128_or!(simd128::dot_qn(q, k), q.map(|q| dot4_ref(q, k)))
+pub fn scaled_dot4_multi<const Q: usize>(
+    q: [&[f32]; Q],
+    k: [&[f32]; 4],
+    scale: f32,
+    out: [&mut [f32]; Q],
+) {
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    simd128::scaled_dot4_qn(q, k, scale, out);
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+    for (q, out) in q.into_iter().zip(out) {
+        for (o, d) in out[..4].iter_mut().zip(dot4_ref(q, k)) {
+            *o = d * scale;
+        }
+    }
 }
 
 /// [`axpy4`] for each of `Q` outputs: `y_i += Σ_j p_i[j] v_j` in position order, each exactly
@@ -399,6 +412,54 @@ mod simd128 {
     /// [`dot_n`] for each of `Q` queries in one pass over the keys.
     #[inline(always)]
     pub fn dot_qn<const Q: usize, const K: usize>(q: [&[f32]; Q], k: [&[f32]; K]) -> [[f32; K]; Q] {
+        let (acc, tail) = dot_qn_parts(q, k);
+        core::array::from_fn(|a| core::array::from_fn(|j| combine(acc[a][j]) + tail[a][j]))
+    }
+
+    /// `super::scaled_dot4_multi`: [`dot_qn`]'s sums, each query's four combined by a
+    /// transpose (lane j: `(s0 + s1) + (s2 + s3)` of key j, as [`combine`] adds them), plus
+    /// the tails, times `scale`, stored at once.
+    #[inline(always)]
+    pub fn scaled_dot4_qn<const Q: usize>(
+        q: [&[f32]; Q],
+        k: [&[f32]; 4],
+        scale: f32,
+        out: [&mut [f32]; Q],
+    ) {
+        let (acc, tail) = dot_qn_parts(q, k);
+        let scale = f32x4_splat(scale);
+        for ((acc, tail), out) in acc.into_iter().zip(tail).zip(out) {
+            let [a, b, c, d] = acc;
+            let (ab_lo, ab_hi) = (
+                i32x4_shuffle::<0, 4, 1, 5>(a, b),
+                i32x4_shuffle::<2, 6, 3, 7>(a, b),
+            );
+            let (cd_lo, cd_hi) = (
+                i32x4_shuffle::<0, 4, 1, 5>(c, d),
+                i32x4_shuffle::<2, 6, 3, 7>(c, d),
+            );
+            // s[l]: lane l of each key's sums
+            let s = [
+                i32x4_shuffle::<0, 1, 4, 5>(ab_lo, cd_lo),
+                i32x4_shuffle::<2, 3, 6, 7>(ab_lo, cd_lo),
+                i32x4_shuffle::<0, 1, 4, 5>(ab_hi, cd_hi),
+                i32x4_shuffle::<2, 3, 6, 7>(ab_hi, cd_hi),
+            ];
+            let sum = f32x4_add(f32x4_add(s[0], s[1]), f32x4_add(s[2], s[3]));
+            let sum = f32x4_add(sum, f32x4(tail[0], tail[1], tail[2], tail[3]));
+            let out = &mut out[..4];
+            // SAFETY: out holds four f32.
+            unsafe { v128_store(out.as_mut_ptr().cast(), f32x4_mul(sum, scale)) };
+        }
+    }
+
+    /// The four-lane partial sums of each `q_a · k_j` and the scalar sum of the elements past
+    /// the last whole four.
+    #[inline(always)]
+    fn dot_qn_parts<const Q: usize, const K: usize>(
+        q: [&[f32]; Q],
+        k: [&[f32]; K],
+    ) -> ([[v128; K]; Q], [[f32; K]; Q]) {
         let n = k.iter().chain(&q).fold(usize::MAX, |n, v| n.min(v.len()));
         let body = n / 4 * 4;
         let mut acc = [[f32x4_splat(0.0); K]; Q];
@@ -416,15 +477,16 @@ mod simd128 {
             }
             i += 4;
         }
-        core::array::from_fn(|a| {
+        let tail = core::array::from_fn(|a| {
             core::array::from_fn(|j| {
                 let mut tail = 0.0;
                 for t in body..n {
                     tail += q[a][t] * k[j][t];
                 }
-                combine(acc[a][j]) + tail
+                tail
             })
-        })
+        });
+        (acc, tail)
     }
 
     /// `y += p[0] v[0] + .. + p[K-1] v[K-1]`, added in that order per element (exactly `K`
@@ -515,9 +577,17 @@ mod tests {
                 "axpy4 n={n}"
             );
             let q2 = values(n, 2);
-            let got = dot4_multi([&q, &q2], ks).map(|d| d.map(f32::to_bits));
-            let want = [dot4_ref(&q, ks), dot4_ref(&q2, ks)].map(|d| d.map(f32::to_bits));
-            assert_eq!(got, want, "dot4_multi n={n}");
+            let scale = 0.125;
+            let mut got = [[0.0f32; 4]; 2];
+            let [g0, g1] = &mut got;
+            scaled_dot4_multi([&q, &q2], ks, scale, [&mut g0[..], &mut g1[..]]);
+            let want =
+                [dot4_ref(&q, ks), dot4_ref(&q2, ks)].map(|d| d.map(|d| (d * scale).to_bits()));
+            assert_eq!(
+                got.map(|d| d.map(f32::to_bits)),
+                want,
+                "scaled_dot4_multi n={n}"
+            );
             let (mut c, mut d) = (q2.clone(), q2.clone());
             let p2 = [-0.5, 2.0, 1.0e-2, -3.0];
             axpy4_multi([&mut a, &mut c], [p, p2], ks);
