@@ -861,3 +861,133 @@ fn gelu_table_is_gelu_of_the_rounded_input() {
         assert!(gate[0].to_bits() == (want * 3.0).to_bits() || gate[0].is_nan() && want.is_nan());
     }
 }
+
+/// The attention kernel against a plain per-query loop (dot, softmax, values added in position
+/// order: the operations the kernel promises), bit for bit: grouped query heads (3 per KV head,
+/// so tiles span two tokens), a ring that wraps, sliding windows shorter than a tile, a soft
+/// cap, bidirectional attention, and a head size with a tail past the last four; the items run
+/// all at once and one by one in reverse (as threads may take them).
+#[test]
+fn attention_items_equal_one_query_at_a_time() {
+    use super::{AttentionArgs, attention_kernel, ops};
+    use crate::pool::Disjoint;
+    struct Case {
+        heads: usize,
+        group: usize,
+        hd: usize,
+        n: usize,
+        pos0: usize,
+        window: usize,
+        slots: usize,
+        bidirectional: bool,
+        softcap: f32,
+    }
+    let case = |heads, group, hd, n, pos0, window, slots| Case {
+        heads,
+        group,
+        hd,
+        n,
+        pos0,
+        window,
+        slots,
+        bidirectional: false,
+        softcap: 0.0,
+    };
+    let cases = [
+        case(6, 3, 8, 5, 0, usize::MAX, 16),
+        case(6, 3, 8, 1, 7, usize::MAX, 16),
+        case(9, 3, 16, 7, 30, usize::MAX, 40),
+        Case {
+            softcap: 2.0,
+            ..case(6, 3, 12, 4, 9, 5, 8)
+        },
+        case(6, 3, 8, 3, 2, 1, 3),
+        case(4, 2, 10, 6, 3, 2, 7),
+        case(4, 4, 8, 2, 11, usize::MAX, 16),
+        Case {
+            bidirectional: true,
+            ..case(4, 1, 8, 7, 0, usize::MAX, 7)
+        },
+    ];
+    let mut rng = crate::testutil::Rng(7);
+    let mut values = |len: usize| -> Vec<f32> { (0..len).map(|_| 2.0 * rng.uniform()).collect() };
+    for c in cases {
+        let (kv_heads, q_dim) = (c.heads / c.group, c.heads * c.hd);
+        let q = values(c.n * q_dim);
+        let (k, v) = (
+            values(kv_heads * c.slots * c.hd),
+            values(kv_heads * c.slots * c.hd),
+        );
+        let score_stride = c.slots + 8;
+        let run = |order: &dyn Fn(&AttentionArgs<'_>)| {
+            let mut out = std::vec![f32::NAN; c.n * q_dim];
+            let mut scores = std::vec![0.0; c.n * c.heads * score_stride];
+            let args = AttentionArgs {
+                q: &q,
+                out: Disjoint::new(&mut out),
+                scores: Disjoint::new(&mut scores),
+                k_cache: &k,
+                v_cache: &v,
+                slots: c.slots,
+                head_stride: c.slots * c.hd,
+                pos_stride: c.hd,
+                n_heads: c.heads,
+                group: c.group,
+                head_dim: c.hd,
+                q_dim,
+                score_stride,
+                n: c.n,
+                pos0: c.pos0,
+                scale: 0.3,
+                softcap: c.softcap,
+                window: c.window,
+                bidirectional: c.bidirectional,
+            };
+            order(&args);
+            out
+        };
+        let all = run(&|a| attention_kernel(a, 0..a.items()));
+        let reversed = run(&|a| {
+            for item in (0..a.items()).rev() {
+                attention_kernel(a, item..item + 1);
+            }
+        });
+        let mut want = std::vec![0.0f32; c.n * q_dim];
+        for t in 0..c.n {
+            for h in 0..c.heads {
+                let pos = match c.bidirectional {
+                    true => c.pos0 + c.n - 1,
+                    false => c.pos0 + t,
+                };
+                let lo = (pos + 1).saturating_sub(c.window);
+                let row = |cache: &[f32], p: usize| {
+                    let at = (h / c.group * c.slots + p % c.slots) * c.hd;
+                    cache[at..at + c.hd].to_vec()
+                };
+                let qh = &q[t * q_dim + h * c.hd..][..c.hd];
+                let mut s: Vec<f32> = (lo..=pos)
+                    .map(|p| ops::dot_ref(qh, &row(&k, p)) * 0.3)
+                    .collect();
+                if c.softcap > 0.0 {
+                    ops::softcap_in_place(&mut s, c.softcap);
+                }
+                crate::math::softmax_in_place_ref(&mut s);
+                let o = &mut want[t * q_dim + h * c.hd..][..c.hd];
+                for p in lo..=pos {
+                    ops::axpy_ref(o, s[p - lo], &row(&v, p));
+                }
+            }
+        }
+        let label = std::format!(
+            "heads {} group {} hd {} n {} pos0 {} window {}",
+            c.heads,
+            c.group,
+            c.hd,
+            c.n,
+            c.pos0,
+            c.window
+        );
+        assert_eq!(bits(&all), bits(&want), "{label}");
+        assert_eq!(bits(&reversed), bits(&want), "{label}, items in reverse");
+    }
+}
