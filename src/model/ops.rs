@@ -577,7 +577,7 @@ mod tests {
                 "axpy4 n={n}"
             );
             let q2 = values(n, 2);
-            let scale = 0.125;
+            let scale = 0.3;
             let mut got = [[0.0f32; 4]; 2];
             let [g0, g1] = &mut got;
             scaled_dot4_multi([&q, &q2], ks, scale, [&mut g0[..], &mut g1[..]]);
