@@ -1519,16 +1519,12 @@ fn attend<const Q: usize>(a: &AttentionArgs<'_>, kvh: usize, first: usize) {
     // Scores: the shared positions four at a time for all queries, then the rest one by one.
     let shared4 = shared_lo + (shared_end - shared_lo) / 4 * 4;
     for p in (shared_lo..shared4).step_by(4) {
-        let mut i = 0;
-        let out = scores.each_mut().map(|s| {
-            i += 1;
-            &mut s[p - lo[i - 1]..][..4]
-        });
         ops::scaled_dot4_multi(
             q,
             [key(p), key(p + 1), key(p + 2), key(p + 3)],
             a.scale,
-            out,
+            scores.each_mut().map(|s| &mut **s),
+            core::array::from_fn(|i| p - lo[i]),
         );
     }
     for i in 0..Q {

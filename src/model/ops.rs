@@ -347,7 +347,7 @@ pub fn axpy4(y: &mut [f32], p: [f32; 4], v: [&[f32]; 4]) {
     simd128_or!(simd128::axpy_n(y, p, v), axpy4_ref(y, p, v));
 }
 
-/// `out_i[j] = (q_i · k_j) · scale` for each of `Q` queries and four keys, each dot exactly
+/// `out_i[at_i + j] = (q_i · k_j) · scale` for each of `Q` queries and four keys, each dot exactly
 /// [`dot_ref`] (the SIMD version loads the keys once for all queries and combines each query's
 /// four sums in one vector: the same additions, lane by lane).
 #[inline(always)]
@@ -356,12 +356,13 @@ pub fn scaled_dot4_multi<const Q: usize>(
     k: [&[f32]; 4],
     scale: f32,
     out: [&mut [f32]; Q],
+    at: [usize; Q],
 ) {
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    simd128::scaled_dot4_qn(q, k, scale, out);
+    simd128::scaled_dot4_qn(q, k, scale, out, at);
     #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
-    for (q, out) in q.into_iter().zip(out) {
-        for (o, d) in out[..4].iter_mut().zip(dot4_ref(q, k)) {
+    for ((q, out), at) in q.into_iter().zip(out).zip(at) {
+        for (o, d) in out[at..at + 4].iter_mut().zip(dot4_ref(q, k)) {
             *o = d * scale;
         }
     }
@@ -425,10 +426,11 @@ mod simd128 {
         k: [&[f32]; 4],
         scale: f32,
         out: [&mut [f32]; Q],
+        at: [usize; Q],
     ) {
         let (acc, tail) = dot_qn_parts(q, k);
         let scale = f32x4_splat(scale);
-        for ((acc, tail), out) in acc.into_iter().zip(tail).zip(out) {
+        for (((acc, tail), out), at) in acc.into_iter().zip(tail).zip(out).zip(at) {
             let [a, b, c, d] = acc;
             let (ab_lo, ab_hi) = (
                 i32x4_shuffle::<0, 4, 1, 5>(a, b),
@@ -447,7 +449,7 @@ mod simd128 {
             ];
             let sum = f32x4_add(f32x4_add(s[0], s[1]), f32x4_add(s[2], s[3]));
             let sum = f32x4_add(sum, f32x4(tail[0], tail[1], tail[2], tail[3]));
-            let out = &mut out[..4];
+            let out = &mut out[at..at + 4];
             // SAFETY: out holds four f32.
             unsafe { v128_store(out.as_mut_ptr().cast(), f32x4_mul(sum, scale)) };
         }
@@ -578,14 +580,18 @@ mod tests {
             );
             let q2 = values(n, 2);
             let scale = 0.3;
-            let mut got = [[0.0f32; 4]; 2];
+            // each query's four scores at its own offset in a longer row; the rest untouched
+            let mut got = [[0.0f32; 7]; 2];
             let [g0, g1] = &mut got;
-            scaled_dot4_multi([&q, &q2], ks, scale, [&mut g0[..], &mut g1[..]]);
-            let want =
-                [dot4_ref(&q, ks), dot4_ref(&q2, ks)].map(|d| d.map(|d| (d * scale).to_bits()));
-            assert_eq!(
-                got.map(|d| d.map(f32::to_bits)),
-                want,
+            scaled_dot4_multi([&q, &q2], ks, scale, [&mut g0[..], &mut g1[..]], [3, 0]);
+            let scaled = |d: [f32; 4]| d.map(|d| (d * scale).to_bits()).to_vec();
+            let (w0, w1) = (scaled(dot4_ref(&q, ks)), scaled(dot4_ref(&q2, ks)));
+            let bits = |r: &[f32]| r.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            let zeros = |r: &[f32]| r.iter().all(|&x| x.to_bits() == 0);
+            assert_eq!(bits(&got[0][3..]), w0, "scaled_dot4_multi n={n}");
+            assert_eq!(bits(&got[1][..4]), w1, "scaled_dot4_multi n={n}");
+            assert!(
+                zeros(&got[0][..3]) && zeros(&got[1][4..]),
                 "scaled_dot4_multi n={n}"
             );
             let (mut c, mut d) = (q2.clone(), q2.clone());
