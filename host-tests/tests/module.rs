@@ -17,10 +17,12 @@ use wasmparser::{Operator, Parser, Payload, TypeRef, ValType};
 /// sentence encoders (the WordPiece tokenizer, the encoder's loader and forward pass, the
 /// embedder's second kind: +31.4 KB, 649,096 -> 680,534 bytes), 666 KiB until session 21
 /// converted F16 rows once per batch (`quant/simd128/f16_batch.rs`, 1.7x all-MiniLM-L6-v2's
-/// texts per second: +3.4 KB, 680,534 -> 683,897 bytes), now 670 KiB.
+/// texts per second: +3.4 KB, 680,534 -> 683,897 bytes), 670 KiB until session 25 stored
+/// the KV cache in f16 (half the memory; attention over f16 keys and values beside f32 ones:
+/// +21.1 KB, 682,839 -> 703,983 bytes), now 690 KiB.
 /// The sizes are printed by these tests, by `cargo xtask dist` and (with gzip) by `cargo xtask
 /// bench`.
-const SIZE_BUDGET: usize = 670 * 1024;
+const SIZE_BUDGET: usize = 690 * 1024;
 
 #[derive(Debug, PartialEq, Clone)]
 struct Sig {

@@ -23,7 +23,9 @@
 use alloc::vec::Vec;
 
 use super::ops::{self, try_vec};
-use super::{AttentionArgs, Loader, MAX_BATCH, Matrix, attention_kernel, matmul_group, vector};
+use super::{
+    AttentionArgs, KvRows, Loader, MAX_BATCH, Matrix, attention_kernel, matmul_group, vector,
+};
 use crate::decimal::Shortest;
 use crate::error::{Result, Status};
 use crate::gguf::Gguf;
@@ -441,8 +443,10 @@ impl<'a> Encoder<'a> {
             q: &s.q[..n * dim],
             out: Disjoint::new(&mut s.o[..n * dim]),
             scores: Disjoint::new(&mut s.scores[..heads * n * n]),
-            k_cache: &s.k[..n * dim],
-            v_cache: &s.v[..n * dim],
+            kv: KvRows::F32 {
+                keys: &s.k[..n * dim],
+                values: &s.v[..n * dim],
+            },
             slots: n,
             head_stride: hd,
             pos_stride: dim,

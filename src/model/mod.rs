@@ -10,8 +10,8 @@
 //!     xb = rmsnorm(x) * attn_norm                      (dim,)   [exaone4: xb = x]
 //!     q, k, v = Wq xb [+bq], Wk xb [+bk], Wv xb [+bv]  (q_dim,), (kv_dim,), (kv_dim,)
 //!     [q_h, k_h = rmsnorm(q_h) * q_norm, rmsnorm(k_h) * k_norm]   [qwen3, gemma3, lfm2, exaone4]
-//!     [rope(q, k, pos)]; k, v -> cache[layer][pos]     (f16-rounded, as llama.cpp's cache)
-//!     per head h: s = q_h · K[lo..=pos] * scale        [s = cap tanh(s / cap): gemma2]
+//!     [rope(q, k, pos)]; k, v -> cache[layer][pos]     (f16, as llama.cpp's cache)
+//!     per head h: s = f16(q_h) · K[lo..=pos] * scale   [s = cap tanh(s / cap): gemma2]
 //!                 o_h = softmax(s) · V[lo..=pos]
 //!                 (lo = 0, or pos + 1 - window in a sliding-window layer)
 //!     x += [post_attn_norm *] Wo o [* residual_scale]  (dim,)   [gemma, exaone4; granite]
@@ -48,7 +48,7 @@ use crate::pool::{self, Disjoint};
 use crate::quant::{self, ActivationBuf, GgmlType};
 use crate::{bail, err, math};
 pub use config::{Activation, Arch, Config, LayerKind, RopeScaling};
-use ops::{RopeTable, rmsnorm, rmsnorm_in_place, try_vec};
+use ops::{KvElem, KvHalf, RopeTable, rmsnorm, rmsnorm_in_place, try_vec};
 
 /// Tokens that go through the layers together in one prefill batch.
 pub const MAX_BATCH: usize = 32;
@@ -261,14 +261,14 @@ pub struct LoadOptions {
 pub type OnLogits<'f> = Option<&'f mut dyn FnMut(usize, &[f32])>;
 
 /// Where a layer's positions are in the caches: an attention layer's K and V, `(n_kv_heads,
-/// slots, head_dim)` each; a convolution layer's `b * u`, `(slots, dim)` in `k_cache` only; a
-/// delta-net layer's `q | k | v` before its convolution, `(slots, cd)` in `k_cache`, and its
-/// recurrent state, `(vh, hd, hd)` (row `j` of head `h`: value `j`'s weights of the keys) in
-/// `v_cache`.
+/// slots, head_dim)` each in `keys` and `values`; a convolution layer's `b * u`, `(slots, dim)`
+/// in `ring`; a delta-net layer's `q | k | v` before its convolution, `(slots, cd)` in `ring`,
+/// and its recurrent state, `(vh, hd, hd)` (row `j` of head `h`: value `j`'s weights of the
+/// keys) in `state`.
 struct LayerCache {
-    /// First float in `k_cache`, and in `v_cache`.
-    k_at: usize,
-    v_at: usize,
+    /// First element in `keys` and `values` (attention), or in `ring`; first float in `state`.
+    at: usize,
+    state_at: usize,
     /// Positions: `context`, or what the layer reads back to plus a batch.
     slots: usize,
 }
@@ -294,6 +294,9 @@ struct Scratch {
     decay: Vec<f32>,
     /// (MAX_BATCH * n_heads, context + SCORE_ROW_PAD): one score row per (token, head).
     scores: Vec<f32>,
+    /// (2, slots, kv_dim) of the attention layer with the most slots: a layer's keys then
+    /// values in f32, for a batch that reads them in many tiles (`Model::attention`).
+    staged: Vec<f32>,
     /// The rows about to be multiplied, rounded for the weights' type; a group whose matrices
     /// want two different roundings uses both.
     acts: [ActivationBuf; 2],
@@ -371,13 +374,18 @@ pub struct Model<'a> {
     _owned: Vec<Vec<u8>>,
     /// Bytes of weights quantized at load (in `_owned`).
     pub quantized_bytes: usize,
-    /// Every layer's K and V, layer after layer (see [`LayerCache`]), laid out `(n_kv_heads,
-    /// slots, head_dim)` so that one head's keys (and values) are one contiguous run, read
-    /// front to back by attention. Position `p` lives in slot `p % slots`: a global layer has
-    /// `context` slots (no wrap), a sliding-window or convolution layer only what it reads back
-    /// to plus a batch (a ring: each batch writes its positions before any of them is read).
-    k_cache: Vec<f32>,
-    v_cache: Vec<f32>,
+    /// Every attention layer's K and V in f16, layer after layer (see [`LayerCache`]), laid out
+    /// `(n_kv_heads, slots, head_dim)` so that one head's keys (and values) are one contiguous
+    /// run, read front to back by attention. Position `p` lives in slot `p % slots`: a global
+    /// layer has `context` slots (no wrap), a sliding-window or convolution layer only what it
+    /// reads back to plus a batch (a ring: each batch writes its positions before any of them
+    /// is read).
+    keys: Vec<KvHalf>,
+    values: Vec<KvHalf>,
+    /// The convolution and delta-net layers' rings of past inputs, in f32, slots as above.
+    ring: Vec<f32>,
+    /// The delta-net layers' recurrent states (f32).
+    state: Vec<f32>,
     cache: Vec<LayerCache>,
     /// One past the highest position written to the caches since the last rebuild: ring rows
     /// of positions below `written - slots` are gone (see `truncate`).
@@ -793,31 +801,54 @@ impl<'a> Model<'a> {
         cache
             .try_reserve_exact(cfg.n_layers)
             .map_err(|_| err!(Status::OutOfMemory, "layers"))?;
-        let (mut k_floats, mut v_floats) = (0usize, 0usize);
+        // elements of keys (and values), of ring, of state
+        let (mut halves, mut ring_floats, mut state_floats) = (0usize, 0usize, 0usize);
+        // the largest attention layer's elements of keys (`Scratch::staged` holds two)
+        let mut staged_halves = 0usize;
         let overflow = || err!(Status::OutOfMemory, "KV cache size overflows");
         for l in 0..cfg.n_layers {
             let slots = match cfg.span(l) {
                 usize::MAX => context,
                 span => context.min(span + MAX_BATCH - 1),
             };
+            let add = |total: &mut usize, f: Option<usize>| {
+                let at = *total;
+                *total = f.and_then(|f| at.checked_add(f)).ok_or_else(overflow)?;
+                Ok::<usize, crate::error::Error>(at)
+            };
+            let (at, state_at) = match (cfg.layer_kind(l), cfg.delta_net) {
+                (LayerKind::Conv, _) => (add(&mut ring_floats, slots.checked_mul(dim))?, 0),
+                (LayerKind::DeltaNet, Some(dn)) => (
+                    add(&mut ring_floats, slots.checked_mul(dn.conv_dim()))?,
+                    add(&mut state_floats, Some(dn.state_floats()))?,
+                ),
+                _ => {
+                    let at = add(&mut halves, slots.checked_mul(kv_dim))?;
+                    staged_halves = staged_halves.max(slots * kv_dim);
+                    (at, 0)
+                }
+            };
             cache.push(LayerCache {
-                k_at: k_floats,
-                v_at: v_floats,
+                at,
+                state_at,
                 slots,
             });
-            let (k, v) = match (cfg.layer_kind(l), cfg.delta_net) {
-                (LayerKind::Conv, _) => (slots.checked_mul(dim), Some(0)),
-                (LayerKind::DeltaNet, Some(dn)) => {
-                    (slots.checked_mul(dn.conv_dim()), Some(dn.state_floats()))
-                }
-                _ => (slots.checked_mul(kv_dim), slots.checked_mul(kv_dim)),
-            };
-            let add = |total: usize, f: Option<usize>| f.and_then(|f| total.checked_add(f));
-            k_floats = add(k_floats, k).ok_or_else(overflow)?;
-            v_floats = add(v_floats, v).ok_or_else(overflow)?;
         }
-        let k_cache = try_vec(k_floats)?;
-        let v_cache = try_vec(v_floats)?;
+        let half_vec = || {
+            let mut v = Vec::new();
+            v.try_reserve_exact(halves).map_err(|_| {
+                err!(
+                    Status::OutOfMemory,
+                    "cannot allocate a KV cache of {} halves",
+                    halves
+                )
+            })?;
+            v.resize(halves, KvHalf::default());
+            Ok::<_, crate::error::Error>(v)
+        };
+        let (keys, values) = (half_vec()?, half_vec()?);
+        let ring = try_vec(ring_floats)?;
+        let state = try_vec(state_floats)?;
         let mut ids = Vec::new();
         ids.try_reserve_exact(context)
             .map_err(|_| err!(Status::OutOfMemory, "cannot allocate {} ids", context))?;
@@ -848,6 +879,7 @@ impl<'a> Model<'a> {
             beta: try_vec(b * vh)?,
             decay: try_vec(b * vh)?,
             scores: try_vec(score_rows * (context + SCORE_ROW_PAD))?,
+            staged: try_vec(2 * staged_halves)?,
             acts: [
                 ActivationBuf::with_capacity(dim.max(q_dim).max(ffn).max(vd), b)?,
                 ActivationBuf::with_capacity(dim.max(q_dim).max(ffn).max(vd), b)?,
@@ -870,8 +902,10 @@ impl<'a> Model<'a> {
             gate_activation,
             _owned: ld.owned,
             quantized_bytes: ld.quantized_bytes,
-            k_cache,
-            v_cache,
+            keys,
+            values,
+            ring,
+            state,
             cache,
             written: 0,
             ids,
@@ -883,7 +917,8 @@ impl<'a> Model<'a> {
 
     /// Bytes of the K and V caches together.
     pub fn kv_cache_bytes(&self) -> usize {
-        (self.k_cache.len() + self.v_cache.len()) * 4
+        (self.keys.len() + self.values.len()) * size_of::<KvHalf>()
+            + (self.ring.len() + self.state.len()) * size_of::<f32>()
     }
 
     /// Bytes of weights one decode step reads: every layer's matrices and norms, the output
@@ -1159,12 +1194,22 @@ impl<'a> Model<'a> {
             let slot = (pos0 + t) % c.slots;
             self.written = self.written.max(pos0 + t + 1);
             for (h, (k, v)) in k.chunks_exact(hd).zip(v.chunks_exact(hd)).enumerate() {
-                let at = (h * c.slots + slot) * hd;
-                let kc = &mut self.k_cache[c.k_at + at..][..hd];
-                let vc = &mut self.v_cache[c.v_at + at..][..hd];
+                let at = c.at + (h * c.slots + slot) * hd;
+                let kc = &mut self.keys[at..][..hd];
+                let vc = &mut self.values[at..][..hd];
                 for i in 0..hd {
-                    kc[i] = quant::f16_to_f32(quant::f32_to_f16(k[i]));
-                    vc[i] = quant::f16_to_f32(quant::f32_to_f16(v[i]));
+                    let (Some(kh), Some(vh)) = (KvHalf::new(k[i]), KvHalf::new(v[i])) else {
+                        bail!(
+                            Status::BadFormat,
+                            "layer {}: a key or value of position {} is {} or {}, outside the \
+                             f16 range of the KV cache (|x| < 65520, as llama.cpp's cache)",
+                            l,
+                            pos0 + t,
+                            Shortest::from(k[i]),
+                            Shortest::from(v[i])
+                        );
+                    };
+                    (kc[i], vc[i]) = (kh, vh);
                 }
             }
         }
@@ -1214,15 +1259,15 @@ impl<'a> Model<'a> {
         // `pos`, and the next `forward` rebuilds.
         self.written = self.written.max(pos0 + n);
         let c = &self.cache[l];
-        let state = &mut self.v_cache[c.v_at..][..dn.state_floats()];
+        let state = &mut self.state[c.state_at..][..dn.state_floats()];
         if pos0 == 0 {
             state.fill(0.0);
         }
-        let row = |p: usize| c.k_at + p % c.slots * cd;
+        let row = |p: usize| c.at + p % c.slots * cd;
         for (t, m) in s.conv[..n * cd].chunks_exact(cd).enumerate() {
-            self.k_cache[row(pos0 + t)..][..cd].copy_from_slice(m);
+            self.ring[row(pos0 + t)..][..cd].copy_from_slice(m);
         }
-        let ring = &self.k_cache;
+        let ring = &self.ring;
         for (t, y) in s.conv[..n * cd].chunks_exact_mut(cd).enumerate() {
             causal_conv(y, &d.kernel, taps, pos0 + t, |p| &ring[row(p)..][..cd]);
             math::silu_in_place(y);
@@ -1276,15 +1321,15 @@ impl<'a> Model<'a> {
             &mut s.acts,
         )?;
         let c = &self.cache[l];
-        let row = |p: usize| c.k_at + p % c.slots * dim;
+        let row = |p: usize| c.at + p % c.slots * dim;
         for (t, bcu) in s.conv[..n * 3 * dim].chunks_exact(3 * dim).enumerate() {
-            let bu = &mut self.k_cache[row(pos0 + t)..][..dim];
+            let bu = &mut self.ring[row(pos0 + t)..][..dim];
             for ((o, &b), &u) in bu.iter_mut().zip(&bcu[..dim]).zip(&bcu[2 * dim..]) {
                 *o = b * u;
             }
         }
         self.written = self.written.max(pos0 + n);
-        let ring = &self.k_cache;
+        let ring = &self.ring;
         for (t, bcu) in s.conv[..n * 3 * dim].chunks_exact(3 * dim).enumerate() {
             let y = &mut s.att_out[t * dim..][..dim];
             causal_conv(y, &conv.kernel, taps, pos0 + t, |p| &ring[row(p)..][..dim]);
@@ -1296,21 +1341,57 @@ impl<'a> Model<'a> {
     }
 
     /// Attention for `n` new tokens at `pos0..pos0+n` in layer `l`, split across the pool by
-    /// (KV head, tile of [`QUERIES`] of its queries).
+    /// (KV head, tile of [`QUERIES`] of its queries). The queries are rounded to f16 first, as
+    /// llama.cpp's product with an f16 cache rounds them. A batch of at least
+    /// [`STAGE_QUERIES`] queries per KV head reads the cache's rows converted to f32 once
+    /// (`Scratch::staged`); fewer read the f16 cache itself (half the bytes; the queries then
+    /// times `KvHalf::UNSCALE`). The same bits either way.
     fn attention(&mut self, l: usize, n: usize, pos0: usize) {
-        let cfg = &self.cfg;
-        let ring = &self.cache[l];
-        let floats = ring.slots * cfg.kv_dim();
-        let score_stride = self.context + SCORE_ROW_PAD;
-        let s = &mut self.scratch;
+        let Model {
+            cfg,
+            cache,
+            keys,
+            values,
+            scratch: s,
+            context,
+            ..
+        } = self;
+        let ring = &cache[l];
+        let halves = ring.slots * cfg.kv_dim();
+        let (keys, values) = (&keys[ring.at..][..halves], &values[ring.at..][..halves]);
+        let head_stride = ring.slots * cfg.head_dim;
+        let staged = n * cfg.n_heads / cfg.n_kv_heads >= STAGE_QUERIES;
+        let factor = if staged { 1.0 } else { KvHalf::UNSCALE };
+        for x in &mut s.q[..n * cfg.q_dim()] {
+            *x = quant::round_to_f16(*x) * factor;
+        }
+        let kv = match staged {
+            false => KvRows::Half { keys, values },
+            true => {
+                let (k32, v32) = s.staged.split_at_mut(halves);
+                let stage = StageArgs {
+                    from: [keys, values],
+                    to: [Disjoint::new(k32), Disjoint::new(&mut v32[..halves])],
+                    head_stride,
+                    // the positions written so far (all slots once a ring has gone round)
+                    live: ring.slots.min(pos0 + n) * cfg.head_dim,
+                };
+                pool::par_for(&stage, 2 * cfg.n_kv_heads, 1, stage_kernel);
+                let (keys, values) = s.staged.split_at(halves);
+                KvRows::F32 {
+                    keys,
+                    values: &values[..halves],
+                }
+            }
+        };
+        let score_stride = *context + SCORE_ROW_PAD;
         let args = AttentionArgs {
             q: &s.q[..n * cfg.q_dim()],
             out: Disjoint::new(&mut s.att_out[..n * cfg.q_dim()]),
             scores: Disjoint::new(&mut s.scores[..n * cfg.n_heads * score_stride]),
-            k_cache: &self.k_cache[ring.k_at..][..floats],
-            v_cache: &self.v_cache[ring.v_at..][..floats],
+            kv,
             slots: ring.slots,
-            head_stride: ring.slots * cfg.head_dim,
+            head_stride,
             pos_stride: cfg.head_dim,
             n_heads: cfg.n_heads,
             group: cfg.n_heads / cfg.n_kv_heads,
@@ -1325,6 +1406,29 @@ impl<'a> Model<'a> {
             bidirectional: false,
         };
         pool::par_for(&args, args.items(), 1, attention_kernel);
+    }
+}
+
+/// Queries per KV head from which a batch's attention reads the cache converted to f32 once
+/// (`Model::attention`) instead of converting each f16 in each tile of [`QUERIES`] queries.
+const STAGE_QUERIES: usize = 4 * QUERIES;
+
+/// A layer's f16 keys and values into f32 (`Model::attention`): item `i` is head `i / 2`'s
+/// keys (`i` even) or values, its first `live` elements.
+struct StageArgs<'a> {
+    from: [&'a [KvHalf]; 2],
+    /// (n_kv_heads, head_stride) each: an item owns its head's first `live` elements.
+    to: [Disjoint<'a, f32>; 2],
+    head_stride: usize,
+    live: usize,
+}
+
+fn stage_kernel(a: &StageArgs<'_>, items: Range<usize>) {
+    for i in items {
+        let at = i / 2 * a.head_stride;
+        // SAFETY: these elements of this half belong to item i alone.
+        let to = unsafe { a.to[i % 2].slice(at..at + a.live) };
+        ops::halves_to_f32(to, &a.from[i % 2][at..at + a.live]);
     }
 }
 
@@ -1406,6 +1510,19 @@ fn delta_net_kernel(a: &DeltaNetArgs<'_>, heads: Range<usize>) {
 /// beside the loads).
 const QUERIES: usize = 2;
 
+/// A layer's keys and values as attention reads them: head `h`'s key (and value) of position
+/// `p` starts at `h * head_stride + (p % slots) * pos_stride` (`AttentionArgs`).
+#[derive(Clone, Copy)]
+enum KvRows<'a> {
+    /// A sentence encoder's batch, or the decoder's cache staged in f32.
+    F32 { keys: &'a [f32], values: &'a [f32] },
+    /// The decoder's f16 cache itself (the queries times `KvHalf::UNSCALE`).
+    Half {
+        keys: &'a [KvHalf],
+        values: &'a [KvHalf],
+    },
+}
+
 struct AttentionArgs<'a> {
     /// (n, q_dim)
     q: &'a [f32],
@@ -1414,11 +1531,9 @@ struct AttentionArgs<'a> {
     out: Disjoint<'a, f32>,
     /// (n * n_heads, score_stride): an item owns row `t * n_heads + h` of each of its queries.
     scores: Disjoint<'a, f32>,
-    /// This layer's keys and values: head `h`'s key (and value) of position `p` starts at
-    /// `h * head_stride + (p % slots) * pos_stride`. The decoder's cache rings are `(n_kv_heads,
-    /// slots, head_dim)`; a sentence encoder's keys are its batch's `(n, q_dim)`.
-    k_cache: &'a [f32],
-    v_cache: &'a [f32],
+    /// This layer's keys and values. The decoder's cache rings are `(n_kv_heads, slots,
+    /// head_dim)`; a sentence encoder's keys are its batch's `(n, q_dim)`.
+    kv: KvRows<'a>,
     slots: usize,
     head_stride: usize,
     pos_stride: usize,
@@ -1454,14 +1569,22 @@ impl AttentionArgs<'_> {
 }
 
 fn attention_kernel(a: &AttentionArgs<'_>, items: Range<usize>) {
+    match a.kv {
+        KvRows::F32 { keys, values } => attend_items(a, keys, values, items),
+        KvRows::Half { keys, values } => attend_items(a, keys, values, items),
+    }
+}
+
+/// The items `items` of `attention_kernel` over `keys` and `values` (`a.kv`'s).
+fn attend_items<K: KvElem>(a: &AttentionArgs<'_>, keys: &[K], values: &[K], items: Range<usize>) {
     let queries = a.queries_per_kv_head();
     let tiles = queries.div_ceil(QUERIES);
     for item in items {
         let (kvh, first) = (item / tiles, item % tiles * QUERIES);
         const { assert!(QUERIES == 2) };
         match queries - first {
-            1 => attend::<1>(a, kvh, first),
-            _ => attend::<2>(a, kvh, first),
+            1 => attend::<K, 1>(a, [keys, values], kvh, first),
+            _ => attend::<K, 2>(a, [keys, values], kvh, first),
         }
     }
 }
@@ -1470,10 +1593,16 @@ fn attention_kernel(a: &AttentionArgs<'_>, items: Range<usize>) {
 /// token `j / group`): scores, softmax, and the weighted sum of values, each key and value row
 /// loaded once for all of them. Each score is one `dot` and each output element adds its values
 /// in position order, however the queries and positions are grouped, so a query gets the same
-/// bits in a tile of any size (batched prefill = one token at a time, any thread count). (Not
-/// inlined: one copy per tile size.)
+/// bits in a tile of any size (batched prefill = one token at a time, any thread count). The
+/// weights of the values are times `K::UNSCALE`, as the queries are. (Not inlined: one copy
+/// per tile size and element type.)
 #[inline(never)]
-fn attend<const Q: usize>(a: &AttentionArgs<'_>, kvh: usize, first: usize) {
+fn attend<K: KvElem, const Q: usize>(
+    a: &AttentionArgs<'_>,
+    kv: [&[K]; 2],
+    kvh: usize,
+    first: usize,
+) {
     let hd = a.head_dim;
     // query i: head h[i] of token t[i]
     let t: [usize; Q] = core::array::from_fn(|i| (first + i) / a.group);
@@ -1490,7 +1619,7 @@ fn attend<const Q: usize>(a: &AttentionArgs<'_>, kvh: usize, first: usize) {
     if Q > 1 && shared_lo >= shared_end {
         // a window shorter than the tile: nothing shared
         for i in 0..Q {
-            attend::<1>(a, kvh, first + i);
+            attend::<K, 1>(a, kv, kvh, first + i);
         }
         return;
     }
@@ -1506,7 +1635,7 @@ fn attend<const Q: usize>(a: &AttentionArgs<'_>, kvh: usize, first: usize) {
         a.out.slice(at..at + hd)
     });
     let head = kvh * a.head_stride;
-    let (keys, values) = (&a.k_cache[head..], &a.v_cache[head..]);
+    let (keys, values) = (&kv[0][head..], &kv[1][head..]);
     let key = |p: usize| &keys[p % a.slots * a.pos_stride..][..hd];
     let value = |p: usize| &values[p % a.slots * a.pos_stride..][..hd];
     // Positions each query sees alone: before the shared ones (a window) and after them.
@@ -1545,7 +1674,7 @@ fn attend<const Q: usize>(a: &AttentionArgs<'_>, kvh: usize, first: usize) {
     }
     for p in (shared_lo..shared4).step_by(4) {
         let w: [[f32; 4]; Q] =
-            core::array::from_fn(|i| [0, 1, 2, 3].map(|j| scores[i][p + j - lo[i]]));
+            core::array::from_fn(|i| [0, 1, 2, 3].map(|j| scores[i][p + j - lo[i]] * K::UNSCALE));
         ops::axpy4_multi(
             out.each_mut().map(|o| &mut **o),
             w,
@@ -1560,22 +1689,23 @@ fn attend<const Q: usize>(a: &AttentionArgs<'_>, kvh: usize, first: usize) {
 }
 
 /// `out += p v` over positions `run` in order (four at a time), `p` from `scores` (score `j`:
-/// position `lo + j`), `v` from `value(position)`. (Not inlined: called for short runs.)
+/// position `lo + j`) times `K::UNSCALE`, `v` from `value(position)`. (Not inlined: called
+/// for short runs.)
 #[inline(never)]
-fn add_values<'v>(
+fn add_values<'v, K: KvElem + 'v>(
     out: &mut [f32],
     scores: &[f32],
     lo: usize,
     run: Range<usize>,
-    value: impl Fn(usize) -> &'v [f32],
+    value: impl Fn(usize) -> &'v [K],
 ) {
     let run4 = run.start + run.len() / 4 * 4;
     for p in (run.start..run4).step_by(4) {
-        let w = [0, 1, 2, 3].map(|j| scores[p + j - lo]);
+        let w = [0, 1, 2, 3].map(|j| scores[p + j - lo] * K::UNSCALE);
         ops::axpy4(out, w, [value(p), value(p + 1), value(p + 2), value(p + 3)]);
     }
     for p in run4..run.end {
-        ops::axpy(out, scores[p - lo], value(p));
+        ops::axpy(out, scores[p - lo] * K::UNSCALE, value(p));
     }
 }
 

@@ -284,40 +284,138 @@ pub fn try_vec(n: usize) -> Result<Vec<f32>> {
     Ok(v)
 }
 
+/// An element of the keys and values attention reads: `f32` (a sentence encoder's own batch, or
+/// the cache staged in f32) or [`KvHalf`] (the decoder's cache). `read` gives its value times
+/// `1 / UNSCALE`, a power of two, so a factor multiplied by `UNSCALE` times the element read is
+/// exactly the factor times the value, rounded the same (a product's rounding depends only on
+/// its exact value).
+pub trait KvElem: Copy {
+    /// What the other factor of every product with an element read is multiplied by.
+    const UNSCALE: f32;
+    /// The element as f32, divided by `UNSCALE`.
+    fn read(self) -> f32;
+    /// What [`KvElem::load4`] needs, made once before a loop ([`KvElem::consts`]).
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    type Consts: Copy;
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    fn consts() -> Self::Consts;
+    /// Four elements at `p`, read.
+    ///
+    /// # Safety
+    /// `p..p + 4` must be readable.
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    unsafe fn load4(p: *const Self, k: &Self::Consts) -> core::arch::wasm32::v128;
+}
+
+impl KvElem for f32 {
+    const UNSCALE: f32 = 1.0;
+    #[inline(always)]
+    fn read(self) -> f32 {
+        self
+    }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    type Consts = ();
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    #[inline(always)]
+    fn consts() {}
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    #[inline(always)]
+    unsafe fn load4(p: *const f32, _: &()) -> core::arch::wasm32::v128 {
+        // SAFETY: by the caller; v128.load has no alignment requirement.
+        unsafe { core::arch::wasm32::v128_load(p.cast()) }
+    }
+}
+
+/// An f16 of the KV cache (as llama.cpp's cache holds keys and values), read as its value over
+/// 2^112 ([`quant::f16_finite_scaled`]: exact, and four of them take three instructions). Its
+/// partner factors carry the 2^112: the queries, rounded to f16 first (as llama.cpp's product
+/// with an f16 cache rounds them), so they stay finite (65504 · 2^112 < f32::MAX), and the
+/// softmax weights (at most 1). An infinity or NaN would read as a finite value:
+/// [`KvHalf::new`] refuses them.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[repr(transparent)]
+pub struct KvHalf(u16);
+
+impl KvHalf {
+    /// `x` rounded to f16 (to nearest even); `None` when that is infinite or NaN (`|x|` from
+    /// 65520 on, or NaN).
+    #[inline]
+    pub fn new(x: f32) -> Option<KvHalf> {
+        let h = quant::f32_to_f16(x);
+        (h & 0x7c00 != 0x7c00).then_some(KvHalf(h))
+    }
+}
+
+impl KvElem for KvHalf {
+    const UNSCALE: f32 = quant::F16_REBIAS;
+    #[inline(always)]
+    fn read(self) -> f32 {
+        quant::f16_finite_scaled(self.0)
+    }
+    /// The conversion's mask, opaque: V8 would materialize a constant inside the loop at
+    /// every pass (`quant::F16Bits`).
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    type Consts = quant::F16Bits;
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    #[inline(always)]
+    fn consts() -> quant::F16Bits {
+        quant::F16Bits::opaque()
+    }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    #[inline(always)]
+    unsafe fn load4(p: *const KvHalf, k: &quant::F16Bits) -> core::arch::wasm32::v128 {
+        use core::arch::wasm32::*;
+        // SAFETY: by the caller (8 bytes); the load has no alignment requirement.
+        quant::f16_sext_scaled(unsafe { i32x4_load_extend_i16x4(p.cast()) }, k)
+    }
+}
+
+/// `out[i]` = `x[i]`'s value (exact), four at a time.
+pub fn halves_to_f32(out: &mut [f32], x: &[KvHalf]) {
+    debug_assert_eq!(out.len(), x.len());
+    let n = out.len().min(x.len());
+    let (out, x) = (&mut out[..n], &x[..n]);
+    let body = simd128_or!(simd128::halves_to_f32(out, x), 0);
+    for (o, x) in out[body..].iter_mut().zip(&x[body..]) {
+        *o = x.read() * KvHalf::UNSCALE;
+    }
+}
+
 /// Dot product with four partial sums: element `i` goes to sum `i % 4`, in order, and the sums
 /// are combined as `(s0 + s1) + (s2 + s3) + tail` — the lane order of the SIMD version, so both
-/// give the same bits (and the result does not depend on which thread runs it).
-pub fn dot_ref(a: &[f32], b: &[f32]) -> f32 {
+/// give the same bits (and the result does not depend on which thread runs it). `b`'s elements
+/// are [`KvElem::read`].
+pub fn dot_ref<K: KvElem>(a: &[f32], b: &[K]) -> f32 {
     debug_assert_eq!(a.len(), b.len());
     let n = a.len().min(b.len());
     let mut s = [0.0f32; 4];
     for (i, (&x, &y)) in a[..n / 4 * 4].iter().zip(b).enumerate() {
-        s[i % 4] += x * y;
+        s[i % 4] += x * y.read();
     }
     let mut tail = 0.0;
     for i in n / 4 * 4..n {
-        tail += a[i] * b[i];
+        tail += a[i] * b[i].read();
     }
     (s[0] + s[1]) + (s[2] + s[3]) + tail
 }
 
-/// `y += a * x`, element by element (scalar reference).
-pub fn axpy_ref(y: &mut [f32], a: f32, x: &[f32]) {
+/// `y += a * x`, element by element (scalar reference; `x`'s elements [`KvElem::read`]).
+pub fn axpy_ref<K: KvElem>(y: &mut [f32], a: f32, x: &[K]) {
     debug_assert_eq!(x.len(), y.len());
     for (yi, &xi) in y.iter_mut().zip(x) {
-        *yi += a * xi;
+        *yi += a * xi.read();
     }
 }
 
 /// `[q·k0, q·k1, q·k2, q·k3]`, each exactly [`dot_ref`] (four keys in one pass for the SIMD
 /// version's sake: independent sums keep the adder busy).
-pub fn dot4_ref(q: &[f32], k: [&[f32]; 4]) -> [f32; 4] {
+pub fn dot4_ref<K: KvElem>(q: &[f32], k: [&[K]; 4]) -> [f32; 4] {
     k.map(|k| dot_ref(q, k))
 }
 
 /// `y += p0 v0 + p1 v1 + p2 v2 + p3 v3`, added in that order per element: exactly four
 /// [`axpy_ref`] calls (one pass over `y` in the SIMD version).
-pub fn axpy4_ref(y: &mut [f32], p: [f32; 4], v: [&[f32]; 4]) {
+pub fn axpy4_ref<K: KvElem>(y: &mut [f32], p: [f32; 4], v: [&[K]; 4]) {
     for (pj, vj) in p.into_iter().zip(v) {
         axpy_ref(y, pj, vj);
     }
@@ -325,25 +423,25 @@ pub fn axpy4_ref(y: &mut [f32], p: [f32; 4], v: [&[f32]; 4]) {
 
 /// See [`dot_ref`]; bit-identical.
 #[inline]
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+pub fn dot<K: KvElem>(a: &[f32], b: &[K]) -> f32 {
     simd128_or!(simd128::dot_n(a, [b])[0], dot_ref(a, b))
 }
 
 /// See [`axpy_ref`]; bit-identical.
 #[inline]
-pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+pub fn axpy<K: KvElem>(y: &mut [f32], a: f32, x: &[K]) {
     simd128_or!(simd128::axpy_n(y, [a], [x]), axpy_ref(y, a, x));
 }
 
 /// See [`dot4_ref`]; bit-identical.
 #[inline]
-pub fn dot4(q: &[f32], k: [&[f32]; 4]) -> [f32; 4] {
+pub fn dot4<K: KvElem>(q: &[f32], k: [&[K]; 4]) -> [f32; 4] {
     simd128_or!(simd128::dot_n(q, k), dot4_ref(q, k))
 }
 
 /// See [`axpy4_ref`]; bit-identical.
 #[inline]
-pub fn axpy4(y: &mut [f32], p: [f32; 4], v: [&[f32]; 4]) {
+pub fn axpy4<K: KvElem>(y: &mut [f32], p: [f32; 4], v: [&[K]; 4]) {
     simd128_or!(simd128::axpy_n(y, p, v), axpy4_ref(y, p, v));
 }
 
@@ -351,9 +449,9 @@ pub fn axpy4(y: &mut [f32], p: [f32; 4], v: [&[f32]; 4]) {
 /// [`dot_ref`] (the SIMD version loads the keys once for all queries and combines each query's
 /// four sums in one vector: the same additions, lane by lane).
 #[inline(always)]
-pub fn scaled_dot4_multi<const Q: usize>(
+pub fn scaled_dot4_multi<K: KvElem, const Q: usize>(
     q: [&[f32]; Q],
-    k: [&[f32]; 4],
+    k: [&[K]; 4],
     scale: f32,
     out: [&mut [f32]; Q],
     at: [usize; Q],
@@ -371,7 +469,7 @@ pub fn scaled_dot4_multi<const Q: usize>(
 /// [`axpy4`] for each of `Q` outputs: `y_i += Σ_j p_i[j] v_j` in position order, each exactly
 /// [`axpy4_ref`] (the values are loaded once for all outputs in the SIMD version).
 #[inline(always)]
-pub fn axpy4_multi<const Q: usize>(y: [&mut [f32]; Q], p: [[f32; 4]; Q], v: [&[f32]; 4]) {
+pub fn axpy4_multi<K: KvElem, const Q: usize>(y: [&mut [f32]; Q], p: [[f32; 4]; Q], v: [&[K]; 4]) {
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     simd128::axpy_qn(y, p, v);
     #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
@@ -386,14 +484,16 @@ mod simd128 {
     //! SIMD128 has no fused multiply-add, so `mul` then `add` rounds as the scalar code does).
     use core::arch::wasm32::*;
 
+    use super::KvElem;
+
     /// Four f32 at `p`.
     ///
     /// # Safety
     /// `p..p + 4` must be readable.
     #[inline(always)]
     unsafe fn load4(p: *const f32) -> v128 {
-        // SAFETY: by the caller; v128.load has no alignment requirement.
-        unsafe { v128_load(p.cast()) }
+        // SAFETY: by the caller.
+        unsafe { f32::load4(p, &()) }
     }
 
     #[inline(always)]
@@ -405,25 +505,18 @@ mod simd128 {
     /// `q · k[j]` for each of `K` vectors in one pass over `q` (independent sums keep the adder
     /// busy); each is exactly `dot_ref(q, k[j])`.
     #[inline(always)]
-    pub fn dot_n<const K: usize>(q: &[f32], k: [&[f32]; K]) -> [f32; K] {
-        let [d] = dot_qn([q], k);
-        d
+    pub fn dot_n<E: KvElem, const K: usize>(q: &[f32], k: [&[E]; K]) -> [f32; K] {
+        let (acc, tail) = dot_qn_parts([q], k);
+        core::array::from_fn(|j| combine(acc[0][j]) + tail[0][j])
     }
 
-    /// [`dot_n`] for each of `Q` queries in one pass over the keys.
-    #[inline(always)]
-    pub fn dot_qn<const Q: usize, const K: usize>(q: [&[f32]; Q], k: [&[f32]; K]) -> [[f32; K]; Q] {
-        let (acc, tail) = dot_qn_parts(q, k);
-        core::array::from_fn(|a| core::array::from_fn(|j| combine(acc[a][j]) + tail[a][j]))
-    }
-
-    /// `super::scaled_dot4_multi`: [`dot_qn`]'s sums, each query's four combined by a
+    /// `super::scaled_dot4_multi`: each query's four sums of [`dot_qn_parts`] combined by a
     /// transpose (lane j: `(s0 + s1) + (s2 + s3)` of key j, as [`combine`] adds them), plus
     /// the tails, times `scale`, stored at once.
     #[inline(always)]
-    pub fn scaled_dot4_qn<const Q: usize>(
+    pub fn scaled_dot4_qn<E: KvElem, const Q: usize>(
         q: [&[f32]; Q],
-        k: [&[f32]; 4],
+        k: [&[E]; 4],
         scale: f32,
         out: [&mut [f32]; Q],
         at: [usize; Q],
@@ -458,12 +551,17 @@ mod simd128 {
     /// The four-lane partial sums of each `q_a · k_j` and the scalar sum of the elements past
     /// the last whole four.
     #[inline(always)]
-    fn dot_qn_parts<const Q: usize, const K: usize>(
+    fn dot_qn_parts<E: KvElem, const Q: usize, const K: usize>(
         q: [&[f32]; Q],
-        k: [&[f32]; K],
+        k: [&[E]; K],
     ) -> ([[v128; K]; Q], [[f32; K]; Q]) {
-        let n = k.iter().chain(&q).fold(usize::MAX, |n, v| n.min(v.len()));
+        let n = k
+            .iter()
+            .map(|k| k.len())
+            .chain(q.iter().map(|q| q.len()))
+            .fold(usize::MAX, usize::min);
         let body = n / 4 * 4;
+        let kc = E::consts();
         let mut acc = [[f32x4_splat(0.0); K]; Q];
         let mut i = 0;
         while i < body {
@@ -471,7 +569,7 @@ mod simd128 {
             unsafe {
                 let x: [v128; Q] = core::array::from_fn(|a| load4(q[a].as_ptr().add(i)));
                 for j in 0..K {
-                    let kj = load4(k[j].as_ptr().add(i));
+                    let kj = E::load4(k[j].as_ptr().add(i), &kc);
                     for a in 0..Q {
                         acc[a][j] = f32x4_add(acc[a][j], f32x4_mul(x[a], kj));
                     }
@@ -483,7 +581,7 @@ mod simd128 {
             core::array::from_fn(|j| {
                 let mut tail = 0.0;
                 for t in body..n {
-                    tail += q[a][t] * k[j][t];
+                    tail += q[a][t] * k[j][t].read();
                 }
                 tail
             })
@@ -491,24 +589,40 @@ mod simd128 {
         (acc, tail)
     }
 
+    /// `super::halves_to_f32` but for the last `out.len() % 4`; returns where it stopped.
+    pub fn halves_to_f32(out: &mut [f32], x: &[super::KvHalf]) -> usize {
+        let body = out.len().min(x.len()) / 4 * 4;
+        let kc = super::KvHalf::consts();
+        for i in (0..body).step_by(4) {
+            // SAFETY: i + 4 <= body <= both lengths (8 bytes of halves at i).
+            unsafe {
+                let h = i32x4_load_extend_i16x4(x.as_ptr().add(i).cast());
+                let v = crate::quant::f16_sext_finite_to_f32(h, &kc);
+                v128_store(out.as_mut_ptr().add(i).cast(), v);
+            }
+        }
+        body
+    }
+
     /// `y += p[0] v[0] + .. + p[K-1] v[K-1]`, added in that order per element (exactly `K`
     /// `axpy_ref` calls) in one pass over `y`.
     #[inline(always)]
-    pub fn axpy_n<const K: usize>(y: &mut [f32], p: [f32; K], v: [&[f32]; K]) {
+    pub fn axpy_n<E: KvElem, const K: usize>(y: &mut [f32], p: [f32; K], v: [&[E]; K]) {
         axpy_qn([y], [p], v)
     }
 
     /// [`axpy_n`] for each of `Q` outputs in one pass over the values.
     #[inline(always)]
-    pub fn axpy_qn<const Q: usize, const K: usize>(
+    pub fn axpy_qn<E: KvElem, const Q: usize, const K: usize>(
         mut y: [&mut [f32]; Q],
         p: [[f32; K]; Q],
-        v: [&[f32]; K],
+        v: [&[E]; K],
     ) {
         let n = v.iter().fold(usize::MAX, |n, v| n.min(v.len()));
         let n = y.iter().fold(n, |n, y| n.min(y.len()));
         let body = n / 4 * 4;
         let pv = p.map(|p| p.map(|x| f32x4_splat(x)));
+        let kc = E::consts();
         let mut i = 0;
         while i < body {
             // SAFETY: i + 4 <= body <= the length of every y and v.
@@ -516,7 +630,7 @@ mod simd128 {
                 let yp: [*mut f32; Q] = core::array::from_fn(|a| y[a].as_mut_ptr().add(i));
                 let mut acc: [v128; Q] = core::array::from_fn(|a| load4(yp[a]));
                 for j in 0..K {
-                    let vj = load4(v[j].as_ptr().add(i));
+                    let vj = E::load4(v[j].as_ptr().add(i), &kc);
                     for a in 0..Q {
                         acc[a] = f32x4_add(acc[a], f32x4_mul(pv[a][j], vj));
                     }
@@ -530,7 +644,7 @@ mod simd128 {
         for a in 0..Q {
             for t in body..n {
                 for j in 0..K {
-                    y[a][t] += p[a][j] * v[j][t];
+                    y[a][t] += p[a][j] * v[j][t].read();
                 }
             }
         }
@@ -555,12 +669,69 @@ mod tests {
     }
 
     /// The dispatching versions (SIMD128 under wasm32, the references natively) equal the
-    /// scalar references bit for bit, at every length around the 4-lane body.
+    /// scalar references bit for bit, at every length around the 4-lane body, with f32 keys
+    /// and values and with the cache's f16 (zeros, subnormals and normals of either sign).
     #[test]
     fn simd_kernels_equal_their_references() {
+        kernels_equal_references(|x| x);
+        kernels_equal_references(|x| KvHalf::new(x).unwrap());
+        let tiny = |x: f32| KvHalf::new(x * 1e-4).unwrap();
+        kernels_equal_references(tiny);
+        kernels_equal_references(|x| KvHalf::new(x * 6.0e4).unwrap());
+    }
+
+    /// Every finite f16 reads as its value times 2^-112, in the SIMD loads too; the cache
+    /// refuses what rounds to infinity and NaN.
+    #[test]
+    fn kv_half_reads_every_finite_f16() {
+        for h in (0..=u16::MAX).filter(|h| h & 0x7c00 != 0x7c00) {
+            let x = quant::f16_to_f32(h);
+            let half = KvHalf::new(x).unwrap();
+            assert_eq!(half, KvHalf(h), "{h:#06x}");
+            let read = half.read();
+            assert_eq!((read * KvHalf::UNSCALE).to_bits(), x.to_bits(), "{h:#06x}");
+            #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+            {
+                use core::arch::wasm32::*;
+                // SAFETY: four readable halves.
+                let v = unsafe { KvHalf::load4([half; 4].as_ptr(), &KvHalf::consts()) };
+                assert_eq!(u32x4_extract_lane::<2>(v), read.to_bits(), "{h:#06x}");
+            }
+        }
+        for n in 0..12 {
+            // zeros, subnormals, normals, the largest, of either sign
+            let bits = [
+                0x0000, 0x8000, 0x0001, 0x83ff, 0x0400, 0x3c00, 0xbc00, 0x7bff, 0xfbff,
+            ];
+            let h: Vec<KvHalf> = (0..n).map(|i| KvHalf(bits[(i * 5) % bits.len()])).collect();
+            let mut got = std::vec![f32::NAN; n];
+            halves_to_f32(&mut got, &h);
+            let want = h.iter().map(|h| quant::f16_to_f32(h.0).to_bits());
+            assert_eq!(
+                got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                want.collect::<Vec<_>>()
+            );
+        }
+        for x in [
+            65520.0,
+            -65520.0,
+            1e6,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+        ] {
+            assert_eq!(KvHalf::new(x), None, "{x}");
+        }
+        assert_eq!(KvHalf::new(65519.0), Some(KvHalf(0x7bff)));
+    }
+
+    /// [`simd_kernels_equal_their_references`] with the keys and values made by `elem`.
+    fn kernels_equal_references<K: KvElem>(elem: impl Fn(f32) -> K) {
         for n in 0..70 {
             let q = values(n, 1);
-            let k: Vec<Vec<f32>> = (0..4).map(|j| values(n, 10 + j)).collect();
+            let k: Vec<Vec<K>> = (0..4)
+                .map(|j| values(n, 10 + j).into_iter().map(&elem).collect())
+                .collect();
             let ks = [&k[0][..], &k[1][..], &k[2][..], &k[3][..]];
             assert_eq!(
                 dot(&q, ks[1]).to_bits(),

@@ -662,6 +662,34 @@ fn a_non_finite_scale_is_refused_at_load() {
     }
 }
 
+/// Keys past f16's range are an error naming the layer, not values read back wrong from the
+/// f16 cache (an f16 infinity would read as a finite number): every scale of layer 0's key
+/// matrix set to 65504, the largest f16.
+#[test]
+fn keys_past_the_f16_cache_range_are_an_error() {
+    let mut bytes = read_shared("models/tiny/tiny-llama-Q4_0.gguf");
+    let (at, len) = {
+        let g = Gguf::parse(&bytes).unwrap();
+        let t = g.tensor("blk.0.attn_k.weight").unwrap();
+        (
+            t.data.as_ptr() as usize - bytes.as_ptr() as usize,
+            t.data.len(),
+        )
+    };
+    for block in bytes[at..at + len].chunks_exact_mut(18) {
+        block[..2].copy_from_slice(&0x7bffu16.to_le_bytes());
+    }
+    let g = Gguf::parse_for_model(&mut bytes).unwrap();
+    let mut model = Model::load(&g, 16).unwrap();
+    for ids in [&[1u32, 2, 3][..], &[1]] {
+        let e = model.forward(ids, None).unwrap_err();
+        assert_eq!(e.status, crate::error::Status::BadFormat);
+        let m = e.message.as_str();
+        assert!(m.contains("layer 0: a key or value"), "{m}");
+        assert_eq!(model.pos, 0);
+    }
+}
+
 /// `file` with the tensor info of `name` changed: its dims replaced by `dims` (same count of
 /// dims) or, when `dims` is empty, its name's last byte changed (the tensor goes missing).
 fn patched(file: &str, name: &str, dims: &[u64]) -> Vec<u8> {
@@ -866,11 +894,15 @@ fn gelu_table_is_gelu_of_the_rounded_input() {
 /// order: the operations the kernel promises), bit for bit: grouped query heads (3 per KV head,
 /// so tiles span two tokens), a ring that wraps, sliding windows shorter than a tile, a soft
 /// cap, bidirectional attention, and a head size with a tail past the last four; the items run
-/// all at once and one by one in reverse (as threads may take them).
+/// all at once and one by one in reverse (as threads may take them). With f32 keys and values (a
+/// sentence encoder's) and with the decoder's f16 cache (`KvHalf`: the reference gets its
+/// values as f32 and the query rounded to f16, the kernel the query times 2^112).
 #[test]
 fn attention_items_equal_one_query_at_a_time() {
-    use super::{AttentionArgs, attention_kernel, ops};
+    use super::{AttentionArgs, KvElem, KvHalf, KvRows, attention_kernel, ops};
     use crate::pool::Disjoint;
+    use crate::quant::round_to_f16;
+    #[derive(Clone, Copy)]
     struct Case {
         heads: usize,
         group: usize,
@@ -909,49 +941,81 @@ fn attention_items_equal_one_query_at_a_time() {
             ..case(4, 1, 8, 7, 0, usize::MAX, 7)
         },
     ];
+    /// The kernel's output for `q` and `kv` under case `c`; its items in reverse with `reverse`.
+    fn run(c: &Case, q: &[f32], kv: KvRows<'_>, reverse: bool) -> Vec<f32> {
+        let q_dim = c.heads * c.hd;
+        let score_stride = c.slots + 8;
+        let mut out = std::vec![f32::NAN; c.n * q_dim];
+        let mut scores = std::vec![0.0; c.n * c.heads * score_stride];
+        let args = AttentionArgs {
+            q,
+            out: Disjoint::new(&mut out),
+            scores: Disjoint::new(&mut scores),
+            kv,
+            slots: c.slots,
+            head_stride: c.slots * c.hd,
+            pos_stride: c.hd,
+            n_heads: c.heads,
+            group: c.group,
+            head_dim: c.hd,
+            q_dim,
+            score_stride,
+            n: c.n,
+            pos0: c.pos0,
+            scale: 0.3,
+            softcap: c.softcap,
+            window: c.window,
+            bidirectional: c.bidirectional,
+        };
+        match reverse {
+            false => attention_kernel(&args, 0..args.items()),
+            true => {
+                for item in (0..args.items()).rev() {
+                    attention_kernel(&args, item..item + 1);
+                }
+            }
+        }
+        out
+    }
     let mut rng = crate::testutil::Rng(7);
     let mut values = |len: usize| -> Vec<f32> { (0..len).map(|_| 2.0 * rng.uniform()).collect() };
-    for c in cases {
+    for (c, half) in cases.into_iter().flat_map(|c| [(c, false), (c, true)]) {
         let (kv_heads, q_dim) = (c.heads / c.group, c.heads * c.hd);
-        let q = values(c.n * q_dim);
-        let (k, v) = (
-            values(kv_heads * c.slots * c.hd),
-            values(kv_heads * c.slots * c.hd),
-        );
-        let score_stride = c.slots + 8;
-        let run = |order: &dyn Fn(&AttentionArgs<'_>)| {
-            let mut out = std::vec![f32::NAN; c.n * q_dim];
-            let mut scores = std::vec![0.0; c.n * c.heads * score_stride];
-            let args = AttentionArgs {
-                q: &q,
-                out: Disjoint::new(&mut out),
-                scores: Disjoint::new(&mut scores),
-                k_cache: &k,
-                v_cache: &v,
-                slots: c.slots,
-                head_stride: c.slots * c.hd,
-                pos_stride: c.hd,
-                n_heads: c.heads,
-                group: c.group,
-                head_dim: c.hd,
-                q_dim,
-                score_stride,
-                n: c.n,
-                pos0: c.pos0,
-                scale: 0.3,
-                softcap: c.softcap,
-                window: c.window,
-                bidirectional: c.bidirectional,
-            };
-            order(&args);
-            out
+        let mut q = values(c.n * q_dim);
+        // every fifth key and value element tiny: an f16 subnormal or zero in the cache
+        let mut kv = || -> Vec<f32> {
+            let x = values(kv_heads * c.slots * c.hd).into_iter().enumerate();
+            x.map(|(i, x)| if i % 5 == 0 { x * 1e-4 } else { x })
+                .collect()
         };
-        let all = run(&|a| attention_kernel(a, 0..a.items()));
-        let reversed = run(&|a| {
-            for item in (0..a.items()).rev() {
-                attention_kernel(a, item..item + 1);
+        let (mut k, mut v) = (kv(), kv());
+        let [all, reversed] = [false, true].map(|reverse| match half {
+            false => run(
+                &c,
+                &q,
+                KvRows::F32 {
+                    keys: &k,
+                    values: &v,
+                },
+                reverse,
+            ),
+            true => {
+                let to_half = |x: &[f32]| -> Vec<KvHalf> {
+                    x.iter().map(|&x| KvHalf::new(x).unwrap()).collect()
+                };
+                let q = q.iter().map(|&x| round_to_f16(x) * KvHalf::UNSCALE);
+                let q: Vec<f32> = q.collect();
+                let (keys, values) = (&to_half(&k), &to_half(&v));
+                run(&c, &q, KvRows::Half { keys, values }, reverse)
             }
         });
+        if half {
+            // the reference gets what the kernel was given: values rounded to f16, the query
+            // too (the kernel's query times 2^112, its cache read times 2^-112)
+            for x in q.iter_mut().chain(&mut k).chain(&mut v) {
+                *x = round_to_f16(*x);
+            }
+        }
         let mut want = std::vec![0.0f32; c.n * q_dim];
         for t in 0..c.n {
             for h in 0..c.heads {
@@ -979,7 +1043,7 @@ fn attention_items_equal_one_query_at_a_time() {
             }
         }
         let label = std::format!(
-            "heads {} group {} hd {} n {} pos0 {} window {}",
+            "heads {} group {} hd {} n {} pos0 {} window {} f16 cache {half}",
             c.heads,
             c.group,
             c.hd,

@@ -58,6 +58,24 @@ pub fn f16_to_f32(h: u16) -> f32 {
     f32::from_bits(abs.to_bits() | sign)
 }
 
+/// 2^112, the step from an f16's exponent bias to an f32's (127 - 15): a finite f16 is
+/// [`f16_finite_scaled`] times this.
+pub const F16_REBIAS: f32 = f32::from_bits((127 + 112) << 23);
+
+/// The bits of `(h as i16 as i32) << 13` that hold a finite f16 as [`f16_finite_scaled`]: its
+/// sign (the top bit), exponent and mantissa where an f32 has them; the three copies of the
+/// sign between them are cleared.
+pub const F16_SCALED_MASK: u32 = 0x8fff_e000;
+
+/// A finite f16's value over [`F16_REBIAS`], exact: its bits moved to an f32's places without
+/// rebiasing the exponent (so a subnormal f16 becomes a subnormal f32). An infinity or NaN
+/// comes out as a finite number. The SIMD kernels take four at once from one sign-extending
+/// load, a shift and a mask.
+#[inline(always)]
+pub fn f16_finite_scaled(h: u16) -> f32 {
+    f32::from_bits((((h as i16 as i32) << 13) as u32) & F16_SCALED_MASK)
+}
+
 /// f32 -> binary16 bits, round to nearest even. (Inlined: the KV cache rounds every value it
 /// stores through it.)
 #[inline]

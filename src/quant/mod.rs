@@ -178,8 +178,12 @@ pub use activation::{
     ActivationBuf, ActivationKind, quantize_activation, quantize_activations, stored_index,
 };
 pub use grouped::group_rows;
-pub use half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16, round_to_f16};
+pub use half::{
+    F16_REBIAS, bf16_to_f32, f16_finite_scaled, f16_to_f32, f32_to_bf16, f32_to_f16, round_to_f16,
+};
 pub use q8::quantize_row_q8_0;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub use simd128::{F16Bits, f16_sext_finite_to_f32, f16_sext_scaled};
 
 use crate::error::{Result, Status};
 use crate::{bail, err};

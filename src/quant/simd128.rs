@@ -105,23 +105,29 @@ pub(super) unsafe fn f16x8_finite_to_f32(p: *const u8, k: &F16Bits) -> (v128, v1
 /// `movq`, `punpcklqdq`), while a value it cannot see through stays in a register (or is one
 /// load from the stack). LLVM turns shift pairs into these masks too, so shifts do not help.
 #[derive(Clone, Copy)]
-pub(super) struct F16Bits {
-    /// The sign bit, exponent and mantissa of a sign-extended f16 shifted left by 13 (clears
-    /// the three copies of the sign below the top bit).
+pub struct F16Bits {
+    /// `half::F16_SCALED_MASK`: the sign bit, exponent and mantissa of a sign-extended f16
+    /// shifted left by 13 (clears the three copies of the sign below the top bit).
     signed_magnitude: v128,
-    /// 2^112: rebiases the exponent.
+    /// `half::F16_REBIAS` (2^112): rebiases the exponent.
     rebias: v128,
 }
 
 impl F16Bits {
-    pub(super) const CONST: F16Bits = F16Bits {
-        signed_magnitude: u32x4(0x8fff_e000, 0x8fff_e000, 0x8fff_e000, 0x8fff_e000),
-        rebias: u32x4(0x7780_0000, 0x7780_0000, 0x7780_0000, 0x7780_0000),
+    pub const CONST: F16Bits = F16Bits {
+        signed_magnitude: {
+            let m = super::half::F16_SCALED_MASK;
+            u32x4(m, m, m, m)
+        },
+        rebias: {
+            let r = super::half::F16_REBIAS.to_bits();
+            u32x4(r, r, r, r)
+        },
     };
 
     /// The same values, hidden from the optimizers (see the type's doc).
     #[inline(always)]
-    pub(super) fn opaque() -> F16Bits {
+    pub fn opaque() -> F16Bits {
         core::hint::black_box(F16Bits::CONST)
     }
 }
@@ -184,8 +190,15 @@ fn round_to_f16x4(x: v128) -> v128 {
 /// A sign-extending load (`v128.load16x4_s`, one instruction) gives the lanes, so no zero
 /// register is needed to move values to the top half.
 #[inline(always)]
-pub(super) fn f16_sext_finite_to_f32(lanes: v128, k: &F16Bits) -> v128 {
-    f32x4_mul(v128_and(i32x4_shl(lanes, 13), k.signed_magnitude), k.rebias)
+pub fn f16_sext_finite_to_f32(lanes: v128, k: &F16Bits) -> v128 {
+    f32x4_mul(f16_sext_scaled(lanes, k), k.rebias)
+}
+
+/// [`half::f16_finite_scaled`](super::half::f16_finite_scaled) of 4 binary16 values,
+/// sign-extended to i32 lanes: each finite value over 2^112, exact (two instructions).
+#[inline(always)]
+pub fn f16_sext_scaled(lanes: v128, k: &F16Bits) -> v128 {
+    v128_and(i32x4_shl(lanes, 13), k.signed_magnitude)
 }
 
 /// 8 bfloat16 values (u16 lanes) -> two f32x4: each value moves to the top half of a lane.
