@@ -11,7 +11,7 @@
 //!     q, k, v = Wq xb [+bq], Wk xb [+bk], Wv xb [+bv]  (q_dim,), (kv_dim,), (kv_dim,)
 //!     [q_h, k_h = rmsnorm(q_h) * q_norm, rmsnorm(k_h) * k_norm]   [qwen3, gemma3, lfm2, exaone4]
 //!     [rope(q, k, pos)]; k, v -> cache[layer][pos]     (f16, as llama.cpp's cache)
-//!     per head h: s = f16(q_h) · K[lo..=pos] * scale   [s = cap tanh(s / cap): gemma2]
+//!     per head h: s = q_h · K[lo..=pos] * scale        [s = cap tanh(s / cap): gemma2]
 //!                 o_h = softmax(s) · V[lo..=pos]
 //!                 (lo = 0, or pos + 1 - window in a sliding-window layer)
 //!     x += [post_attn_norm *] Wo o [* residual_scale]  (dim,)   [gemma, exaone4; granite]
@@ -1341,11 +1341,11 @@ impl<'a> Model<'a> {
     }
 
     /// Attention for `n` new tokens at `pos0..pos0+n` in layer `l`, split across the pool by
-    /// (KV head, tile of [`QUERIES`] of its queries). The queries are rounded to f16 first, as
-    /// llama.cpp's product with an f16 cache rounds them. A batch of at least
-    /// [`STAGE_QUERIES`] queries per KV head reads the cache's rows converted to f32 once
-    /// (`Scratch::staged`); fewer read the f16 cache itself (half the bytes; the queries then
-    /// times `KvHalf::UNSCALE`). The same bits either way.
+    /// (KV head, tile of [`QUERIES`] of its queries). A batch of fewer than [`STAGE_QUERIES`]
+    /// queries per KV head (decode) reads the f16 cache itself (half the bytes of f32), the
+    /// queries times `KvHalf::UNSCALE` (unless one is 2^16 or more, which that would make
+    /// infinite); a larger batch reads the cache's rows converted to f32 once
+    /// (`Scratch::staged`). The same bits either way.
     fn attention(&mut self, l: usize, n: usize, pos0: usize) {
         let Model {
             cfg,
@@ -1360,10 +1360,11 @@ impl<'a> Model<'a> {
         let halves = ring.slots * cfg.kv_dim();
         let (keys, values) = (&keys[ring.at..][..halves], &values[ring.at..][..halves]);
         let head_stride = ring.slots * cfg.head_dim;
-        let staged = n * cfg.n_heads / cfg.n_kv_heads >= STAGE_QUERIES;
-        let factor = if staged { 1.0 } else { KvHalf::UNSCALE };
-        for x in &mut s.q[..n * cfg.q_dim()] {
-            *x = quant::round_to_f16(*x) * factor;
+        let q = &mut s.q[..n * cfg.q_dim()];
+        let staged = n * cfg.n_heads / cfg.n_kv_heads >= STAGE_QUERIES
+            || q.iter().any(|x| x.abs() >= KvHalf::QUERY_LIMIT);
+        if !staged {
+            q.iter_mut().for_each(|x| *x *= KvHalf::UNSCALE);
         }
         let kv = match staged {
             false => KvRows::Half { keys, values },

@@ -328,15 +328,17 @@ impl KvElem for f32 {
 
 /// An f16 of the KV cache (as llama.cpp's cache holds keys and values), read as its value over
 /// 2^112 ([`quant::f16_finite_scaled`]: exact, and four of them take three instructions). Its
-/// partner factors carry the 2^112: the queries, rounded to f16 first (as llama.cpp's product
-/// with an f16 cache rounds them), so they stay finite (65504 · 2^112 < f32::MAX), and the
-/// softmax weights (at most 1). An infinity or NaN would read as a finite value:
-/// [`KvHalf::new`] refuses them.
+/// partner factors carry the 2^112: the queries (each below [`KvHalf::QUERY_LIMIT`], so they
+/// stay finite) and the softmax weights (at most 1). An infinity or NaN would read as a finite
+/// value: [`KvHalf::new`] refuses them.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 #[repr(transparent)]
 pub struct KvHalf(u16);
 
 impl KvHalf {
+    /// 2^16: a query at least this large would be infinite times `UNSCALE` (2^128).
+    pub const QUERY_LIMIT: f32 = 65536.0;
+
     /// `x` rounded to f16 (to nearest even); `None` when that is infinite or NaN (`|x|` from
     /// 65520 on, or NaN).
     #[inline]
