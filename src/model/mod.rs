@@ -1361,8 +1361,7 @@ impl<'a> Model<'a> {
         let (keys, values) = (&keys[ring.at..][..halves], &values[ring.at..][..halves]);
         let head_stride = ring.slots * cfg.head_dim;
         let q = &mut s.q[..n * cfg.q_dim()];
-        let staged = n * cfg.n_heads / cfg.n_kv_heads >= STAGE_QUERIES
-            || q.iter().any(|x| x.abs() >= KvHalf::QUERY_LIMIT);
+        let staged = !reads_f16(n * cfg.n_heads / cfg.n_kv_heads, q);
         if !staged {
             q.iter_mut().for_each(|x| *x *= KvHalf::UNSCALE);
         }
@@ -1413,6 +1412,13 @@ impl<'a> Model<'a> {
 /// Queries per KV head from which a batch's attention reads the cache converted to f32 once
 /// (`Model::attention`) instead of converting each f16 in each tile of [`QUERIES`] queries.
 const STAGE_QUERIES: usize = 4 * QUERIES;
+
+/// Whether a batch's attention reads the f16 cache itself (`Model::attention`): fewer than
+/// [`STAGE_QUERIES`] queries per KV head, each query value below `KvHalf::QUERY_LIMIT` (NaN
+/// is NaN either way).
+fn reads_f16(queries_per_kv_head: usize, q: &[f32]) -> bool {
+    queries_per_kv_head < STAGE_QUERIES && !q.iter().any(|x| x.abs() >= KvHalf::QUERY_LIMIT)
+}
 
 /// A layer's f16 keys and values into f32 (`Model::attention`): item `i` is head `i / 2`'s
 /// keys (`i` even) or values, its first `live` elements.

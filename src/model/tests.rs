@@ -662,6 +662,22 @@ fn a_non_finite_scale_is_refused_at_load() {
     }
 }
 
+/// A batch reads the f16 cache itself only when small and when each query times 2^112 is
+/// finite (below 2^16); otherwise the cache staged in f32.
+#[test]
+fn the_f16_cache_is_read_directly_only_by_small_batches_of_finite_scaled_queries() {
+    use super::{KvElem, KvHalf, STAGE_QUERIES, reads_f16};
+    let largest = 65535.99f32;
+    assert!((largest * KvHalf::UNSCALE).is_finite());
+    assert!((KvHalf::QUERY_LIMIT * KvHalf::UNSCALE).is_infinite());
+    assert!(reads_f16(3, &[1.0, -largest, f32::NAN, 0.0]));
+    assert!(reads_f16(STAGE_QUERIES - 1, &[1.0]));
+    assert!(!reads_f16(STAGE_QUERIES, &[1.0]));
+    for big in [KvHalf::QUERY_LIMIT, -KvHalf::QUERY_LIMIT, f32::INFINITY] {
+        assert!(!reads_f16(3, &[1.0, big]), "{big}");
+    }
+}
+
 /// Keys past f16's range are an error naming the layer, not values read back wrong from the
 /// f16 cache (an f16 infinity would read as a finite number): every scale of layer 0's key
 /// matrix set to 65504, the largest f16.
