@@ -834,19 +834,7 @@ impl<'a> Model<'a> {
                 slots,
             });
         }
-        let half_vec = || {
-            let mut v = Vec::new();
-            v.try_reserve_exact(halves).map_err(|_| {
-                err!(
-                    Status::OutOfMemory,
-                    "cannot allocate a KV cache of {} halves",
-                    halves
-                )
-            })?;
-            v.resize(halves, KvHalf::default());
-            Ok::<_, crate::error::Error>(v)
-        };
-        let (keys, values) = (half_vec()?, half_vec()?);
+        let (keys, values) = (try_vec(halves)?, try_vec(halves)?);
         let ring = try_vec(ring_floats)?;
         let state = try_vec(state_floats)?;
         let mut ids = Vec::new();

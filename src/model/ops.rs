@@ -275,12 +275,19 @@ impl RopeTable {
     }
 }
 
-/// A zeroed `Vec<f32>` of `n`, or `OutOfMemory`.
-pub fn try_vec(n: usize) -> Result<Vec<f32>> {
+/// A `Vec` of `n` zeros (`f32`, or the cache's [`KvHalf`]), or `OutOfMemory`.
+pub fn try_vec<T: Copy + Default>(n: usize) -> Result<Vec<T>> {
     let mut v = Vec::new();
-    v.try_reserve_exact(n)
-        .map_err(|_| err!(Status::OutOfMemory, "cannot allocate {} floats", n))?;
-    v.resize(n, 0.0);
+    v.try_reserve_exact(n).map_err(|_| {
+        let bytes = size_of::<T>();
+        err!(
+            Status::OutOfMemory,
+            "cannot allocate {} values of {} bytes",
+            n,
+            bytes
+        )
+    })?;
+    v.resize(n, T::default());
     Ok(v)
 }
 
@@ -344,7 +351,7 @@ impl KvHalf {
     #[inline]
     pub fn new(x: f32) -> Option<KvHalf> {
         let h = quant::f32_to_f16(x);
-        (h & 0x7c00 != 0x7c00).then_some(KvHalf(h))
+        quant::f16_is_finite(h).then_some(KvHalf(h))
     }
 }
 
@@ -686,7 +693,7 @@ mod tests {
     /// refuses what rounds to infinity and NaN.
     #[test]
     fn kv_half_reads_every_finite_f16() {
-        for h in (0..=u16::MAX).filter(|h| h & 0x7c00 != 0x7c00) {
+        for h in (0..=u16::MAX).filter(|&h| quant::f16_is_finite(h)) {
             let x = quant::f16_to_f32(h);
             let half = KvHalf::new(x).unwrap();
             assert_eq!(half, KvHalf(h), "{h:#06x}");

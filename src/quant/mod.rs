@@ -179,7 +179,8 @@ pub use activation::{
 };
 pub use grouped::group_rows;
 pub use half::{
-    F16_REBIAS, bf16_to_f32, f16_finite_scaled, f16_to_f32, f32_to_bf16, f32_to_f16, round_to_f16,
+    F16_REBIAS, bf16_to_f32, f16_finite_scaled, f16_is_finite, f16_to_f32, f32_to_bf16, f32_to_f16,
+    round_to_f16,
 };
 pub use q8::quantize_row_q8_0;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
