@@ -126,8 +126,13 @@ fn median(xs: &mut [f64]) -> f64 {
     xs[xs.len() / 2]
 }
 
-fn argmax_at(w: &mut Wasmind, ptr: u32, vocab: usize) -> u32 {
+/// The id of the largest of the `vocab` logits at `ptr`; folds their bytes into `hash` (FNV-1a),
+/// which the row reports so runs on different thread counts can be compared bit for bit.
+fn argmax_at(w: &mut Wasmind, ptr: u32, vocab: usize, hash: &mut u64) -> u32 {
     let bytes = w.read(ptr, vocab * 4);
+    for &b in &bytes {
+        *hash = (*hash ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+    }
     let mut best = (0u32, f32::NEG_INFINITY);
     for (i, c) in bytes.chunks_exact(4).enumerate() {
         let x = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
@@ -176,6 +181,7 @@ fn llm(args: &Args) -> Result<(), String> {
         let reset = w.func::<(), i32>("reset").map_err(s)?;
         let (mut pre, mut dec, mut ttft) = (Vec::new(), Vec::new(), Vec::new());
         let mut generated = Vec::new();
+        let mut logits_fnv = 0;
         // From an empty cache: prefill `n` ids at `ptr`; the logits' address after it.
         let fresh_prefill = |w: &mut Wasmind, (ptr, n): (u32, usize)| -> Result<u32, String> {
             reset.call(&mut w.store, ()).map_err(s)?;
@@ -190,9 +196,10 @@ fn llm(args: &Args) -> Result<(), String> {
             let prefill_s = t0.elapsed().as_secs_f64();
             let gen_now = if rep == 0 { 8 } else { gen_tokens };
             let mut out = Vec::with_capacity(gen_now);
+            let mut hash = 0xcbf2_9ce4_8422_2325;
             let t1 = Instant::now();
             for _ in 0..gen_now {
-                let next = argmax_at(&mut w, ptr, vocab);
+                let next = argmax_at(&mut w, ptr, vocab, &mut hash);
                 out.push(next);
                 ptr = step.call(&mut w.store, next).map_err(s)?;
                 if ptr == 0 {
@@ -204,12 +211,13 @@ fn llm(args: &Args) -> Result<(), String> {
                 pre.push(n_ids as f64 / prefill_s);
                 dec.push(gen_now as f64 / decode_s);
                 generated = out;
+                logits_fnv = hash;
             }
             // The time to the first token of the long prompt: its prefill and the pick.
             if let (Some(long), true) = (long, rep > 0) {
                 let t0 = Instant::now();
                 let ptr = fresh_prefill(&mut w, long)?;
-                argmax_at(&mut w, ptr, vocab);
+                argmax_at(&mut w, ptr, vocab, &mut 0);
                 ttft.push(t0.elapsed().as_secs_f64() * 1000.0);
             }
         }
@@ -221,6 +229,7 @@ fn llm(args: &Args) -> Result<(), String> {
             "decode_tok_s": best(&dec), "decode_tok_s_median": median(&mut dec.clone()),
             "prefill_all": pre, "decode_all": dec,
             "generated_head": &generated[..generated.len().min(16)],
+            "logits_fnv": format!("{logits_fnv:016x}"),
         });
         if let Some((_, n_long)) = long {
             row["long_prompt_tokens"] = json!(n_long);
