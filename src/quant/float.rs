@@ -41,7 +41,6 @@ impl Kernels for F32 {
     const BLOCK_VALUES: usize = 1;
     const BLOCK_BYTES: usize = 4;
     const ACTIVATION: ActivationKind = ActivationKind::F32;
-    const MAX_TILE: usize = 2;
 
     fn dequantize(row: &[u8], out: &mut [f32]) {
         for (o, w) in out.iter_mut().zip(f32s(row)) {
@@ -65,7 +64,6 @@ impl Kernels for F16 {
     const BLOCK_VALUES: usize = 1;
     const BLOCK_BYTES: usize = 2;
     const ACTIVATION: ActivationKind = ActivationKind::F16;
-    const MAX_TILE: usize = 2;
 
     fn dequantize(row: &[u8], out: &mut [f32]) {
         for (o, h) in out.iter_mut().zip(u16s(row)) {
@@ -92,7 +90,6 @@ impl Kernels for BF16 {
     const BLOCK_VALUES: usize = 1;
     const BLOCK_BYTES: usize = 2;
     const ACTIVATION: ActivationKind = ActivationKind::BF16;
-    const MAX_TILE: usize = 2;
 
     fn dequantize(row: &[u8], out: &mut [f32]) {
         for (o, h) in out.iter_mut().zip(u16s(row)) {

@@ -213,9 +213,6 @@ trait Kernels {
     const BLOCK_BYTES: usize;
     /// What activations are rounded to before a product with this type.
     const ACTIVATION: ActivationKind;
-    /// Most vectors per call of [`Kernels::dot`] in [`matmul`], 4 or 2 (the float kernels keep
-    /// four partial sums per vector, which at four vectors would not fit in registers).
-    const MAX_TILE: usize = 4;
 
     /// `row` (whole blocks) -> `out` (`[row.len() / BLOCK_BYTES * BLOCK_VALUES]`).
     fn dequantize(row: &[u8], out: &mut [f32]);
@@ -647,7 +644,7 @@ pub unsafe fn matmul_strided(
             let w = &w[chunk.start * rb..chunk.end * rb];
             let mut v = 0;
             while v < n_vecs {
-                let tile = (n_vecs - v).min(MATMUL_TILE).min(K::MAX_TILE);
+                let tile = (n_vecs - v).min(MATMUL_TILE);
                 // SAFETY: (v + t, chunk.start + r) with t < tile <= n_vecs - v and
                 // r < chunk.len() <= n_rows - chunk.start: elements the caller vouches for.
                 let out = unsafe {
@@ -656,11 +653,10 @@ pub unsafe fn matmul_strided(
                 // The tile's activation rows are looked up once, not once per weight row. Tiles
                 // of 2 and 3 run as 4 with the last vector repeated (its extra products are
                 // dropped): a vector's products do not depend on its tile, and the kernels are
-                // compiled for 1 and 4 vectors only (and 2 for the float types).
+                // compiled for 1 and 4 vectors only.
                 let x = |t: usize| xs.row(v + t.min(tile - 1));
-                match (tile, K::MAX_TILE) {
-                    (1, _) => K::dot::<1>(w, rb, &[x(0)], out),
-                    (_, 2) => K::dot::<2>(w, rb, &[x(0), x(1)], out),
+                match tile {
+                    1 => K::dot::<1>(w, rb, &[x(0)], out),
                     _ => K::dot::<4>(w, rb, &[x(0), x(1), x(2), x(3)], out),
                 }
                 v += tile;
