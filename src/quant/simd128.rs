@@ -43,7 +43,7 @@
 //! its own block layout's loads and unpacking, kept per type (and `#[inline(never)]` per type)
 //! so each compiles to straight-line SIMD with no per-type branch in the loop.
 
-// The loops over `T` (vectors in a tile) and `STEPS` index several arrays in lockstep, and V8's
+// The loops over `T` (vectors in a tile) index several arrays in lockstep, and V8's
 // code for them is tuned (see the scratch-store comments); iterator rewrites would read worse
 // and risk that codegen.
 #![allow(clippy::needless_range_loop)]
