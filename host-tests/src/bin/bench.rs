@@ -126,13 +126,15 @@ fn median(xs: &mut [f64]) -> f64 {
     xs[xs.len() / 2]
 }
 
-/// The id of the largest of the `vocab` logits at `ptr`; folds their bytes into `hash` (FNV-1a),
-/// which the row reports so runs on different thread counts can be compared bit for bit.
-fn argmax_at(w: &mut Wasmind, ptr: u32, vocab: usize, hash: &mut u64) -> u32 {
+/// FNV-1a of `bytes`.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+fn argmax_at(w: &mut Wasmind, ptr: u32, vocab: usize) -> u32 {
     let bytes = w.read(ptr, vocab * 4);
-    for &b in &bytes {
-        *hash = (*hash ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-    }
     let mut best = (0u32, f32::NEG_INFINITY);
     for (i, c) in bytes.chunks_exact(4).enumerate() {
         let x = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
@@ -196,10 +198,9 @@ fn llm(args: &Args) -> Result<(), String> {
             let prefill_s = t0.elapsed().as_secs_f64();
             let gen_now = if rep == 0 { 8 } else { gen_tokens };
             let mut out = Vec::with_capacity(gen_now);
-            let mut hash = 0xcbf2_9ce4_8422_2325;
             let t1 = Instant::now();
             for _ in 0..gen_now {
-                let next = argmax_at(&mut w, ptr, vocab, &mut hash);
+                let next = argmax_at(&mut w, ptr, vocab);
                 out.push(next);
                 ptr = step.call(&mut w.store, next).map_err(s)?;
                 if ptr == 0 {
@@ -211,13 +212,16 @@ fn llm(args: &Args) -> Result<(), String> {
                 pre.push(n_ids as f64 / prefill_s);
                 dec.push(gen_now as f64 / decode_s);
                 generated = out;
-                logits_fnv = hash;
+                // The last step's logits (which every earlier step's bits feed), hashed
+                // outside the timed loop so rows of different thread counts can be compared
+                // bit for bit.
+                logits_fnv = fnv1a(&w.read(ptr, vocab * 4));
             }
             // The time to the first token of the long prompt: its prefill and the pick.
             if let (Some(long), true) = (long, rep > 0) {
                 let t0 = Instant::now();
                 let ptr = fresh_prefill(&mut w, long)?;
-                argmax_at(&mut w, ptr, vocab, &mut 0);
+                argmax_at(&mut w, ptr, vocab);
                 ttft.push(t0.elapsed().as_secs_f64() * 1000.0);
             }
         }
