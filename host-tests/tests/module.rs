@@ -19,10 +19,13 @@ use wasmparser::{Operator, Parser, Payload, TypeRef, ValType};
 /// converted F16 rows once per batch (`quant/simd128/f16_batch.rs`, 1.7x all-MiniLM-L6-v2's
 /// texts per second: +3.4 KB, 680,534 -> 683,897 bytes), 670 KiB until session 25 stored
 /// the KV cache in f16 (half the memory; attention over f16 keys and values beside f32 ones:
-/// +19.9 KB, 682,839 -> 702,759 bytes), now 690 KiB.
+/// +19.9 KB, 682,839 -> 702,759 bytes), 690 KiB until session 27 added each group's two pairs
+/// of block sums into one vector in the relaxed legacy kernels (one conversion and scaling per
+/// group, fused; 3-11 % more multiply-adds per second in V8: +2.3 KB, 704,799 -> 707,072
+/// bytes), now 692 KiB.
 /// The sizes are printed by these tests, by `cargo xtask dist` and (with gzip) by `cargo xtask
 /// bench`.
-const SIZE_BUDGET: usize = 690 * 1024;
+const SIZE_BUDGET: usize = 692 * 1024;
 
 #[derive(Debug, PartialEq, Clone)]
 struct Sig {

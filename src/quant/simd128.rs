@@ -702,9 +702,10 @@ fn legacy_groups<const T: usize>(
 /// the SIMD128 build stores each block's partial sums and transposes four blocks into one vector
 /// (Node 20's V8, where it runs: decode 97 tok/s against 74 the other way; Chromium 148: prefill
 /// 0.89x the other way, decode the same); the relaxed build multiplies a pair of blocks at once,
-/// from pair-interleaved activations, so each i32x4 of sums holds two blocks and is scaled as it
-/// comes (Chromium 148: prefill 281-284 tok/s against 264-266 one block at a time, which in turn
-/// beat the transposed order, 242 against 225). The orders of the f32 additions differ, so the
+/// from pair-interleaved activations, so each i32x4 of sums holds two blocks, and a group's two
+/// pairs become one vector of four blocks' sums (Chromium 148, when each pair was scaled as it
+/// came: prefill 281-284 tok/s against 264-266 one block at a time, which in turn beat the
+/// transposed order, 242 against 225). The orders of the f32 additions differ, so the
 /// builds' results differ in the last bits (each is held to llama.cpp's tolerances, and each is
 /// the same for every thread count).
 ///
@@ -797,11 +798,30 @@ unsafe fn legacy_group_transposed<L: Legacy, const T: usize>(
     }
 }
 
+/// Two pairs' sums (each as [`Legacy::dot`] gives them: lanes 0 and 1 the pair's first block's,
+/// 2 and 3 its second's) as one i32x4 with one block in each lane, `a`'s two then `b`'s.
+#[cfg(target_feature = "relaxed-simd")]
+#[inline(always)]
+fn pair_sums(a: v128, b: v128) -> v128 {
+    i32x4_add(
+        i32x4_shuffle::<0, 2, 4, 6>(a, b),
+        i32x4_shuffle::<1, 3, 5, 7>(a, b),
+    )
+}
+
 /// [`legacy_group`] of the relaxed build (`[d, m]` as in the SIMD128 one): the blocks go in
 /// pairs, each pair's products with a vector in one i32x4 (lanes 0 and 1 the first block's,
-/// lanes 2 and 3 the second's, from the pair-interleaved activations), converted and scaled at
-/// once, each lane by its block's scale. `weights(k)` unpacks the group's pair `k` (from the row
-/// here, from a prepared row in `prepared.rs`: the same operations, so the same bits).
+/// lanes 2 and 3 the second's, from the pair-interleaved activations); the group's two pairs
+/// are added into one i32x4 with a block in each lane ([`pair_sums`]), which is converted and
+/// scaled once, each lane by its block's scale, with fused multiply-adds (`madd`) for the
+/// scales and the minimums. `weights(k)` unpacks the group's pair `k` (from the row here, from
+/// a prepared row in `prepared.rs`: the same operations, so the same bits).
+///
+/// Against scaling each pair's sums as they came (two conversions, two shuffles of the scales,
+/// two multiplies and two additions per group and vector), `quant::tests::bench_matvec` in
+/// Node's V8 (best of 40 rounds, GMAC/s): matvec Q4_1 13.2 -> 13.8, Q4_0 13.8 -> 15.2, Q5_0
+/// 6.8 -> 7.6, Q5_1 6.7 -> 7.2, Q8_0 7.9 -> 8.2; matmul x16 Q4_1 17.9 -> 19.1, Q4_0 17.1 ->
+/// 18.8 (the K-quants, untouched, gave the same figures in both runs).
 ///
 /// # Safety
 /// `first + count` must not exceed the blocks of the row `weights` reads, which the caller has
@@ -820,46 +840,30 @@ unsafe fn legacy_group_pairs<L: Legacy, const T: usize>(
     // SAFETY: blocks first..first + count have their activations in `xs` (a lone last block's
     // zero partner included).
     unsafe {
-        // dd[t]: lane k is block first + k's weight scale times vector t's.
-        let dd: [v128; T] = core::array::from_fn(|t| {
-            f32x4_mul(d, gather_f32x4(xs[t].scales.as_ptr().add(first), count))
-        });
-        // offsets[t]: lane k is o·Σ y over block first + k of vector t (`OFFSET_SHIFT`).
-        let zero = i32x4_splat(0);
-        let offsets: [v128; T] = core::array::from_fn(|t| match L::OFFSET_SHIFT {
-            Some(shift) => i32x4_shl(
-                block_sums(xs[t].bsums.as_ptr().add(2 * first), count),
-                shift,
-            ),
-            None => zero,
-        });
-        for p in 0..count.div_ceil(2) {
-            let w = weights(p);
+        // sums[t]: lane k is the i32 sum of block first + k times vector t (0 past `count`)
+        let w = weights(0);
+        let firsts: [v128; T] =
+            core::array::from_fn(|t| L::dot(w, xs[t].quants.as_ptr().add(32 * first)));
+        let mut seconds = [i32x4_splat(0); T];
+        if count > 2 {
+            let w = weights(1);
             for t in 0..T {
-                let mut sum = L::dot(w, xs[t].quants.as_ptr().add(32 * first + 64 * p));
-                // each block's offset and scale in the two lanes of its sums
-                let (offset, scale) = if p == 0 {
-                    (
-                        i32x4_shuffle::<0, 4, 1, 4>(offsets[t], zero),
-                        i32x4_shuffle::<0, 0, 1, 1>(dd[t], dd[t]),
-                    )
-                } else {
-                    (
-                        i32x4_shuffle::<2, 4, 3, 4>(offsets[t], zero),
-                        i32x4_shuffle::<2, 2, 3, 3>(dd[t], dd[t]),
-                    )
-                };
-                if L::OFFSET_SHIFT.is_some() {
-                    // Σ (q - o)·y = Σ q·y - o·Σ y, exact in i32
-                    sum = i32x4_sub(sum, offset);
-                }
-                acc[t] = f32x4_add(acc[t], f32x4_mul(f32x4_convert_i32x4(sum), scale));
+                seconds[t] = L::dot(w, xs[t].quants.as_ptr().add(32 * first + 64));
             }
         }
-        if L::MIN_AT.is_some() {
-            for t in 0..T {
+        for t in 0..T {
+            let mut sum = pair_sums(firsts[t], seconds[t]);
+            if let Some(shift) = L::OFFSET_SHIFT {
+                // Σ (q - o)·y = Σ q·y - o·Σ y, exact in i32
+                let offsets = block_sums(xs[t].bsums.as_ptr().add(2 * first), count);
+                sum = i32x4_sub(sum, i32x4_shl(offsets, shift));
+            }
+            // lane k: block first + k's weight scale times vector t's
+            let dd = f32x4_mul(d, gather_f32x4(xs[t].scales.as_ptr().add(first), count));
+            acc[t] = madd(f32x4_convert_i32x4(sum), dd, acc[t]);
+            if L::MIN_AT.is_some() {
                 let s = gather_f32x4(xs[t].sums.as_ptr().add(first), count);
-                acc[t] = f32x4_add(acc[t], f32x4_mul(m, s));
+                acc[t] = madd(m, s, acc[t]);
             }
         }
     }

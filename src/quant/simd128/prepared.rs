@@ -5,10 +5,9 @@
 //! scale conversion, a quarter of the instructions of `dot_legacy`'s group, are repeated for each
 //! tile (eight times per row in a prefill batch of 32).
 //!
-//! `dot_prepared` does, per vector, the same f32 operations in the same order as `dot_legacy`
-//! (pairs scaled as they come, the minimums' share once per group of four blocks, on the same
-//! products `d_w · d_y`), so a batch gives the same bits as one vector at a time through
-//! `matvec`.
+//! `dot_prepared` does, per vector, the same operations in the same order as `dot_legacy` (the
+//! same group body, `legacy_group_pairs`), so a batch gives the same bits as one vector at a
+//! time through `matvec`.
 
 // See the parent module for why the loops over `T` index arrays in lockstep.
 #![allow(clippy::needless_range_loop)]
