@@ -1329,7 +1329,7 @@ impl<'a> Model<'a> {
     }
 
     /// Attention for `n` new tokens at `pos0..pos0+n` in layer `l`, split across the pool by
-    /// (KV head, tile of [`QUERIES`] of its queries). A batch of fewer than [`STAGE_QUERIES`]
+    /// (KV head, tile of `KvElem::QUERIES` of its queries). A batch of fewer than [`STAGE_QUERIES`]
     /// queries per KV head (decode) reads the f16 cache itself (half the bytes of f32), the
     /// queries times `KvHalf::UNSCALE` (unless one is 2^16 or more, which that would make
     /// infinite); a larger batch reads the cache's rows converted to f32 once
@@ -1398,8 +1398,9 @@ impl<'a> Model<'a> {
 }
 
 /// Queries per KV head from which a batch's attention reads the cache converted to f32 once
-/// (`Model::attention`) instead of converting each f16 in each tile of [`QUERIES`] queries.
-const STAGE_QUERIES: usize = 4 * QUERIES;
+/// (`Model::attention`) instead of converting each f16 in each tile of queries
+/// (`KvElem::QUERIES`).
+const STAGE_QUERIES: usize = 4 * <f32 as KvElem>::QUERIES;
 
 /// Whether a batch's attention reads the f16 cache itself (`Model::attention`): fewer than
 /// [`STAGE_QUERIES`] queries per KV head, each query value below `KvHalf::QUERY_LIMIT` (NaN
@@ -1500,11 +1501,6 @@ fn delta_net_kernel(a: &DeltaNetArgs<'_>, heads: Range<usize>) {
     }
 }
 
-/// Queries per attention item (of one KV head: its query heads, token by token): they share
-/// each key and value row loaded (two: their 2 × 4 sums per pass fit V8's 16 vector registers
-/// beside the loads).
-const QUERIES: usize = 2;
-
 /// A layer's keys and values as attention reads them: head `h`'s key (and value) of position
 /// `p` starts at `h * head_stride + (p % slots) * pos_stride` (`AttentionArgs`).
 #[derive(Clone, Copy)]
@@ -1557,9 +1553,18 @@ impl AttentionArgs<'_> {
         self.n * self.group
     }
 
-    /// Pool items: (KV head, tile of up to [`QUERIES`] of its queries), KV head by KV head.
+    /// Queries per item: `KvElem::QUERIES` of the rows read.
+    fn tile(&self) -> usize {
+        match self.kv {
+            KvRows::F32 { .. } => <f32 as KvElem>::QUERIES,
+            KvRows::Half { .. } => <KvHalf as KvElem>::QUERIES,
+        }
+    }
+
+    /// Pool items: (KV head, tile of up to [`AttentionArgs::tile`] of its queries), KV head by
+    /// KV head.
     fn items(&self) -> usize {
-        self.n_heads / self.group * self.queries_per_kv_head().div_ceil(QUERIES)
+        self.n_heads / self.group * self.queries_per_kv_head().div_ceil(self.tile())
     }
 }
 
@@ -1573,13 +1578,18 @@ fn attention_kernel(a: &AttentionArgs<'_>, items: Range<usize>) {
 /// The items `items` of `attention_kernel` over `keys` and `values` (`a.kv`'s).
 fn attend_items<K: KvElem>(a: &AttentionArgs<'_>, keys: &[K], values: &[K], items: Range<usize>) {
     let queries = a.queries_per_kv_head();
-    let tiles = queries.div_ceil(QUERIES);
+    let tiles = queries.div_ceil(K::QUERIES);
     for item in items {
-        let (kvh, first) = (item / tiles, item % tiles * QUERIES);
-        const { assert!(QUERIES == 2) };
-        match queries - first {
-            1 => attend::<K, 1>(a, [keys, values], kvh, first),
-            _ => attend::<K, 2>(a, [keys, values], kvh, first),
+        let (kvh, first) = (item / tiles, item % tiles * K::QUERIES);
+        let kv = [keys, values];
+        // One tile size besides 1 per element type (each is a copy of `attend`); a last tile
+        // of 2 of 3 goes as two of 1, which give the same bits.
+        match (K::QUERIES, queries - first) {
+            (_, 1) => attend::<K, 1>(a, kv, kvh, first),
+            (2, _) => attend::<K, 2>(a, kv, kvh, first),
+            (3, 2) => (0..2).for_each(|i| attend::<K, 1>(a, kv, kvh, first + i)),
+            (3, _) => attend::<K, 3>(a, kv, kvh, first),
+            _ => unreachable!("a tile of {} queries", K::QUERIES),
         }
     }
 }
