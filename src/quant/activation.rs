@@ -43,6 +43,9 @@
 //!   f32 (`s`). Every integer kind has `bsums` `[n_vecs][n_cols / 16]` i16: the sum of each 16
 //!   quants in natural order (Q8_K's own field; for Q8_0/Q8_1 it lets a kernel multiply unsigned
 //!   weights and take their offset off once per block).
+//! - the relaxed build's Q8_0 kind also has `split` `[n_vecs][2 · quants_len]`: each 16 stored
+//!   quants `q` as `max(q, 0)` then `max(-q, 0)` (both below 128), so that Q8_0's signed weight
+//!   bytes can be the signed operand of the relaxed dot as they are ([`split_quants`]).
 //!
 //! Buffers grow (with `try_reserve`) and never shrink: reuse one `ActivationBuf` per call site
 //! and there is no allocation after the first call of the largest size.
@@ -127,6 +130,30 @@ pub const fn quants_len(kind: ActivationKind, n_cols: usize) -> usize {
     }
 }
 
+/// Whether the build keeps `split` quants (the relaxed build, for Q8_0 weights).
+const SPLIT: bool = cfg!(all(target_arch = "wasm32", target_feature = "relaxed-simd"));
+
+/// Whether vectors of `kind` carry `split` quants.
+#[inline(always)]
+const fn has_split(kind: ActivationKind) -> bool {
+    SPLIT && matches!(kind, ActivationKind::Q8_0)
+}
+
+/// Each 16 of `quants` (in -127..=127) as 16 of `max(q, 0)` then 16 of `max(-q, 0)`, into
+/// `split` (twice as long): `q = pos - neg` with both below 128, the unsigned operand of the
+/// relaxed dot, whose signed operand can then be a weight byte of any value. (Not inlined:
+/// inlined into `quantize_activations`, LLVM's unrolled copies cost 8 KB.)
+#[inline(never)]
+fn split_quants(quants: &[Quant], split: &mut [Quant]) {
+    for (q, s) in quants.chunks_exact(16).zip(split.chunks_exact_mut(32)) {
+        let (pos, neg) = s.split_at_mut(16);
+        for i in 0..16 {
+            // q > -128 (`quantize_q8_0_block`), so -q does not wrap
+            (pos[i], neg[i]) = (q[i].max(0), q[i].wrapping_neg().max(0));
+        }
+    }
+}
+
 /// A batch of activation vectors rounded for one weight type. Owned scratch: reuse it.
 #[derive(Default)]
 pub struct ActivationBuf {
@@ -143,6 +170,8 @@ pub struct ActivationBuf {
     sums: Vec<f32>,
     /// Integer kinds: `[n_vecs][n_cols / 16]` sum of each 16 quants.
     bsums: Vec<i16>,
+    /// The relaxed build's Q8_0: `[n_vecs][2 * quants_len]`, [`split_quants`] of `quants`.
+    split: Vec<Quant>,
 }
 
 /// One vector of an [`ActivationBuf`], as the kernels read it. Slices not used by the kind
@@ -159,6 +188,8 @@ pub(crate) struct ActRow<'a> {
     pub sums: &'a [f32],
     /// Integer kinds: `[n_cols / 16]`.
     pub bsums: &'a [i16],
+    /// The relaxed build's Q8_0: `[2 * quants_len]`.
+    pub split: &'a [Quant],
 }
 
 /// `n_vecs` vectors of `n_cols` values: how many in all (an overflow is out of memory).
@@ -184,6 +215,7 @@ impl ActivationBuf {
             scales: Vec::new(),
             sums: Vec::new(),
             bsums: Vec::new(),
+            split: Vec::new(),
         }
     }
 
@@ -200,6 +232,12 @@ impl ActivationBuf {
         reserve(&mut buf.scales, n / 32)?;
         reserve(&mut buf.sums, n / 32)?;
         reserve(&mut buf.bsums, n / 16)?;
+        if SPLIT {
+            reserve(
+                &mut buf.split,
+                values(2 * n_cols.next_multiple_of(64), n_vecs)?,
+            )?;
+        }
         Ok(buf)
     }
 
@@ -223,6 +261,7 @@ impl ActivationBuf {
             scales: &[],
             sums: &[],
             bsums: &[],
+            split: &[],
         };
         match self.kind {
             None => {}
@@ -236,6 +275,9 @@ impl ActivationBuf {
                     row.sums = &self.sums[v * nb..(v + 1) * nb];
                 }
                 row.bsums = &self.bsums[v * (n / 16)..(v + 1) * (n / 16)];
+                if has_split(kind) {
+                    row.split = &self.split[2 * v * nq..2 * (v + 1) * nq];
+                }
             }
         }
         row
@@ -256,6 +298,9 @@ impl ActivationBuf {
                 resize(&mut self.sums, nb, 0.0)?;
             }
             resize(&mut self.bsums, n / 16, 0)?;
+            if has_split(kind) {
+                resize(&mut self.split, 2 * nq, 0)?;
+            }
         }
         self.kind = Some(kind);
         self.n_cols = n_cols;
@@ -343,6 +388,9 @@ pub fn quantize_activations(
                 // the zero partner of a lone last block, if the layout has one
                 for i in n_cols..nq {
                     quants[stored_index(kind, i)] = 0;
+                }
+                if has_split(kind) {
+                    split_quants(quants, &mut out.split[2 * v * nq..2 * (v + 1) * nq]);
                 }
             }
         }

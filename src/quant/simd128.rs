@@ -603,6 +603,10 @@ trait Legacy {
     /// `log2` of an offset taken off every weight after `dot` (`Σ (q - o)·y = Σ q·y - o·Σ y`,
     /// the relaxed build's unsigned Q4_0: 8 and Q5_0: 16), if any.
     const OFFSET_SHIFT: Option<u32>;
+    /// Whether `dot` reads the activations' `split` quants (relaxed build: Q8_0, whose weight
+    /// bytes are signed) rather than their `quants`.
+    #[cfg(target_feature = "relaxed-simd")]
+    const SPLIT: bool = false;
     /// The block's weights (relaxed build: a pair of blocks' weights) as the kernel keeps them
     /// between vectors.
     type Weights: Copy;
@@ -626,10 +630,10 @@ trait Legacy {
     unsafe fn weights(group: *const u8, count: usize, first: usize, paired: bool) -> Self::Weights;
     /// `Σ y·w` over the block's 32 weights (before the offset), as four i32 partial sums
     /// (relaxed build: over the pair's 64 weights, lanes 0 and 1 the first block's, lanes 2 and 3
-    /// the second's).
+    /// the second's; `y` in the split layout where `SPLIT`).
     ///
     /// # Safety
-    /// `y..y + 32` (relaxed build: `y..y + 64`) must be readable.
+    /// `y..y + 32` (relaxed build: `y..y + 64`, split: `y..y + 128`) must be readable.
     unsafe fn dot(w: Self::Weights, y: *const Quant) -> v128;
 }
 
@@ -665,6 +669,9 @@ fn check_legacy_activations<L: Legacy, const T: usize>(xs: &[ActRow<'_>; T], n_b
     #[cfg(target_feature = "relaxed-simd")]
     for x in xs {
         assert!(x.quants.len() >= 64 * n_blocks.div_ceil(2));
+        if L::SPLIT {
+            assert!(x.split.len() >= 128 * n_blocks.div_ceil(2));
+        }
     }
     if L::OFFSET_SHIFT.is_some() {
         for x in xs {
@@ -841,14 +848,18 @@ unsafe fn legacy_group_pairs<L: Legacy, const T: usize>(
     // zero partner included).
     unsafe {
         // sums[t]: lane k is the i32 sum of block first + k times vector t (0 past `count`)
+        // pair p's activations of vector t
+        let y = |t: usize, p: usize| match L::SPLIT {
+            false => xs[t].quants.as_ptr().add(32 * first + 64 * p),
+            true => xs[t].split.as_ptr().add(2 * (32 * first + 64 * p)),
+        };
         let w = weights(0);
-        let firsts: [v128; T] =
-            core::array::from_fn(|t| L::dot(w, xs[t].quants.as_ptr().add(32 * first)));
+        let firsts: [v128; T] = core::array::from_fn(|t| L::dot(w, y(t, 0)));
         let mut seconds = [i32x4_splat(0); T];
         if count > 2 {
             let w = weights(1);
             for t in 0..T {
-                seconds[t] = L::dot(w, xs[t].quants.as_ptr().add(32 * first + 64));
+                seconds[t] = L::dot(w, y(t, 1));
             }
         }
         for t in 0..T {

@@ -1,12 +1,14 @@
 //! The integer kernels of the relaxed-SIMD build: the activations are i8 (`activation.rs`: Q8_K
-//! in natural order, Q8_0/Q8_1 with each pair of blocks interleaved in runs of 8), the weights are unpacked to *unsigned* bytes below 128 and multiplied with
+//! in natural order, Q8_0/Q8_1 with each pair of blocks interleaved in runs of 8), the weights
+//! are unpacked to *unsigned* bytes below 128 and multiplied with
 //! `i16x8.relaxed_dot_i8x16_i7x16_s` (x86 `pmaddubsw`, Arm `sdot`-based): sixteen i8 × u7
-//! products summed in adjacent pairs into eight i16.
+//! products summed in adjacent pairs into eight i16. (Q8_0's signed weight bytes are the i8
+//! operand instead, against the activations split into positive and negative parts: `Q8_0`.)
 //!
 //! Relaxed SIMD leaves two things to the engine, and both are kept out of reach, so the result is
 //! the same exact integer on every engine:
-//! - the second operand may be read as signed or unsigned: every weight byte given to it is
-//!   below 128 (4-, 5- and 6-bit values; Q8_0's low seven bits and its sign bits, see `Q8_0`);
+//! - the second operand may be read as signed or unsigned: every byte given to it is below 128
+//!   (4-, 5- and 6-bit weights; for Q8_0 the activations' parts, see `Q8_0`);
 //! - the i16 pair sums may saturate or wrap: none overflows (|pair| <= 2 · 128 · 127 = 32,512,
 //!   and the K-quants add two pairs of at most 2 · 128 · 63 = 16,128 each).
 //!
@@ -296,26 +298,24 @@ impl Legacy for Q5_1 {
     }
 }
 
-/// Q8_0's weights are signed, and the relaxed dot's second operand must be below 128. So each
-/// weight is split as `w = (w & 127) - 128·(w < 0)` (two's complement) and the pair takes two
-/// dots: `Σ y·(w & 127) - 128·Σ_{w < 0} y`, exact for every weight, -128 included.
+/// Q8_0's weights are signed, and the relaxed dot's second operand must be below 128: so the
+/// weights are the first (signed) operand as they are, and the activations the second, split
+/// into their positive and negative parts (`activation::split_quants`, both below 128):
+/// `Σ w·y = Σ w·max(y, 0) - Σ w·max(-y, 0)`, exact for every weight, -128 included. (Splitting
+/// each weight instead, into its low seven bits and its sign, cost an and, a shift and a mask
+/// per 16 weights beside the same two dots.)
 pub(super) struct Q8_0;
 impl Legacy for Q8_0 {
     const BYTES: usize = 34;
     const MIN_AT: Option<usize> = None;
     const OFFSET_SHIFT: Option<u32> = None;
-    /// The low seven bits and the sign bits (1 where the weight is negative) of the pair's
-    /// four runs.
-    type Weights = [[v128; 4]; 2];
+    const SPLIT: bool = true;
+    /// The pair's four runs of 16 weight bytes.
+    type Weights = [v128; 4];
     #[inline(always)]
-    unsafe fn weights(
-        group: *const u8,
-        count: usize,
-        first: usize,
-        paired: bool,
-    ) -> [[v128; 4]; 2] {
+    unsafe fn weights(group: *const u8, count: usize, first: usize, paired: bool) -> [v128; 4] {
         // SAFETY: the blocks' 32 quants each, readable by the caller's contract.
-        let w = unsafe {
+        unsafe {
             let qs = field::<BlockQ8_0, { offset_of!(BlockQ8_0, qs) }>(group, count, first);
             if paired {
                 // interleaved in runs of 8 (`grouped::PAIRED`)
@@ -332,18 +332,19 @@ impl Legacy for Q8_0 {
                 );
                 [runs01.0, runs01.1, runs23.0, runs23.1]
             }
-        };
-        let low7 = u8x16_splat(0x7f);
-        [w.map(|w| v128_and(w, low7)), w.map(|w| u8x16_shr(w, 7))]
+        }
     }
+    /// `y`: the pair's split activations, each 16 as 16 positive then 16 negative parts.
     #[inline(always)]
-    unsafe fn dot(w: [[v128; 4]; 2], y: *const i8) -> v128 {
-        let [low7, negative] = w;
-        // SAFETY: by the caller.
+    unsafe fn dot(w: [v128; 4], y: *const i8) -> v128 {
+        // SAFETY: 128 readable bytes at y, by the caller.
         unsafe {
-            let low = dot64_pair(low7, y);
-            let negative = dot64_pair(negative, y);
-            i32x4_sub(low, i32x4_shl(negative, 7))
+            let (mut pos, mut neg) = (i32x4_splat(0), i32x4_splat(0));
+            for (i, w) in w.into_iter().enumerate() {
+                pos = i32x4_relaxed_dot_i8x16_i7x16_add(w, load(y.add(32 * i)), pos);
+                neg = i32x4_relaxed_dot_i8x16_i7x16_add(w, load(y.add(32 * i + 16)), neg);
+            }
+            i32x4_sub(pos, neg)
         }
     }
 }
