@@ -364,9 +364,8 @@ impl KvHalf {
 
 impl KvElem for KvHalf {
     const UNSCALE: f32 = quant::F16_REBIAS;
-    /// Three: decode reads the f16 cache, and the three query heads that share a KV head in
-    /// SmolLM2 (and SmolLM2-360M, Qwen3-0.6B's 16 / 8 = 2 aside) then convert each f16 once,
-    /// not twice (a tile of two and one of one).
+    /// Three: decode reads the f16 cache, and SmolLM2's three query heads per KV head then
+    /// convert each cached f16 once, not twice (a tile of two and one of one).
     const QUERIES: usize = 3;
     #[inline(always)]
     fn read(self) -> f32 {

@@ -847,12 +847,13 @@ unsafe fn legacy_group_pairs<L: Legacy, const T: usize>(
     // SAFETY: blocks first..first + count have their activations in `xs` (a lone last block's
     // zero partner included).
     unsafe {
-        // sums[t]: lane k is the i32 sum of block first + k times vector t (0 past `count`)
         // pair p's activations of vector t
         let y = |t: usize, p: usize| match L::SPLIT {
             false => xs[t].quants.as_ptr().add(32 * first + 64 * p),
             true => xs[t].split.as_ptr().add(2 * (32 * first + 64 * p)),
         };
+        // each pair's sums with vector t (a missing second pair's zeros), then one vector
+        // with lane k the i32 sum of block first + k (0 past `count`)
         let w = weights(0);
         let firsts: [v128; T] = core::array::from_fn(|t| L::dot(w, y(t, 0)));
         let mut seconds = [i32x4_splat(0); T];
