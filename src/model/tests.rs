@@ -910,10 +910,10 @@ fn gelu_table_is_gelu_of_the_rounded_input() {
 /// order: the operations the kernel promises), bit for bit: grouped query heads (3 per KV head,
 /// so f32 tiles of 2 span two tokens; 2 and 4, so f16 tiles of 3 do and leave tails of 1 and
 /// 2), a ring that wraps, sliding windows shorter than a tile, a soft cap, bidirectional
-/// attention, and a head size with a tail past the last four; the items run
-/// all at once and one by one in reverse (as threads may take them). With f32 keys and values (a
-/// sentence encoder's) and with the decoder's f16 cache (`KvHalf`: the reference gets its
-/// values as f32, the kernel the query times 2^112).
+/// attention, and a head size with a tail past the last four; the items run all at once and one
+/// by one in reverse (as threads may take them). With f32 keys and values (a sentence
+/// encoder's) and with the decoder's f16 cache (`KvHalf`: the reference gets its values as f32,
+/// the kernel the query times 2^112).
 #[test]
 fn attention_items_equal_one_query_at_a_time() {
     use super::{AttentionArgs, KvElem, KvHalf, KvRows, attention_kernel, ops};

@@ -555,8 +555,8 @@ fn random_matrix(ty: GgmlType, n_rows: usize, n_cols: usize, rng: &mut Rng) -> V
     random_matrix_with(ty, n_rows, n_cols, rng, 6.0e-5)
 }
 
-/// [`random_matrix`] with every 16th block's scales below `small` (an f16 subnormal below
-/// 6.1e-5).
+/// [`random_matrix`] with every 16th block's scales up to `small` instead of 0.02 (below 6.1e-5
+/// they are f16 subnormals).
 fn random_matrix_with(
     ty: GgmlType,
     n_rows: usize,
