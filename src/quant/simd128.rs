@@ -820,15 +820,18 @@ fn pair_sums(a: v128, b: v128) -> v128 {
 /// pairs, each pair's products with a vector in one i32x4 (lanes 0 and 1 the first block's,
 /// lanes 2 and 3 the second's, from the pair-interleaved activations); the group's two pairs
 /// are added into one i32x4 with a block in each lane ([`pair_sums`]), which is converted and
-/// scaled once, each lane by its block's scale, with fused multiply-adds (`madd`) for the
-/// scales and the minimums. `weights(k)` unpacks the group's pair `k` (from the row here, from
-/// a prepared row in `prepared.rs`: the same operations, so the same bits).
+/// scaled once, each lane by its block's scale. `weights(k)` unpacks the group's pair `k` (from
+/// the row here, from a prepared row in `prepared.rs`: the same operations, so the same bits).
+/// The multiply-adds are not fused (`madd`): fused, Gemma 3 270M's perplexity moved from -1.43 %
+/// of llama.cpp's to -2.18 %, past the parity test's 2 % (its 85 tokens swing by about a percent
+/// with the rounding of these sums: -0.84 % when each pair was scaled as it came).
 ///
 /// Against scaling each pair's sums as they came (two conversions, two shuffles of the scales,
 /// two multiplies and two additions per group and vector), `quant::tests::bench_matvec` in
-/// Node's V8 (best of 40 rounds, GMAC/s): matvec Q4_1 13.2 -> 13.8, Q4_0 13.8 -> 15.2, Q5_0
-/// 6.8 -> 7.6, Q5_1 6.7 -> 7.2, Q8_0 7.9 -> 8.2; matmul x16 Q4_1 17.9 -> 19.1, Q4_0 17.1 ->
-/// 18.8 (the K-quants, untouched, gave the same figures in both runs).
+/// Node's V8 (best of 40 rounds, GMAC/s): matvec Q4_1 13.2 -> 13.3, Q4_0 13.8 -> 14.7, Q5_0
+/// 6.8 -> 7.5, Q5_1 6.7 -> 7.1; matmul x16 Q4_1 17.9 -> 18.0, Q4_0 17.1 -> 18.4, Q5_0 15.9 ->
+/// 17.1 (the K-quants, untouched, gave the same figures in both runs; fused, Q4_1 gave 13.8
+/// and 19.1).
 ///
 /// # Safety
 /// `first + count` must not exceed the blocks of the row `weights` reads, which the caller has
@@ -872,10 +875,10 @@ unsafe fn legacy_group_pairs<L: Legacy, const T: usize>(
             }
             // lane k: block first + k's weight scale times vector t's
             let dd = f32x4_mul(d, gather_f32x4(xs[t].scales.as_ptr().add(first), count));
-            acc[t] = madd(f32x4_convert_i32x4(sum), dd, acc[t]);
+            acc[t] = f32x4_add(acc[t], f32x4_mul(f32x4_convert_i32x4(sum), dd));
             if L::MIN_AT.is_some() {
                 let s = gather_f32x4(xs[t].sums.as_ptr().add(first), count);
-                acc[t] = madd(m, s, acc[t]);
+                acc[t] = f32x4_add(acc[t], f32x4_mul(m, s));
             }
         }
     }
