@@ -21,7 +21,7 @@ use wasmparser::{Operator, Parser, Payload, TypeRef, ValType};
 /// the KV cache in f16 (half the memory; attention over f16 keys and values beside f32 ones:
 /// +19.9 KB, 682,839 -> 702,759 bytes), 690 KiB until session 27 added each group's two pairs
 /// of block sums into one vector in the relaxed legacy kernels (one conversion and scaling per
-/// group, fused; 3-11 % more multiply-adds per second in V8: +2.3 KB, 704,799 -> 707,072
+/// group; 1-11 % more multiply-adds per second in V8: +2.3 KB, 704,799 -> 707,072
 /// bytes), 692 KiB until the same session read the f16 cache in tiles of three queries (one
 /// conversion of each key and value for SmolLM2's three query heads per KV head; decode after
 /// a 968-token prompt 6-19 % faster: +1.5 KB, 707,072 -> 708,596 bytes), now 694 KiB (then
