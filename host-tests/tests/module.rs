@@ -24,11 +24,14 @@ use wasmparser::{Operator, Parser, Payload, TypeRef, ValType};
 /// group; 1-11 % more multiply-adds per second in V8: +2.3 KB, 704,799 -> 707,072
 /// bytes), 692 KiB until the same session read the f16 cache in tiles of three queries (one
 /// conversion of each key and value for SmolLM2's three query heads per KV head; decode after
-/// a 968-token prompt 6-19 % faster: +1.5 KB, 707,072 -> 708,596 bytes), now 694 KiB (then
-/// Q8_0 against split activations, +1.8 KB: 710,357 bytes).
+/// a 968-token prompt 6-19 % faster: +1.5 KB, 707,072 -> 708,596 bytes), 694 KiB (then
+/// Q8_0 against split activations, +1.8 KB: 710,357 bytes) until session 28 gave the relaxed
+/// legacy kernels a second way of summing, in i16, taken where the engine's i32 dot is x86's
+/// `pmaddubsw` sequence (CPUs without AVX-VNNI: prefill 1.47x, decode 1.08x in Chromium), its
+/// one-vector loops copied for each way: +23.9 KB, 710,357 -> 734,261 bytes; now 718 KiB.
 /// The sizes are printed by these tests, by `cargo xtask dist` and (with gzip) by `cargo xtask
 /// bench`.
-const SIZE_BUDGET: usize = 694 * 1024;
+const SIZE_BUDGET: usize = 718 * 1024;
 
 #[derive(Debug, PartialEq, Clone)]
 struct Sig {

@@ -15,6 +15,8 @@
 //!   `i32x4.relaxed_dot_i8x16_i7x16_add_s` (one `vpdpbusd` in V8 on x86 with AVX-VNNI). Half the
 //!   activation bytes and half the unpacking. The legacy types' activations interleave each pair
 //!   of blocks in runs of 8, so one dot product's four lanes serve two blocks (`legacy_group`).
+//!   Where the engine's i32 dot is x86's five-instruction `pmaddubsw` sequence, the legacy
+//!   kernels sum in i16 first instead (`dot_i8::narrow_dots`): the same exact sums.
 //!
 //! In both every integer sum is exact, the same number, and becomes f32 once per block (legacy
 //! types) or super-block (K-quants). The K-quants add their f32 products in the same order in
@@ -635,6 +637,13 @@ trait Legacy {
     /// # Safety
     /// `y..y + 32` (relaxed build: `y..y + 64`, split: `y..y + 128`) must be readable.
     unsafe fn dot(w: Self::Weights, y: *const Quant) -> v128;
+    /// [`Legacy::dot`] with the products summed in i16 before they are widened, the same
+    /// exact sums (`dot_i8::narrow_dots` says which the engine runs faster).
+    ///
+    /// # Safety
+    /// As [`Legacy::dot`].
+    #[cfg(target_feature = "relaxed-simd")]
+    unsafe fn dot_narrow(w: Self::Weights, y: *const Quant) -> v128;
 }
 
 /// The shared body of the legacy kernels: `Kernels::dot` over the rows of `w` (`rb` bytes
@@ -645,6 +654,31 @@ fn dot_legacy<L: Legacy, const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; 
     let n_blocks = rb / L::BYTES;
     check_legacy_activations::<L, T>(xs, n_blocks);
     let k = F16Bits::opaque();
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    legacy_rows::<L, T>(w, rb, xs, y, &k, false);
+    // One vector (decode): a copy of the loop for each way of summing; a test of `narrow` per
+    // pair of blocks made decode 7 % slower in Chromium with AVX-VNNI (61.8-66.2 -> 56.8-61.1
+    // tok/s). A batch's tiles keep the test (prefill within 2 %): copies of those would add
+    // ~34 KB to the module.
+    #[cfg(target_feature = "relaxed-simd")]
+    match (T, build::narrow_dots()) {
+        (1, true) => legacy_rows::<L, T>(w, rb, xs, y, &k, true),
+        (1, false) => legacy_rows::<L, T>(w, rb, xs, y, &k, false),
+        (_, narrow) => legacy_rows::<L, T>(w, rb, xs, y, &k, narrow),
+    }
+}
+
+/// [`dot_legacy`]'s loop over the rows (`narrow`: see [`legacy_group`]).
+#[inline(always)]
+fn legacy_rows<L: Legacy, const T: usize>(
+    w: &[u8],
+    rb: usize,
+    xs: &[ActRow<'_>; T],
+    y: Out<'_>,
+    k: &F16Bits,
+    narrow: bool,
+) {
+    let n_blocks = rb / L::BYTES;
     for_rows(
         w,
         rb,
@@ -653,9 +687,12 @@ fn dot_legacy<L: Legacy, const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; 
         |row: &[u8]| {
             legacy_groups(
                 n_blocks,
-                // SAFETY: `legacy_groups` passes first + count <= n_blocks, the blocks of `row`.
+                // SAFETY: `legacy_groups` passes first + count <= n_blocks, the blocks of `row`,
+                // which `dot_legacy` has checked against `xs`.
                 #[inline(always)]
-                |acc, first, count| unsafe { legacy_group::<L, T>(row, xs, acc, first, count, &k) },
+                |acc, first, count| unsafe {
+                    legacy_group::<L, T>(row, xs, acc, first, count, k, narrow)
+                },
             )
         },
     )
@@ -714,7 +751,8 @@ fn legacy_groups<const T: usize>(
 /// came: prefill 281-284 tok/s against 264-266 one block at a time, which in turn beat the
 /// transposed order, 242 against 225). The orders of the f32 additions differ, so the
 /// builds' results differ in the last bits (each is held to llama.cpp's tolerances, and each is
-/// the same for every thread count).
+/// the same for every thread count). `narrow`: the relaxed build's pairs take
+/// `Legacy::dot_narrow` (the same sums; unused in the SIMD128 build).
 ///
 /// # Safety
 /// `first + count` must not exceed the blocks of `row`, which `dot_legacy` has checked against
@@ -727,6 +765,7 @@ unsafe fn legacy_group<L: Legacy, const T: usize>(
     first: usize,
     count: usize,
     k: &F16Bits,
+    narrow: bool,
 ) {
     // SAFETY: by the caller: blocks first..first + count lie in `row`.
     unsafe {
@@ -734,7 +773,10 @@ unsafe fn legacy_group<L: Legacy, const T: usize>(
         let group = row.as_ptr().add(first * L::BYTES);
         let [d, m] = gather_scales::<L>(group, count, k);
         #[cfg(not(target_feature = "relaxed-simd"))]
-        legacy_group_transposed::<L, T>(row, [d, m], xs, acc, first, count);
+        {
+            let _ = narrow;
+            legacy_group_transposed::<L, T>(row, [d, m], xs, acc, first, count);
+        }
         #[cfg(target_feature = "relaxed-simd")]
         legacy_group_pairs::<L, T>(
             [d, m],
@@ -742,6 +784,7 @@ unsafe fn legacy_group<L: Legacy, const T: usize>(
             acc,
             first,
             count,
+            narrow,
             #[inline(always)]
             |p| pair_weights::<L>(group, p, count),
         );
@@ -820,8 +863,9 @@ fn pair_sums(a: v128, b: v128) -> v128 {
 /// pairs, each pair's products with a vector in one i32x4 (lanes 0 and 1 the first block's,
 /// lanes 2 and 3 the second's, from the pair-interleaved activations); the group's two pairs
 /// are added into one i32x4 with a block in each lane ([`pair_sums`]), which is converted and
-/// scaled once, each lane by its block's scale. `weights(k)` unpacks the group's pair `k` (from
-/// the row here, from a prepared row in `prepared.rs`: the same operations, so the same bits).
+/// scaled once, each lane by its block's scale (each pair's sums by `Legacy::dot_narrow` where
+/// `narrow`). `weights(k)` unpacks the group's pair `k` (from the row here, from a prepared
+/// row in `prepared.rs`: the same operations, so the same bits).
 /// The multiply-adds are not fused (`madd`): fused, Gemma 3 270M's perplexity moved from -1.43 %
 /// of llama.cpp's to -2.18 %, past the parity test's 2 % (its 85 tokens swing by about a percent
 /// with the rounding of these sums: -0.84 % when each pair was scaled as it came).
@@ -845,6 +889,7 @@ unsafe fn legacy_group_pairs<L: Legacy, const T: usize>(
     acc: &mut [v128; T],
     first: usize,
     count: usize,
+    narrow: bool,
     weights: impl Fn(usize) -> L::Weights,
 ) {
     // SAFETY: blocks first..first + count have their activations in `xs` (a lone last block's
@@ -857,13 +902,17 @@ unsafe fn legacy_group_pairs<L: Legacy, const T: usize>(
         };
         // each pair's sums with vector t (a missing second pair's zeros), then one vector
         // with lane k the i32 sum of block first + k (0 past `count`)
+        let dot = |w: L::Weights, y: *const Quant| match narrow {
+            true => L::dot_narrow(w, y),
+            false => L::dot(w, y),
+        };
         let w = weights(0);
-        let firsts: [v128; T] = core::array::from_fn(|t| L::dot(w, y(t, 0)));
+        let firsts: [v128; T] = core::array::from_fn(|t| dot(w, y(t, 0)));
         let mut seconds = [i32x4_splat(0); T];
         if count > 2 {
             let w = weights(1);
             for t in 0..T {
-                seconds[t] = L::dot(w, y(t, 1));
+                seconds[t] = dot(w, y(t, 1));
             }
         }
         for t in 0..T {
@@ -1121,6 +1170,8 @@ use dot_i16 as build;
 mod dot_i8;
 #[cfg(target_feature = "relaxed-simd")]
 use dot_i8 as build;
+#[cfg(all(test, target_feature = "relaxed-simd"))]
+pub(super) use dot_i8::{FORCE_DOTS, dot_lowering};
 mod f16_batch;
 pub(super) use f16_batch::matmul as matmul_f16;
 #[cfg(target_feature = "relaxed-simd")]

@@ -813,6 +813,72 @@ fn integer_sums_do_not_overflow_at_the_extremes() {
     }
 }
 
+/// The relaxed build's two ways of summing the legacy types' products (i32 dot-adds, or i16
+/// sums widened once: `dot_i8::narrow_dots`) give the same bits: random rows at every test
+/// width (a lone last block at 96 columns), and rows at the extremes (every quant byte all
+/// ones, activations all -1 or all +1), one vector (`matvec`) and batches of 7 and 35 vectors
+/// (prepared rows). Also: this engine's lowering of the i32 dot is one `dot_lowering` knows.
+#[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+#[test]
+fn narrow_and_wide_dots_agree() {
+    use core::sync::atomic::Ordering;
+    use simd128::{FORCE_DOTS, dot_lowering};
+    assert!(
+        [129_540, 65_534, -508].contains(&dot_lowering()),
+        "unknown lowering of the relaxed dot: {}",
+        dot_lowering()
+    );
+    let mut rng = Rng(99);
+    let mut buf = ActivationBuf::new();
+    let legacy = [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+    ];
+    for ty in legacy {
+        for &n in test_widths(ty) {
+            let n_rows = 5;
+            let mut extreme = vec![0xffu8; n_rows * ty.row_bytes(n as u64).unwrap() as usize];
+            let (_, block_bytes) = ty.block_geometry().unwrap();
+            for blk in extreme.chunks_exact_mut(block_bytes) {
+                for &at in scale_offsets(ty) {
+                    blk[at..at + 2].copy_from_slice(&f32_to_f16(1.0).to_le_bytes());
+                }
+            }
+            group_rows(ty, n, &mut extreme);
+            let random = random_matrix(ty, n_rows, n, &mut rng);
+            for n_vecs in [1, 7, 35] {
+                let mut inputs: Vec<Vec<f32>> =
+                    [-1.0f32, 1.0].map(|sign| vec![sign; n * n_vecs]).into();
+                inputs.push(
+                    (0..n_vecs)
+                        .flat_map(|_| random_activation(n, &mut rng))
+                        .collect(),
+                );
+                for (w, xs) in [&extreme, &random]
+                    .into_iter()
+                    .flat_map(|w| inputs.iter().map(move |xs| (w, xs)))
+                {
+                    quantize_activations(ty, xs, n, &mut buf).unwrap();
+                    let ys = [1, 2].map(|force| {
+                        FORCE_DOTS.store(force, Ordering::Relaxed);
+                        let mut y = vec![0.0f32; n_vecs * n_rows];
+                        match n_vecs {
+                            1 => matvec(ty, w, n, &buf, 0..n_rows, &mut y),
+                            _ => matmul(ty, w, n, &buf, 0..n_rows, &mut y),
+                        }
+                        y.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
+                    });
+                    FORCE_DOTS.store(0, Ordering::Relaxed);
+                    assert_eq!(ys[0], ys[1], "{} n={n} vectors {n_vecs}", ty.name());
+                }
+            }
+        }
+    }
+}
+
 /// The SIMD rounding of Q8_0/Q8_1 blocks gives the reference's bits: random blocks of every
 /// magnitude, ties, zeros, infinities and subnormals, at even and odd block positions.
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]

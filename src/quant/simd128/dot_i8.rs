@@ -55,6 +55,23 @@ unsafe fn dot64_pair(w: [v128; 4], y: *const i8) -> v128 {
     }
 }
 
+/// [`dot64_pair`] summed in i16 first (`Legacy::dot_narrow`): the i16 dot
+/// (`i16x8.relaxed_dot_i8x16_i7x16_s`, one `pmaddubsw` on x86) of each 16 weights, the four
+/// added in i16 and widened once (`i32x4.extadd_pairwise_i16x8_s`). The same exact sums: an
+/// i16 lane adds 8 products of a weight below 32 and an activation of at most 128 in size, at
+/// most 8 · 31 · 128 = 31,744.
+///
+/// # Safety
+/// `y..y + 64` must be readable.
+#[inline(always)]
+unsafe fn dot64_pair_narrow(w: [v128; 4], y: *const i8) -> v128 {
+    // SAFETY: 64 readable bytes at y, by the caller.
+    unsafe {
+        let d = |i: usize| i16x8_relaxed_dot_i8x16_i7x16(load(y.add(16 * i)), w[i]);
+        i32x4_extadd_pairwise_i16x8(i16x8_add(i16x8_add(d(0), d(1)), i16x8_add(d(2), d(3))))
+    }
+}
+
 /// Bytes `0..8` of `a` then of `b`, and bytes `8..16` of `a` then of `b`: two blocks' 16-byte
 /// halves in the runs of 8 of a pair.
 #[inline(always)]
@@ -231,6 +248,11 @@ impl Legacy for Q4_0 {
         // SAFETY: by the caller.
         unsafe { dot64_pair(w, y) }
     }
+    #[inline(always)]
+    unsafe fn dot_narrow(w: [v128; 4], y: *const i8) -> v128 {
+        // SAFETY: by the caller.
+        unsafe { dot64_pair_narrow(w, y) }
+    }
 }
 
 pub(super) struct Q4_1;
@@ -251,6 +273,11 @@ impl Legacy for Q4_1 {
     unsafe fn dot(w: [v128; 4], y: *const i8) -> v128 {
         // SAFETY: by the caller.
         unsafe { dot64_pair(w, y) }
+    }
+    #[inline(always)]
+    unsafe fn dot_narrow(w: [v128; 4], y: *const i8) -> v128 {
+        // SAFETY: by the caller.
+        unsafe { dot64_pair_narrow(w, y) }
     }
 }
 
@@ -274,6 +301,11 @@ impl Legacy for Q5_0 {
         // SAFETY: by the caller.
         unsafe { dot64_pair(w, y) }
     }
+    #[inline(always)]
+    unsafe fn dot_narrow(w: [v128; 4], y: *const i8) -> v128 {
+        // SAFETY: by the caller.
+        unsafe { dot64_pair_narrow(w, y) }
+    }
 }
 
 pub(super) struct Q5_1;
@@ -295,6 +327,11 @@ impl Legacy for Q5_1 {
     unsafe fn dot(w: [v128; 4], y: *const i8) -> v128 {
         // SAFETY: by the caller.
         unsafe { dot64_pair(w, y) }
+    }
+    #[inline(always)]
+    unsafe fn dot_narrow(w: [v128; 4], y: *const i8) -> v128 {
+        // SAFETY: by the caller.
+        unsafe { dot64_pair_narrow(w, y) }
     }
 }
 
@@ -347,7 +384,70 @@ impl Legacy for Q8_0 {
             i32x4_sub(pos, neg)
         }
     }
+    /// Per 16 weights, the i16 dots with the activations' positive and negative parts
+    /// subtracted in i16, then widened. One of each lane's two parts is zero, so the
+    /// difference is the pair's `w0·y0 + w1·y1`, at most 2 · 128 · 127 = 32,512 in size (each
+    /// dot alone too); four of them would not fit.
+    #[inline(always)]
+    unsafe fn dot_narrow(w: [v128; 4], y: *const i8) -> v128 {
+        // SAFETY: 128 readable bytes at y, by the caller.
+        unsafe {
+            let mut acc = i32x4_splat(0);
+            for (i, w) in w.into_iter().enumerate() {
+                let pos = i16x8_relaxed_dot_i8x16_i7x16(w, load(y.add(32 * i)));
+                let neg = i16x8_relaxed_dot_i8x16_i7x16(w, load(y.add(32 * i + 16)));
+                acc = i32x4_add(acc, i32x4_extadd_pairwise_i16x8(i16x8_sub(pos, neg)));
+            }
+            acc
+        }
+    }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The legacy products summed in i16 first, where the engine's i32 dot is slow.
+
+/// What this engine computes for `i32x4.relaxed_dot_i8x16_i7x16_add_s` with 127 in every byte
+/// of the first operand and 255 (out of the second's range) in every byte of the second, which
+/// tells its lowerings apart (lane 0; inputs hidden from the optimizers):
+/// - x86 with AVX-VNNI (V8: one `vpdpbusd`, unsigned × signed, sums in i32): 4 · 255 · 127 =
+///   129,540;
+/// - x86 without it (V8: `pmaddubsw`, whose i16 pair sums saturate, then `pmaddwd` with a ones
+///   vector rebuilt each time, then `paddd`: five instructions): 2 · 32,767 = 65,534;
+/// - Arm (`sdot`, or `smull` pairs: both signed, so 255 reads as -1): 4 · -127 = -508.
+///
+/// Asked once per kernel call (not inlined: a few instructions beside a matrix).
+#[inline(never)]
+pub(in crate::quant) fn dot_lowering() -> i32 {
+    let (a, b) = core::hint::black_box((u8x16_splat(127), u8x16_splat(255)));
+    i32x4_extract_lane::<0>(i32x4_relaxed_dot_i8x16_i7x16_add(a, b, i32x4_splat(0)))
+}
+
+/// Whether the legacy kernels sum in i16 first (`Legacy::dot_narrow`): where the engine's i32
+/// dot is the five-instruction `pmaddubsw` sequence ([`dot_lowering`]; wasmtime's Cranelift
+/// too). Chromium 148 with `--js-flags=--no-enable-avx-vnni` (V8's code for x86 CPUs without
+/// AVX-VNNI), SmolLM2-135M Q4_1, one thread, 4 interleaved rounds: prefill 150.7-152.0 ->
+/// 218.8-225.8 tok/s, decode 53.3-59.6 -> 58.5-61.4; wasmtime prefill 166-173 -> 182-183,
+/// decode 55.0-56.0 -> 58.7-59.7. Elsewhere the i32 dots stay: summing in i16 took Chromium
+/// with AVX-VNNI (`vpdpbusd`) from prefill 231.5-245.0 to 206.3-219.7 and decode 64.5-68.9 to
+/// 60.9-63.1, and Arm's `sdot` is one instruction where the i16 dot is three. (With the choice
+/// made per call, AVX-VNNI: prefill 241.8-247.8 -> 238.9-243.1, decode 63.2-71.9 ->
+/// 62.0-69.1.)
+#[inline(always)]
+pub(in crate::quant) fn narrow_dots() -> bool {
+    #[cfg(test)]
+    match FORCE_DOTS.load(core::sync::atomic::Ordering::Relaxed) {
+        1 => return false,
+        2 => return true,
+        _ => {}
+    }
+    dot_lowering() == 65_534
+}
+
+/// Tests take each way whatever the engine: 1 the i32 dots, 2 the i16 sums (0: the engine's).
+/// (The wasm tests run on one thread.)
+#[cfg(test)]
+pub(in crate::quant) static FORCE_DOTS: core::sync::atomic::AtomicU8 =
+    core::sync::atomic::AtomicU8::new(0);
 
 // ---------------------------------------------------------------------------------------------
 // K-quants with Q8_K activations. Each sub-block's products are summed in i16 pairs by the

@@ -24,6 +24,8 @@ const MAX_BLOCKS: usize = 256;
 /// One unpacked legacy row.
 struct Prepared {
     n_blocks: usize,
+    /// Sum the products in i16 first (`dot_i8::narrow_dots`, asked once per `matmul`).
+    narrow: bool,
     /// Pair `p`'s 64 weights as unsigned bytes in pair order: `weights[4p..4p + 4]`.
     weights: [v128; 2 * MAX_BLOCKS],
     /// Group `g`'s (blocks `4g..4g + 4`) four weight scales, 0 without.
@@ -37,6 +39,7 @@ impl Prepared {
         let zero = f32x4(0.0, 0.0, 0.0, 0.0);
         Prepared {
             n_blocks: 0,
+            narrow: false,
             weights: [zero; 2 * MAX_BLOCKS],
             scales: [zero; MAX_BLOCKS / 4],
             mins: [zero; MAX_BLOCKS / 4],
@@ -92,6 +95,7 @@ fn dot_prepared<L: Legacy<Weights = [v128; 4]>, const T: usize>(
                 acc,
                 first,
                 count,
+                p.narrow,
                 #[inline(always)]
                 |k| core::array::from_fn(|i| *p.weights.get_unchecked(4 * (2 * g + k) + i)),
             )
@@ -149,6 +153,7 @@ unsafe fn matmul_with<L: Prepare>(
         return false;
     }
     let mut p = Prepared::new();
+    p.narrow = dot_i8::narrow_dots();
     for v0 in (0..n_vecs).step_by(VECS) {
         let n = (n_vecs - v0).min(VECS);
         // tiles[i]: vectors v0 + 4i.. (past the batch: repeats of its last, computed and dropped)
