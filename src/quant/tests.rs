@@ -815,9 +815,10 @@ fn integer_sums_do_not_overflow_at_the_extremes() {
 
 /// The relaxed build's two ways of summing the legacy types' products (i32 dot-adds, or i16
 /// sums widened once: `dot_i8::narrow_dots`) give the same bits: random rows at every test
-/// width (a lone last block at 96 columns), and rows at the extremes (every quant byte all
-/// ones, activations all -1 or all +1), one vector (`matvec`) and batches of 7 and 35 vectors
-/// (prepared rows). Also: this engine's lowering of the i32 dot is one `dot_lowering` knows.
+/// width (a lone last block at 96 columns), and rows at the extremes of the i16 sums (every
+/// quant byte all ones: 4- and 5-bit weights at 15 and 31; Q8_0's at -128; activations all -1
+/// or all +1), one vector (`matvec`) and batches of 7 and 35 vectors (prepared rows; Q8_0's
+/// tiles). Also: this engine's lowering of the i32 dot is one `dot_lowering` knows.
 #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
 #[test]
 fn narrow_and_wide_dots_agree() {
@@ -840,7 +841,8 @@ fn narrow_and_wide_dots_agree() {
     for ty in legacy {
         for &n in test_widths(ty) {
             let n_rows = 5;
-            let mut extreme = vec![0xffu8; n_rows * ty.row_bytes(n as u64).unwrap() as usize];
+            let fill = if ty == GgmlType::Q8_0 { 0x80 } else { 0xff };
+            let mut extreme = vec![fill; n_rows * ty.row_bytes(n as u64).unwrap() as usize];
             let (_, block_bytes) = ty.block_geometry().unwrap();
             for blk in extreme.chunks_exact_mut(block_bytes) {
                 for &at in scale_offsets(ty) {
