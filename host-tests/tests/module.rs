@@ -28,10 +28,12 @@ use wasmparser::{Operator, Parser, Payload, TypeRef, ValType};
 /// Q8_0 against split activations, +1.8 KB: 710,357 bytes) until session 28 gave the relaxed
 /// legacy kernels a second way of summing, in i16, taken where the engine's i32 dot is x86's
 /// `pmaddubsw` sequence (CPUs without AVX-VNNI: prefill 1.47x, decode 1.08x in Chromium), its
-/// one-vector loops copied for each way: +23.9 KB, 710,357 -> 734,261 bytes; now 718 KiB.
+/// one-vector loops copied for each way: +23.9 KB, 710,357 -> 734,261 bytes), 718 KiB until
+/// the same session multiplied F16 batches two rows at a time (all-MiniLM-L6-v2 17-20 % more
+/// texts per second: +2.3 KB, 736,563 bytes); now 720 KiB.
 /// The sizes are printed by these tests, by `cargo xtask dist` and (with gzip) by `cargo xtask
 /// bench`.
-const SIZE_BUDGET: usize = 718 * 1024;
+const SIZE_BUDGET: usize = 720 * 1024;
 
 #[derive(Debug, PartialEq, Clone)]
 struct Sig {

@@ -1,40 +1,43 @@
-//! Batched products of F16 weights (both builds): each weight row is converted to f32 once
-//! (exact: [`f16x8_finite_to_f32`], the loader having checked that the weights are finite) into
-//! a scratch on the stack, then every tile of up to four vectors of the batch is multiplied
-//! with the scratch by the F32 kernel (a tile of 2 or 3 runs as 4 with its last vector
-//! repeated, the extra products dropped). Without it the conversion, about as many
-//! instructions as a tile's products, is repeated for every tile of every row (once per tile:
-//! 28 times per row for 110 tokens).
-//! Measured on all-MiniLM-L6-v2 (F16, one thread, wasmtime): 1.5-1.7x the texts per second.
+//! Batched products of F16 weights (both builds): each pair of weight rows is converted to f32
+//! once (exact: [`f16x8_finite_to_f32`], the loader having checked that the weights are finite)
+//! into scratches on the stack, then every tile of two vectors of the batch is multiplied with
+//! both rows at once ([`dot_rows2`]; a last tile of one runs as two with its vector repeated, a
+//! last lone row beside a stale one, the extra products dropped). Without it the conversion,
+//! about as many instructions as a tile's products, is repeated for every tile of every row
+//! (once per tile: 28 times per row for 110 tokens).
+//! Measured on all-MiniLM-L6-v2 (F16, one thread, wasmtime): 1.5-1.7x the texts per second
+//! with one row and tiles of four vectors; two rows and two vectors then took the 40 corpus
+//! texts from 5.47-5.63 to 6.59-6.67 texts/s (wasmtime, relaxed) and from 5.75-5.93 to
+//! 6.91-6.97 (Node 20, SIMD128, the page API), interleaved.
 //!
-//! `dot_f16` and `dot_f32` share `dot_float`'s sums, so the F32 kernel on the converted row
-//! gives the same bits as `dot_f16` on the F16 row: a batch the same as one vector at a time.
+//! [`dot_rows2`] sums as `dot_float` does, so a batch gives the same bits as `dot_f16` on the
+//! F16 row one vector at a time.
 
 use core::arch::wasm32::*;
 
 use super::super::{ActivationBuf, Out};
 use super::*;
 
-/// Most columns of a row that the scratch holds (32 KiB of f32 on the stack; longer rows take
-/// `dot_f16` per tile).
+/// Most columns of a row that a scratch holds (two of 32 KiB of f32 on the stack; longer rows
+/// take `dot_f16` per tile).
 const MAX_COLS: usize = 8192;
 
 /// Batches of at most this many vectors at a time (their activation rows are looked up once
 /// per batch, not once per weight row, and stay in cache while every row meets them).
 const VECS: usize = 32;
 
-/// One converted row: its `n` weights as f32, the first `n` of `values` read as floats.
+/// One converted row: its `n` weights as f32 in the first `n` floats of `values`.
 struct Converted {
     values: [v128; MAX_COLS / 4],
 }
 
 impl Converted {
-    /// The first `n` values as the little-endian bytes of an F32 row.
-    fn row(&self, n: usize) -> &[u8] {
+    /// The first `n` values, as floats.
+    fn floats(&self, n: usize) -> &[f32] {
         assert!(n <= MAX_COLS);
-        // SAFETY: `values` holds MAX_COLS f32 (16 bytes per v128), n <= MAX_COLS of them read
-        // as bytes for as long as `self` is borrowed; any bytes are valid u8.
-        unsafe { core::slice::from_raw_parts(self.values.as_ptr().cast::<u8>(), 4 * n) }
+        // SAFETY: `values` holds MAX_COLS f32 (four per v128, which is plain bits), n of them
+        // read for as long as `self` is borrowed.
+        unsafe { core::slice::from_raw_parts(self.values.as_ptr().cast::<f32>(), n) }
     }
 }
 
@@ -87,30 +90,79 @@ pub(in crate::quant) unsafe fn matmul(
     if n > MAX_COLS || n_vecs < 2 {
         return false;
     }
-    let mut c = Converted {
+    let mut c = [0, 1].map(|_| Converted {
         values: [f32x4_splat(0.0); MAX_COLS / 4],
-    };
+    });
     for v0 in (0..n_vecs).step_by(VECS) {
         let batch = (n_vecs - v0).min(VECS);
-        // tiles[i]: vectors v0 + 4i .. v0 + 4i + 4 (past the batch: its last again, dropped)
-        let tiles: [[ActRow<'_>; 4]; VECS / 4] = core::array::from_fn(|i| {
-            core::array::from_fn(|t| xs.row(v0 + (4 * i + t).min(batch - 1)))
+        // tiles[i]: vectors v0 + 2i, v0 + 2i + 1 (past the batch: its last again, dropped)
+        let tiles: [[ActRow<'_>; 2]; VECS / 2] = core::array::from_fn(|i| {
+            core::array::from_fn(|t| xs.row(v0 + (2 * i + t).min(batch - 1)))
         });
-        for r in 0..n_rows {
-            convert(&w[r * rb..(r + 1) * rb], &mut c);
-            let row = c.row(n);
-            for (i, x) in tiles[..batch.div_ceil(4)].iter().enumerate() {
-                let vecs = (batch - 4 * i).min(4);
-                // SAFETY: (v0 + 4i + t, r) with t < vecs <= batch - 4i and r < n_rows: elements
-                // the caller vouches for.
-                let out =
-                    unsafe { Out::strided(y.add((v0 + 4 * i) * y_stride + r), y_stride, 1, vecs) };
-                match vecs {
-                    1 => dot_f32::<1>(row, row.len(), &[x[0]], out),
-                    _ => dot_f32::<4>(row, row.len(), x, out),
+        for r in (0..n_rows).step_by(2) {
+            let pair = r + 1 < n_rows;
+            convert(&w[r * rb..(r + 1) * rb], &mut c[0]);
+            if pair {
+                convert(&w[(r + 1) * rb..(r + 2) * rb], &mut c[1]);
+            }
+            let rows = [c[0].floats(n), c[1].floats(n)];
+            for (i, x) in tiles[..batch.div_ceil(2)].iter().enumerate() {
+                let vecs = (batch - 2 * i).min(2);
+                // SAFETY: (v0 + 2i + t, r..r + 2) with t < vecs <= batch - 2i and r + 1 <
+                // n_rows when paired: elements the caller vouches for.
+                let out = unsafe {
+                    Out::strided(
+                        y.add((v0 + 2 * i) * y_stride + r),
+                        y_stride,
+                        1 + pair as usize,
+                        vecs,
+                    )
+                };
+                let sums = dot_rows2(rows, x);
+                out.store(0, sums[0]);
+                if pair {
+                    out.store(1, sums[1]);
                 }
             }
         }
     }
     true
+}
+
+/// Two converted rows (the second a stale or zero row when the first is a matrix's last, its
+/// products dropped) times two vectors: each product exactly
+/// `dot_float`'s (two partial sums per vector, the first and the second four of every 8, then
+/// the tail one by one), so the same bits as one row and vector at a time; per 8 weights four
+/// row loads and four vector loads feed eight multiply-adds, where a row with a tile of four
+/// vectors loads ten.
+#[inline(never)]
+fn dot_rows2(rows: [&[f32]; 2], xs: &[ActRow<'_>; 2]) -> [[f32; 2]; 2] {
+    let n = rows[0].len();
+    assert!(rows[1].len() == n && xs.iter().all(|x| x.values.len() >= n));
+    let mut acc = [[[f32x4_splat(0.0); 2]; 2]; 2];
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: i + 8 <= n, the length of each row and at most each vector's (asserted).
+        unsafe {
+            let w = rows.map(|row| (load(row.as_ptr().add(i)), load(row.as_ptr().add(i + 4))));
+            for t in 0..2 {
+                let x = xs[t].values.as_ptr().add(i);
+                let (x0, x1) = (load(x), load(x.add(4)));
+                for r in 0..2 {
+                    acc[r][t][0] = madd(w[r].0, x0, acc[r][t][0]);
+                    acc[r][t][1] = madd(w[r].1, x1, acc[r][t][1]);
+                }
+            }
+        }
+        i += 8;
+    }
+    core::array::from_fn(|r| {
+        core::array::from_fn(|t| {
+            let mut sum = hsum_f32(f32x4_add(acc[r][t][0], acc[r][t][1]));
+            for j in i..n {
+                sum += rows[r][j] * xs[t].values[j];
+            }
+            sum
+        })
+    })
 }
