@@ -266,23 +266,41 @@ fn dot_float<const T: usize>(
                 let (w0, w1) = weights8(row.as_ptr(), i / 8);
                 for t in 0..T {
                     // SAFETY: i + 8 <= n <= values.len() (asserted above).
-                    unsafe {
-                        let x = xs[t].values.as_ptr().add(i);
-                        acc[t][0] = madd(w0, load(x), acc[t][0]);
-                        acc[t][1] = madd(w1, load(x.add(4)), acc[t][1]);
-                    }
+                    let x = unsafe { values8(xs[t].values.as_ptr().add(i)) };
+                    float_step(&mut acc[t], (w0, w1), x);
                 }
                 i += 8;
             }
             core::array::from_fn(|t| {
-                let mut sum = hsum_f32(f32x4_add(acc[t][0], acc[t][1]));
-                for j in i..n {
-                    sum += weight(row, j) * xs[t].values[j];
-                }
-                sum
+                float_sum(acc[t], (i..n).map(|j| weight(row, j) * xs[t].values[j]))
             })
         },
     )
+}
+
+/// The eight f32 at `p`, as two vectors.
+///
+/// # Safety
+/// `p..p + 8` must be readable.
+#[inline(always)]
+unsafe fn values8(p: *const f32) -> (v128, v128) {
+    // SAFETY: by the caller.
+    unsafe { (load(p), load(p.add(4))) }
+}
+
+/// One step of [`dot_float`]'s sums (and of every kernel that must give its bits): eight
+/// weights `w` times eight values `x`, the first four into partial sum 0, the second into 1.
+#[inline(always)]
+fn float_step(acc: &mut [v128; 2], (w0, w1): (v128, v128), (x0, x1): (v128, v128)) {
+    acc[0] = madd(w0, x0, acc[0]);
+    acc[1] = madd(w1, x1, acc[1]);
+}
+
+/// [`dot_float`]'s result from its partial sums: the two added and folded, then the products
+/// past the last whole eight added one by one.
+#[inline(always)]
+fn float_sum(acc: [v128; 2], tail: impl Iterator<Item = f32>) -> f32 {
+    tail.fold(hsum_f32(f32x4_add(acc[0], acc[1])), |sum, p| sum + p)
 }
 
 // One entry point per element type over `dot_float` (deliberately alike: see the module doc).

@@ -783,16 +783,8 @@ fn integer_sums_do_not_overflow_at_the_extremes() {
         if ty.block_geometry().unwrap().0 == 1 {
             continue; // float types
         }
-        let (values, block_bytes) = ty.block_geometry().unwrap();
         let n_rows = 3;
-        let mut w = vec![0xffu8; n_rows * n / values * block_bytes];
-        for blk in w.chunks_exact_mut(block_bytes) {
-            for (k, &at) in scale_offsets(ty).iter().enumerate() {
-                let scale = if k == 0 { 1.0 } else { 0.0 };
-                blk[at..at + 2].copy_from_slice(&f32_to_f16(scale).to_le_bytes());
-            }
-        }
-        group_rows(ty, n, &mut w);
+        let w = extreme_matrix(ty, n_rows, n, 0xff);
         for sign in [-1.0f32, 1.0] {
             quantize_activations(ty, &vec![sign; n], n, &mut buf).unwrap();
             let mut y = vec![0.0f32; n_rows];
@@ -842,14 +834,7 @@ fn narrow_and_wide_dots_agree() {
         for &n in test_widths(ty) {
             let n_rows = 5;
             let fill = if ty == GgmlType::Q8_0 { 0x80 } else { 0xff };
-            let mut extreme = vec![fill; n_rows * ty.row_bytes(n as u64).unwrap() as usize];
-            let (_, block_bytes) = ty.block_geometry().unwrap();
-            for blk in extreme.chunks_exact_mut(block_bytes) {
-                for &at in scale_offsets(ty) {
-                    blk[at..at + 2].copy_from_slice(&f32_to_f16(1.0).to_le_bytes());
-                }
-            }
-            group_rows(ty, n, &mut extreme);
+            let extreme = extreme_matrix(ty, n_rows, n, fill);
             let random = random_matrix(ty, n_rows, n, &mut rng);
             for n_vecs in [1, 7, 35] {
                 let mut inputs: Vec<Vec<f32>> =
@@ -879,6 +864,22 @@ fn narrow_and_wide_dots_agree() {
             }
         }
     }
+}
+
+/// An `[n_rows][n]` matrix of `ty` as loaded whose quant bytes are all `fill`, with scales of 1
+/// and minimums of 0.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+fn extreme_matrix(ty: GgmlType, n_rows: usize, n: usize, fill: u8) -> Vec<u8> {
+    let (values, block_bytes) = ty.block_geometry().unwrap();
+    let mut w = vec![fill; n_rows * n / values * block_bytes];
+    for blk in w.chunks_exact_mut(block_bytes) {
+        for (k, &at) in scale_offsets(ty).iter().enumerate() {
+            let scale = if k == 0 { 1.0 } else { 0.0 };
+            blk[at..at + 2].copy_from_slice(&f32_to_f16(scale).to_le_bytes());
+        }
+    }
+    group_rows(ty, n, &mut w);
+    w
 }
 
 /// The SIMD rounding of Q8_0/Q8_1 blocks gives the reference's bits: random blocks of every

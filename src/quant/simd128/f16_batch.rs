@@ -130,11 +130,10 @@ pub(in crate::quant) unsafe fn matmul(
 }
 
 /// Two converted rows (the second a stale or zero row when the first is a matrix's last, its
-/// products dropped) times two vectors: each product exactly
-/// `dot_float`'s (two partial sums per vector, the first and the second four of every 8, then
-/// the tail one by one), so the same bits as one row and vector at a time; per 8 weights four
-/// row loads and four vector loads feed eight multiply-adds, where a row with a tile of four
-/// vectors loads ten.
+/// products dropped) times two vectors: each product summed by `dot_float`'s own steps
+/// (`float_step`, `float_sum`), so the same bits as one row and vector at a time; per 8
+/// weights four row loads and four vector loads feed eight multiply-adds, where a row with a
+/// tile of four vectors loads ten.
 #[inline(never)]
 fn dot_rows2(rows: [&[f32]; 2], xs: &[ActRow<'_>; 2]) -> [[f32; 2]; 2] {
     let n = rows[0].len();
@@ -144,25 +143,17 @@ fn dot_rows2(rows: [&[f32]; 2], xs: &[ActRow<'_>; 2]) -> [[f32; 2]; 2] {
     while i + 8 <= n {
         // SAFETY: i + 8 <= n, the length of each row and at most each vector's (asserted).
         unsafe {
-            let w = rows.map(|row| (load(row.as_ptr().add(i)), load(row.as_ptr().add(i + 4))));
+            let w = rows.map(|row| values8(row.as_ptr().add(i)));
             for t in 0..2 {
-                let x = xs[t].values.as_ptr().add(i);
-                let (x0, x1) = (load(x), load(x.add(4)));
+                let x = values8(xs[t].values.as_ptr().add(i));
                 for r in 0..2 {
-                    acc[r][t][0] = madd(w[r].0, x0, acc[r][t][0]);
-                    acc[r][t][1] = madd(w[r].1, x1, acc[r][t][1]);
+                    float_step(&mut acc[r][t], w[r], x);
                 }
             }
         }
         i += 8;
     }
     core::array::from_fn(|r| {
-        core::array::from_fn(|t| {
-            let mut sum = hsum_f32(f32x4_add(acc[r][t][0], acc[r][t][1]));
-            for j in i..n {
-                sum += rows[r][j] * xs[t].values[j];
-            }
-            sum
-        })
+        core::array::from_fn(|t| float_sum(acc[r][t], (i..n).map(|j| rows[r][j] * xs[t].values[j])))
     })
 }
