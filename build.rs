@@ -31,6 +31,9 @@ fn link_arguments() {
         format!("-zstack-size={STACK_BYTES}"),
         // Every instance gets its own stack: the host sets this global per instance.
         "--export=__stack_pointer".into(),
+        // Relocated immediates (call targets, addresses of statics) as short LEB128s, not
+        // padded to 5 bytes each: the same code, 33-34 KB (~5 %) smaller modules.
+        "--compress-relocations".into(),
     ];
     if threaded {
         args.extend([

@@ -30,10 +30,12 @@ use wasmparser::{Operator, Parser, Payload, TypeRef, ValType};
 /// `pmaddubsw` sequence (CPUs without AVX-VNNI: prefill 1.47x, decode 1.08x in Chromium), its
 /// one-vector loops copied for each way: +23.9 KB, 710,357 -> 734,261 bytes), 718 KiB until
 /// the same session multiplied F16 batches two rows at a time (all-MiniLM-L6-v2 17-20 % more
-/// texts per second: +2.3 KB, 736,563 bytes); now 720 KiB.
+/// texts per second: +2.3 KB, 736,563 bytes), 720 KiB until session 29 had the linker write
+/// relocated immediates as short LEB128s (`--compress-relocations`, `build.rs`: the same code,
+/// -34.3 KB, 736,593 -> 702,317 bytes); now 688 KiB.
 /// The sizes are printed by these tests, by `cargo xtask dist` and (with gzip) by `cargo xtask
 /// bench`.
-const SIZE_BUDGET: usize = 720 * 1024;
+const SIZE_BUDGET: usize = 688 * 1024;
 
 #[derive(Debug, PartialEq, Clone)]
 struct Sig {
