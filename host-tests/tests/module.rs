@@ -32,10 +32,12 @@ use wasmparser::{Operator, Parser, Payload, TypeRef, ValType};
 /// the same session multiplied F16 batches two rows at a time (all-MiniLM-L6-v2 17-20 % more
 /// texts per second: +2.3 KB, 736,563 bytes), 720 KiB until session 29 had the linker write
 /// relocated immediates as short LEB128s (`--compress-relocations`, `build.rs`: the same code,
-/// -34.3 KB, 736,593 -> 702,317 bytes); now 688 KiB.
+/// -34.3 KB, 736,593 -> 702,317 bytes), 688 KiB until the same session had decode touch the
+/// page ahead of the weight rows (`quant::touch_page_ahead`: decode 1.1-1.3x: +3.0 KB,
+/// 705,320 bytes); now 690 KiB.
 /// The sizes are printed by these tests, by `cargo xtask dist` and (with gzip) by `cargo xtask
 /// bench`.
-const SIZE_BUDGET: usize = 688 * 1024;
+const SIZE_BUDGET: usize = 690 * 1024;
 
 #[derive(Debug, PartialEq, Clone)]
 struct Sig {

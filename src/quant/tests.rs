@@ -925,6 +925,39 @@ fn simd_q8_0_rounding_matches_reference() {
     assert_eq!(got, want);
 }
 
+/// `touch_page_ahead` over a matrix's rows reads the first lines of every page that starts
+/// from `PAGE_AHEAD` past the first row to `PAGE_AHEAD` past the last, once each, as long as
+/// those lines lie in the matrix, and nothing else: rows narrower and wider than a page,
+/// matrices that start and end anywhere in a page.
+#[test]
+fn each_page_ahead_is_touched_once() {
+    // each page's touched lines hold a 1, every other byte 0
+    let mut backing = vec![0u8; 12 * 4096];
+    let start = backing.as_ptr() as usize;
+    for (i, b) in backing.iter_mut().enumerate() {
+        *b = (((start + i) % 4096) < 64 * PAGE_TOUCHES && (start + i).is_multiple_of(64)) as u8;
+    }
+    for rb in [18, 360, 960, 4096 + 34, 9000] {
+        for skip in [0, 1, 63, 2048, 4095] {
+            for rows in 0..=(backing.len() - skip) / rb {
+                let w = &backing[skip..][..rows * rb];
+                let base = w.as_ptr() as usize;
+                let read: u32 = (0..rows).map(|r| touch_page_ahead(w, r * rb, rb)).sum();
+                let pages = (0..w.len())
+                    .filter(|&i| (base + i).is_multiple_of(4096))
+                    .filter(|&i| (PAGE_AHEAD..PAGE_AHEAD + rows * rb).contains(&i))
+                    .filter(|&i| i + 64 * (PAGE_TOUCHES - 1) < w.len())
+                    .count();
+                assert_eq!(
+                    read as usize,
+                    PAGE_TOUCHES * pages,
+                    "rows of {rb} bytes, {skip} bytes in, {rows} rows"
+                );
+            }
+        }
+    }
+}
+
 /// Every product of a batch equals the single-vector product bit for bit: per vector the
 /// kernels do the same operations in the same order whatever the tile size (batches of 2, 3, 6
 /// and 7 vectors end in tiles padded to 4; past 4, the relaxed build's prepared rows; F16 rows
