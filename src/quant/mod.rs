@@ -322,12 +322,13 @@ const PAGE_TOUCHES: usize = 3;
 /// Chromium.
 #[inline(always)]
 fn touch_page_ahead(w: &[u8], at: usize, rb: usize) -> u32 {
-    let base = w.as_ptr() as usize;
-    let from = base + at + PAGE_AHEAD;
-    let mut page = from.next_multiple_of(4096);
+    // In offsets from `w` (no address arithmetic that could wrap at the top of memory): `w`
+    // starts `misalign` bytes into a page.
+    let misalign = w.as_ptr() as usize % 4096;
+    let from = at + PAGE_AHEAD;
+    let mut first = (from + misalign).next_multiple_of(4096) - misalign;
     let mut sum = 0u32;
-    while page < from + rb {
-        let first = page - base;
+    while first < from + rb {
         if first + 64 * (PAGE_TOUCHES - 1) >= w.len() {
             break;
         }
@@ -336,7 +337,7 @@ fn touch_page_ahead(w: &[u8], at: usize, rb: usize) -> u32 {
             let byte = unsafe { core::ptr::read_volatile(w.as_ptr().add(first + 64 * line)) };
             sum = sum.wrapping_add(byte as u32);
         }
-        page += 4096;
+        first += 4096;
     }
     sum
 }
