@@ -319,7 +319,11 @@ const PAGE_TOUCHES: usize = 3;
 /// Q4_K_M in Chromium 22.3-22.5 -> 28.7-28.8, in wasmtime 21.6-22.4 -> 27.1-27.2. Touching
 /// every line of the row a page ahead instead was 10 % faster in Chromium but 5 % slower in
 /// wasmtime; one line per page, 4 or 8 KiB ahead, was as good in wasmtime and unclear in
-/// Chromium.
+/// Chromium; three lines 8 KiB ahead, the same as 4 KiB. Not better: touching from `matvec`
+/// ahead of each page-sized run of rows, bounded by the whole matrix so that a pool chunk's
+/// last rows touch the next chunk's first pages (a kernel call per run: decode 3-5 % slower on
+/// one thread and on two); touching the f16 KV cache ahead in decode's attention (after a
+/// 968-token prompt: no change, 49.8-50.5 against 49.9-50.2 tok/s in wasmtime).
 #[inline(always)]
 fn touch_page_ahead(w: &[u8], at: usize, rb: usize) -> u32 {
     // In offsets from `w` (no address arithmetic that could wrap at the top of memory): `w`
