@@ -299,12 +299,18 @@ fn for_rows<const T: usize>(
         }
         y.store(r, dot(row));
     }
-    // SAFETY: a local; the volatile store keeps the touches' loads.
-    unsafe { core::ptr::write_volatile(&mut touched, touched) };
+    if T == 1 {
+        // SAFETY: a local; the volatile store keeps the touches' loads.
+        unsafe { core::ptr::write_volatile(&mut touched, touched) };
+    }
 }
 
-/// How far ahead of the row being multiplied [`touch_page_ahead`] looks: one 4 KiB page.
-const PAGE_AHEAD: usize = 4096;
+/// The page [`touch_page_ahead`] works in: the prefetchers' limit, and the host's page size.
+const PAGE: usize = 4096;
+/// A cache line.
+const LINE: usize = 64;
+/// How far ahead of the row being multiplied [`touch_page_ahead`] looks: one page.
+const PAGE_AHEAD: usize = PAGE;
 /// Cache lines [`touch_page_ahead`] reads at the start of a page.
 const PAGE_TOUCHES: usize = 3;
 
@@ -328,20 +334,20 @@ const PAGE_TOUCHES: usize = 3;
 fn touch_page_ahead(w: &[u8], at: usize, rb: usize) -> u32 {
     // In offsets from `w` (no address arithmetic that could wrap at the top of memory): `w`
     // starts `misalign` bytes into a page.
-    let misalign = w.as_ptr() as usize % 4096;
+    let misalign = w.as_ptr() as usize % PAGE;
     let from = at + PAGE_AHEAD;
-    let mut first = (from + misalign).next_multiple_of(4096) - misalign;
+    let mut first = (from + misalign).next_multiple_of(PAGE) - misalign;
     let mut sum = 0u32;
     while first < from + rb {
-        if first + 64 * (PAGE_TOUCHES - 1) >= w.len() {
+        if first + LINE * (PAGE_TOUCHES - 1) >= w.len() {
             break;
         }
         for line in 0..PAGE_TOUCHES {
-            // SAFETY: `first + 64 * line < w.len()` (checked above); a volatile read stays.
-            let byte = unsafe { core::ptr::read_volatile(w.as_ptr().add(first + 64 * line)) };
+            // SAFETY: `first + LINE * line < w.len()` (checked above); a volatile read stays.
+            let byte = unsafe { core::ptr::read_volatile(w.as_ptr().add(first + LINE * line)) };
             sum = sum.wrapping_add(byte as u32);
         }
-        first += 4096;
+        first += PAGE;
     }
     sum
 }

@@ -932,21 +932,21 @@ fn simd_q8_0_rounding_matches_reference() {
 #[test]
 fn each_page_ahead_is_touched_once() {
     // each page's touched lines hold a 1, every other byte 0
-    let mut backing = vec![0u8; 12 * 4096];
+    let mut backing = vec![0u8; 12 * PAGE];
     let start = backing.as_ptr() as usize;
     for (i, b) in backing.iter_mut().enumerate() {
-        *b = (((start + i) % 4096) < 64 * PAGE_TOUCHES && (start + i).is_multiple_of(64)) as u8;
+        *b = (((start + i) % PAGE) < LINE * PAGE_TOUCHES && (start + i).is_multiple_of(LINE)) as u8;
     }
-    for rb in [18, 360, 960, 4096 + 34, 9000] {
-        for skip in [0, 1, 63, 2048, 4095] {
+    for rb in [18, 360, 960, PAGE + 34, 9000] {
+        for skip in [0, 1, 63, PAGE / 2, PAGE - 1] {
             for rows in 0..=(backing.len() - skip) / rb {
                 let w = &backing[skip..][..rows * rb];
                 let base = w.as_ptr() as usize;
                 let read: u32 = (0..rows).map(|r| touch_page_ahead(w, r * rb, rb)).sum();
                 let pages = (0..w.len())
-                    .filter(|&i| (base + i).is_multiple_of(4096))
+                    .filter(|&i| (base + i).is_multiple_of(PAGE))
                     .filter(|&i| (PAGE_AHEAD..PAGE_AHEAD + rows * rb).contains(&i))
-                    .filter(|&i| i + 64 * (PAGE_TOUCHES - 1) < w.len())
+                    .filter(|&i| i + LINE * (PAGE_TOUCHES - 1) < w.len())
                     .count();
                 assert_eq!(
                     read as usize,
