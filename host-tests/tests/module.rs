@@ -34,10 +34,11 @@ use wasmparser::{Operator, Parser, Payload, TypeRef, ValType};
 /// relocated immediates as short LEB128s (`--compress-relocations`, `build.rs`: the same code,
 /// -34.3 KB, 736,593 -> 702,317 bytes), 688 KiB until the same session had decode touch the
 /// page ahead of the weight rows (`quant::touch_page_ahead`: decode 1.1-1.3x: +3.0 KB,
-/// 705,320 bytes); now 690 KiB.
+/// 705,320 bytes), 690 KiB until session 30 fused the attention's multiply-adds in the relaxed
+/// build (`model::ops::mul_add`: -7.1 KB, 705,422 -> 698,347 bytes); now 684 KiB.
 /// The sizes are printed by these tests, by `cargo xtask dist` and (with gzip) by `cargo xtask
 /// bench`.
-const SIZE_BUDGET: usize = 690 * 1024;
+const SIZE_BUDGET: usize = 684 * 1024;
 
 #[derive(Debug, PartialEq, Clone)]
 struct Sig {

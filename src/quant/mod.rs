@@ -184,7 +184,7 @@ pub use half::{
 };
 pub use q8::quantize_row_q8_0;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-pub use simd128::{F16Bits, f16_sext_finite_to_f32, f16_sext_scaled};
+pub use simd128::{F16Bits, f16_sext_finite_to_f32, f16_sext_scaled, madd};
 
 use crate::error::{Result, Status};
 use crate::{bail, err};

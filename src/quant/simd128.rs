@@ -219,7 +219,7 @@ fn bf16x8_to_f32(h: v128) -> (v128, v128) {
 /// where the engine has one (x86's FMA3, Arm's FMLA), else a multiply and an add as in the
 /// SIMD128 build.
 #[inline(always)]
-fn madd(a: v128, b: v128, c: v128) -> v128 {
+pub fn madd(a: v128, b: v128, c: v128) -> v128 {
     #[cfg(target_feature = "relaxed-simd")]
     return f32x4_relaxed_madd(a, b, c);
     #[cfg(not(target_feature = "relaxed-simd"))]
