@@ -11,9 +11,9 @@
 //!   partitioning they hand the range to [`heapsort_by`], so no order of the input makes them
 //!   quadratic. On the sampler's 49,152 candidates a top-40 takes 0.8x `core`'s time, a full
 //!   sort 1.5x (wasmtime).
-//! - `core`'s `sort_unstable` stays for the embedder's token ids, the one sort where its sorting
-//!   networks pay: 30-60 ids a text, and the corpus embeds 5 % faster with it (Node, 4
-//!   interleaved rounds: 359-372 k texts/s against 323-357 k with `quicksort_by`), for ~3 KB.
+//! - No `core` sort in the module: the embedder, the last user (its token ids, to find repeats),
+//!   now marks ids in a table instead (`embed::Embedder::pool`: 7 % faster than `core`'s sort,
+//!   which had been 5 % faster than [`quicksort_by`] there).
 
 /// Sorts `v` into the order where `less(b, a)` is false for every `a` before `b`. Unstable:
 /// comparators that must not depend on the starting order break ties themselves.
