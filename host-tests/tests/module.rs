@@ -37,10 +37,12 @@ use wasmparser::{Operator, Parser, Payload, TypeRef, ValType};
 /// 705,320 bytes), 690 KiB until session 30 fused the attention's multiply-adds in the relaxed
 /// build (`model::ops::mul_add`: -7.1 KB, 705,422 -> 698,347 bytes), 684 KiB until session 31
 /// had decode read each matrix as two streams of rows (`quant::for_rows`: decode 1.2-1.5x on
-/// one thread; each kernel's dot inlined twice: +62 KB, 692,448 -> 754,002 bytes); now 740 KiB.
+/// one thread; each kernel's dot inlined twice: +62 KB, 692,448 -> 754,002 bytes), 740 KiB
+/// until session 32 made them four streams (decode 1.1-1.2x on one thread; four copies of each
+/// dot, none for a last odd row: +32 KB, 754,002 -> 786,152 bytes); now 770 KiB.
 /// The sizes are printed by these tests, by `cargo xtask dist` and (with gzip) by `cargo xtask
 /// bench`.
-const SIZE_BUDGET: usize = 740 * 1024;
+const SIZE_BUDGET: usize = 770 * 1024;
 
 #[derive(Debug, PartialEq, Clone)]
 struct Sig {

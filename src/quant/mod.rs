@@ -284,11 +284,27 @@ impl<'a> Out<'a> {
 
 /// Stores `dot(row)` for each whole row of `w` (`rb` bytes each) at `y` (the body of every
 /// [`Kernels::dot`]). With one vector (decode, where the weights stream from memory) the rows
-/// are read as two streams, the first half's and the second half's in turn, and each row first
-/// touches the page ahead ([`touch_page_ahead`]). Two streams against one (SmolLM2-135M Q4_1,
-/// relaxed, one thread, interleaved rounds): decode in Chromium 148 76.8 -> 112.7 tok/s
-/// (medians of 3), in wasmtime 67.2 -> 82.8; the relaxed modules 62 KB larger (each kernel's
-/// dot inlined twice). Every product is the same dot as before: the same bits.
+/// are read as four streams: the rows split in four runs (the first takes the rows left over),
+/// and each turn of the loop multiplies the next row of each run, each first touching the page
+/// ahead of its row ([`touch_page_ahead`]). Every product is the same dot in any order: the
+/// same bits.
+///
+/// What makes this fast is four copies of the dot in the loop body, one per stream (each copy's
+/// loads walk one run of rows, which the CPU's prefetchers follow); the same four streams
+/// through one copy were slower than one stream. SmolLM2-135M Q4_1, relaxed, one thread,
+/// interleaved rounds (tok/s, medians of 3):
+/// - two streams against one (6112536): Chromium 148 76.8 -> 112.7, wasmtime 67.2 -> 82.8;
+///   alternating between the halves through one copy, 81-91 against one stream's 77-83;
+/// - four against two: Chromium 87.3 -> 95.8, wasmtime 77.1 -> 92.9; with a fifth copy for
+///   the last rows (medians of 2): Gemma 3 270M Q4_K_M Chromium 35.2 -> 37.7, wasmtime 31.9
+///   -> 34.7; two threads, Chromium 147.2 -> 149.1, wasmtime 133.5 -> 139.2;
+/// - four through one copy (row `(i % 4) * n / 4 + i / 4`): wasmtime 72.9, Chromium 81.8,
+///   against two copies' 76.9 and 87.3; eight copies: 87.6 and 94.8 against four's 90.4 and
+///   97.4; one stream touching eight pages at a time: 61.3 and 66.1.
+///
+/// Each copy costs the module its kernel's dot once more: the relaxed modules are 32 KB larger
+/// than with two streams (where the last odd row had a copy of its own), 94 KB larger than
+/// with one.
 #[inline(always)]
 fn for_rows<const T: usize>(
     w: &[u8],
@@ -298,20 +314,22 @@ fn for_rows<const T: usize>(
 ) {
     let mut touched = 0u32;
     if T == 1 {
-        // Two streams: row r of the first half beside row r of the second, each touching the
-        // page ahead of its own row. Both dots in one loop body (one call site alternating
-        // between the halves gained little: Chromium 81-91 tok/s against one stream's 77-83).
+        // Runs [0, first), [first, first + q), [first + q, first + 2q), [first + 2q, n).
         let n = w.len() / rb;
-        let half = n / 2;
-        for r in 0..half {
-            let s = r + half;
-            touched = touched.wrapping_add(touch_page_ahead(w, r * rb, rb));
-            touched = touched.wrapping_add(touch_page_ahead(w, s * rb, rb));
-            y.store(r, dot(&w[r * rb..][..rb]));
-            y.store(s, dot(&w[s * rb..][..rb]));
-        }
-        for r in 2 * half..n {
-            y.store(r, dot(&w[r * rb..][..rb]));
+        let q = n / 4;
+        let first = n - 3 * q;
+        for r in 0..first {
+            let rs = [r, first + r, first + q + r, first + 2 * q + r];
+            let all = r < q;
+            for s in rs.into_iter().take(if all { 4 } else { 1 }) {
+                touched = touched.wrapping_add(touch_page_ahead(w, s * rb, rb));
+            }
+            y.store(rs[0], dot(&w[rs[0] * rb..][..rb]));
+            if all {
+                y.store(rs[1], dot(&w[rs[1] * rb..][..rb]));
+                y.store(rs[2], dot(&w[rs[2] * rb..][..rb]));
+                y.store(rs[3], dot(&w[rs[3] * rb..][..rb]));
+            }
         }
     } else {
         for (r, row) in w.chunks_exact(rb).enumerate() {

@@ -671,6 +671,35 @@ fn scalar_dot(ty: GgmlType, w_row: &[u8], row: &ActRow<'_>) -> f64 {
     with_kernels!(ty, K => K::dot_ref(w_row, row), _ => unreachable!()) as f64
 }
 
+/// `for_rows` stores every row's product once, at the row's index, whatever the row count
+/// (one vector: four runs of rows, the first with the rows left over; several: in order).
+#[test]
+fn for_rows_stores_each_row_once() {
+    let rb = 8;
+    for n in 0..=13usize {
+        let w: Vec<u8> = (0..n).flat_map(|r| [r as u8; 8]).collect();
+        let mut seen = vec![0u32; n];
+        let mut y = vec![f32::NAN; n];
+        for_rows(&w, rb, Out::vector(&mut y), |row| {
+            seen[row[0] as usize] += 1;
+            [row[0] as f32 + 0.5]
+        });
+        assert!(seen.iter().all(|&c| c == 1), "n={n}: {seen:?}");
+        assert!(
+            y.iter().enumerate().all(|(r, &v)| v == r as f32 + 0.5),
+            "n={n}: {y:?}"
+        );
+        let mut y2 = vec![f32::NAN; 2 * n];
+        // SAFETY: y2 holds 2 vectors of n products.
+        let out = unsafe { Out::strided(y2.as_mut_ptr(), n, n, 2) };
+        for_rows(&w, rb, out, |row| [row[0] as f32, -(row[0] as f32)]);
+        assert!(
+            (0..n).all(|r| y2[r] == r as f32 && y2[n + r] == -(r as f32)),
+            "n={n}"
+        );
+    }
+}
+
 /// Column counts to try for a type: several blocks, plus odd sizes for the float types.
 fn test_widths(ty: GgmlType) -> &'static [usize] {
     match ty.block_geometry().unwrap().0 {
