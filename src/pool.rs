@@ -64,8 +64,8 @@ const SPIN_ROUNDS_MIN: u32 = 1 << 8;
 /// Largest item count a job may have (the claim counter is 32 bits and may overshoot by a chunk).
 const MAX_ITEMS: usize = (u32::MAX / 2) as usize;
 /// How long the driver waits for a job that makes no progress (no chunk finishes) before it
-/// declares a helper lost. The longest chunk the guided schedule hands out is a quarter of a
-/// job (two threads), well under a second for any model that fits in wasm32's memory.
+/// declares a helper lost. The longest chunk is half a job (two threads, decode's matrix
+/// products, [`even_share`]), well under a second for any model that fits in wasm32's memory.
 pub const STALL_LIMIT_MS: u32 = 3000;
 /// The driver's wait for a job sleeps in slices this long, counting the ones without progress.
 const STALL_SLICE_MS: u32 = 50;
@@ -84,6 +84,15 @@ pub fn set_threads(n: u32) {
 
 pub fn threads() -> u32 {
     pool().threads.load(Ordering::Relaxed)
+}
+
+/// The chunk size (a multiple of `multiple`) that splits `items` into one run per thread:
+/// for a job whose threads each do best with one long run. A thread that arrives late finds
+/// its run taken by one that finished its own.
+pub fn even_share(items: usize, multiple: usize) -> usize {
+    items
+        .div_ceil(threads() as usize)
+        .next_multiple_of(multiple.max(1))
 }
 
 /// Helpers registered and listening.
