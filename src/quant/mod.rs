@@ -291,8 +291,8 @@ impl<'a> Out<'a> {
 ///
 /// What makes this fast is four copies of the dot in the loop body, one per stream (each copy's
 /// loads walk one run of rows, which the CPU's prefetchers follow); the same four streams
-/// through one copy were slower than one stream. SmolLM2-135M Q4_1, relaxed, one thread,
-/// interleaved rounds (tok/s, medians of 3):
+/// through one copy were slower than two streams through two copies. SmolLM2-135M Q4_1,
+/// relaxed, one thread, interleaved rounds (tok/s, medians of 3):
 /// - two streams against one (6112536): Chromium 148 76.8 -> 112.7, wasmtime 67.2 -> 82.8;
 ///   alternating between the halves through one copy, 81-91 against one stream's 77-83;
 /// - four against two: Chromium 87.3 -> 95.8, wasmtime 77.1 -> 92.9; with a fifth copy for
