@@ -39,10 +39,12 @@ use wasmparser::{Operator, Parser, Payload, TypeRef, ValType};
 /// had decode read each matrix as two streams of rows (`quant::for_rows`: decode 1.2-1.5x on
 /// one thread; each kernel's dot inlined twice: +62 KB, 692,448 -> 754,002 bytes), 740 KiB
 /// until session 32 made them four streams (decode 1.1-1.2x on one thread; four copies of each
-/// dot, none for a last odd row: +32 KB, 754,002 -> 786,152 bytes); now 770 KiB.
+/// dot, none for a last odd row: +32 KB, 754,002 -> 786,152 bytes), 770 KiB until session 33
+/// split decode's attention evenly between threads (tiles of two queries over the f16 cache:
+/// +7.0 KB, 786,254 -> 793,260 bytes); now 776 KiB.
 /// The sizes are printed by these tests, by `cargo xtask dist` and (with gzip) by `cargo xtask
 /// bench`.
-const SIZE_BUDGET: usize = 770 * 1024;
+const SIZE_BUDGET: usize = 776 * 1024;
 
 #[derive(Debug, PartialEq, Clone)]
 struct Sig {

@@ -462,7 +462,7 @@ impl<'a> Encoder<'a> {
             window: usize::MAX,
             bidirectional: !self.cfg.causal,
         };
-        pool::par_for(&args, args.items(), 1, attention_kernel);
+        pool::par_for(&args, args.items(), args.chunk(), attention_kernel);
     }
 
     pub fn heap_bytes(&self) -> usize {

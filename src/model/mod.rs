@@ -1329,7 +1329,7 @@ impl<'a> Model<'a> {
     }
 
     /// Attention for `n` new tokens at `pos0..pos0+n` in layer `l`, split across the pool by
-    /// (KV head, tile of `KvElem::QUERIES` of its queries). A batch of fewer than [`STAGE_QUERIES`]
+    /// queries (`AttentionArgs::chunk`), in tiles of `KvElem::QUERIES` of a KV head. A batch of fewer than [`STAGE_QUERIES`]
     /// queries per KV head (decode) reads the f16 cache itself (half the bytes of f32), the
     /// queries times `KvHalf::UNSCALE` (unless one is 2^16 or more, which that would make
     /// infinite); a larger batch reads the cache's rows converted to f32 once
@@ -1393,7 +1393,7 @@ impl<'a> Model<'a> {
             window: cfg.span(l),
             bidirectional: false,
         };
-        pool::par_for(&args, args.items(), 1, attention_kernel);
+        pool::par_for(&args, args.items(), args.chunk(), attention_kernel);
     }
 }
 
@@ -1553,18 +1553,24 @@ impl AttentionArgs<'_> {
         self.n * self.group
     }
 
-    /// Queries per item: `KvElem::QUERIES` of the rows read.
-    fn tile(&self) -> usize {
-        match self.kv {
-            KvRows::F32 { .. } => <f32 as KvElem>::QUERIES,
-            KvRows::Half { .. } => <KvHalf as KvElem>::QUERIES,
-        }
+    /// Pool items: the queries, KV head by KV head (`queries_per_kv_head` each).
+    fn items(&self) -> usize {
+        self.n_heads / self.group * self.queries_per_kv_head()
     }
 
-    /// Pool items: (KV head, tile of up to [`AttentionArgs::tile`] of its queries), KV head by
-    /// KV head.
-    fn items(&self) -> usize {
-        self.n_heads / self.group * self.queries_per_kv_head().div_ceil(self.tile())
+    /// Items per claim ([`pool::par_for`]'s chunk). Over the f16 cache (decode, small batches)
+    /// one even share per thread: a thread's queries go in tiles of `KvElem::QUERIES` KV head
+    /// by KV head, so two threads split SmolLM2's three KV heads (tiles of three queries) as
+    /// 3 + 2 and 1 + 3 queries, Gemma 3's one KV head as 2 + 2, where whole tiles went 2 : 1
+    /// and 3 : 1. SmolLM2-135M Q4_1, relaxed, two threads, interleaved: decode in wasmtime
+    /// 165.8 -> 171.7 tok/s (medians of 3), in Chromium 175.0 -> 183.4 (medians of 4, every
+    /// round higher); one thread and Gemma 3 270M (its matrices dominate) unchanged. Over f32
+    /// rows (prefill), guided claims of whole tiles.
+    fn chunk(&self) -> usize {
+        match self.kv {
+            KvRows::F32 { .. } => <f32 as KvElem>::QUERIES,
+            KvRows::Half { .. } => pool::even_share(self.items(), 1),
+        }
     }
 }
 
@@ -1575,22 +1581,26 @@ fn attention_kernel(a: &AttentionArgs<'_>, items: Range<usize>) {
     }
 }
 
-/// The items `items` of `attention_kernel` over `keys` and `values` (`a.kv`'s).
+/// The queries `items` of `attention_kernel` over `keys` and `values` (`a.kv`'s): each KV
+/// head's part in tiles of `K::QUERIES`, the last one shorter.
 fn attend_items<K: KvElem>(a: &AttentionArgs<'_>, keys: &[K], values: &[K], items: Range<usize>) {
     let queries = a.queries_per_kv_head();
-    let tiles = queries.div_ceil(K::QUERIES);
-    for item in items {
-        let (kvh, first) = (item / tiles, item % tiles * K::QUERIES);
-        let kv = [keys, values];
-        // One tile size besides 1 per element type (each is a copy of `attend`); a last tile
-        // of 2 of 3 goes as two of 1, which give the same bits.
-        match (K::QUERIES, queries - first) {
-            (_, 1) => attend::<K, 1>(a, kv, kvh, first),
-            (2, _) => attend::<K, 2>(a, kv, kvh, first),
-            (3, 2) => (0..2).for_each(|i| attend::<K, 1>(a, kv, kvh, first + i)),
-            (3, _) => attend::<K, 3>(a, kv, kvh, first),
-            _ => unreachable!("a tile of {} queries", K::QUERIES),
+    let kv = [keys, values];
+    let mut item = items.start;
+    while item < items.end {
+        let (kvh, mut first) = (item / queries, item % queries);
+        let end = (items.end - kvh * queries).min(queries);
+        while first < end {
+            // One copy of `attend` per tile size and element type: 1, 2 and K::QUERIES.
+            let tile = match (K::QUERIES, end - first) {
+                (_, 1) => attend::<K, 1>(a, kv, kvh, first),
+                (2, _) | (3, 2) => attend::<K, 2>(a, kv, kvh, first),
+                (3, _) => attend::<K, 3>(a, kv, kvh, first),
+                _ => unreachable!("a tile of {} queries", K::QUERIES),
+            };
+            first += tile;
         }
+        item = kvh * queries + end;
     }
 }
 
@@ -1607,7 +1617,7 @@ fn attend<K: KvElem, const Q: usize>(
     kv: [&[K]; 2],
     kvh: usize,
     first: usize,
-) {
+) -> usize {
     let hd = a.head_dim;
     // query i: head h[i] of token t[i]
     let t: [usize; Q] = core::array::from_fn(|i| (first + i) / a.group);
@@ -1626,7 +1636,7 @@ fn attend<K: KvElem, const Q: usize>(
         for i in 0..Q {
             attend::<K, 1>(a, kv, kvh, first + i);
         }
-        return;
+        return Q;
     }
     let q: [&[f32]; Q] = core::array::from_fn(|i| &a.q[t[i] * a.q_dim + h[i] * hd..][..hd]);
     // SAFETY: these score rows and these heads' slices of the tokens' outputs belong to this
@@ -1691,6 +1701,7 @@ fn attend<K: KvElem, const Q: usize>(
         add_values(out[i], scores[i], lo[i], shared4..shared_end, value);
         add_values(out[i], scores[i], lo[i], after, value);
     }
+    Q
 }
 
 /// `out += p v` over positions `run` in order (four at a time), `p` from `scores` (score `j`:

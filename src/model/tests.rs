@@ -910,8 +910,9 @@ fn gelu_table_is_gelu_of_the_rounded_input() {
 /// order: the operations the kernel promises), bit for bit: grouped query heads (3 per KV head,
 /// so f32 tiles of 2 span two tokens; 2 and 4, so f16 tiles of 3 do and leave tails of 1 and
 /// 2), a ring that wraps, sliding windows shorter than a tile, a soft cap, bidirectional
-/// attention, and a head size with a tail past the last four; the items run all at once and one
-/// by one in reverse (as threads may take them). With f32 keys and values (a sentence
+/// attention, and a head size with a tail past the last four; the items (queries) run all at
+/// once, one by one in reverse, and in 2, 3 and 4 even runs from the last (as threads take
+/// them: runs that cut a KV head's queries, so tiles of 2 of the f16 cache's 3). With f32 keys and values (a sentence
 /// encoder's) and with the decoder's f16 cache (`KvHalf`: the reference gets its values as f32,
 /// the kernel the query times 2^112).
 #[test]
@@ -958,8 +959,9 @@ fn attention_items_equal_one_query_at_a_time() {
             ..case(4, 1, 8, 7, 0, usize::MAX, 7)
         },
     ];
-    /// The kernel's output for `q` and `kv` under case `c`; its items in reverse with `reverse`.
-    fn run(c: &Case, q: &[f32], kv: KvRows<'_>, reverse: bool) -> Vec<f32> {
+    /// The kernel's output for `q` and `kv` under case `c`, its items in `parts` even runs (as
+    /// threads take them) from the last to the first; 0: one item at a time, the last first.
+    fn run(c: &Case, q: &[f32], kv: KvRows<'_>, parts: usize) -> Vec<f32> {
         let q_dim = c.heads * c.hd;
         let score_stride = c.slots + 8;
         let mut out = std::vec![f32::NAN; c.n * q_dim];
@@ -984,13 +986,13 @@ fn attention_items_equal_one_query_at_a_time() {
             window: c.window,
             bidirectional: c.bidirectional,
         };
-        match reverse {
-            false => attention_kernel(&args, 0..args.items()),
-            true => {
-                for item in (0..args.items()).rev() {
-                    attention_kernel(&args, item..item + 1);
-                }
-            }
+        let items = args.items();
+        let run = match parts {
+            0 => 1,
+            _ => items.div_ceil(parts),
+        };
+        for first in (0..items).step_by(run).rev() {
+            attention_kernel(&args, first..(first + run).min(items));
         }
         out
     }
@@ -1006,7 +1008,7 @@ fn attention_items_equal_one_query_at_a_time() {
                 .collect()
         };
         let (mut k, mut v) = (kv(), kv());
-        let [all, reversed] = [false, true].map(|reverse| match half {
+        let runs = [1, 0, 2, 3, 4].map(|parts| match half {
             false => run(
                 &c,
                 &q,
@@ -1014,7 +1016,7 @@ fn attention_items_equal_one_query_at_a_time() {
                     keys: &k,
                     values: &v,
                 },
-                reverse,
+                parts,
             ),
             true => {
                 let to_half = |x: &[f32]| -> Vec<KvHalf> {
@@ -1023,7 +1025,7 @@ fn attention_items_equal_one_query_at_a_time() {
                 let q = q.iter().map(|&x| x * KvHalf::UNSCALE);
                 let q: Vec<f32> = q.collect();
                 let (keys, values) = (&to_half(&k), &to_half(&v));
-                run(&c, &q, KvRows::Half { keys, values }, reverse)
+                run(&c, &q, KvRows::Half { keys, values }, parts)
             }
         });
         if half {
@@ -1068,7 +1070,8 @@ fn attention_items_equal_one_query_at_a_time() {
             c.pos0,
             c.window
         );
-        assert_eq!(bits(&all), bits(&want), "{label}");
-        assert_eq!(bits(&reversed), bits(&want), "{label}, items in reverse");
+        for (parts, out) in [1, 0, 2, 3, 4].iter().zip(&runs) {
+            assert_eq!(bits(out), bits(&want), "{label}, items in {parts} runs");
+        }
     }
 }
