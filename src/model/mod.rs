@@ -1329,11 +1329,11 @@ impl<'a> Model<'a> {
     }
 
     /// Attention for `n` new tokens at `pos0..pos0+n` in layer `l`, split across the pool by
-    /// queries (`AttentionArgs::chunk`), in tiles of `KvElem::QUERIES` of a KV head. A batch of fewer than [`STAGE_QUERIES`]
-    /// queries per KV head (decode) reads the f16 cache itself (half the bytes of f32), the
-    /// queries times `KvHalf::UNSCALE` (unless one is 2^16 or more, which that would make
-    /// infinite); a larger batch reads the cache's rows converted to f32 once
-    /// (`Scratch::staged`). The same bits either way.
+    /// queries (`AttentionArgs::chunk`), in tiles of `KvElem::QUERIES` of a KV head. A batch
+    /// of fewer than [`STAGE_QUERIES`] queries per KV head (decode) reads the f16 cache itself
+    /// (half the bytes of f32), the queries times `KvHalf::UNSCALE` (unless one is 2^16 or
+    /// more, which that would make infinite); a larger batch reads the cache's rows converted
+    /// to f32 once (`Scratch::staged`). The same bits either way.
     fn attention(&mut self, l: usize, n: usize, pos0: usize) {
         let Model {
             cfg,
@@ -1565,7 +1565,8 @@ impl AttentionArgs<'_> {
     /// and 3 : 1. SmolLM2-135M Q4_1, relaxed, two threads, interleaved: decode in wasmtime
     /// 165.8 -> 171.7 tok/s (medians of 3), in Chromium 175.0 -> 183.4 (medians of 4, every
     /// round higher); one thread and Gemma 3 270M (its matrices dominate) unchanged. Over f32
-    /// rows (prefill), guided claims of whole tiles.
+    /// rows (prefill, the encoder), guided claims of whole pairs of queries (tiles of two, but
+    /// where a claim crosses a KV head with an odd count).
     fn chunk(&self) -> usize {
         match self.kv {
             KvRows::F32 { .. } => <f32 as KvElem>::QUERIES,

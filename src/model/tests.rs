@@ -912,9 +912,9 @@ fn gelu_table_is_gelu_of_the_rounded_input() {
 /// 2), a ring that wraps, sliding windows shorter than a tile, a soft cap, bidirectional
 /// attention, and a head size with a tail past the last four; the items (queries) run all at
 /// once, one by one in reverse, and in 2, 3 and 4 even runs from the last (as threads take
-/// them: runs that cut a KV head's queries, so tiles of 2 of the f16 cache's 3). With f32 keys and values (a sentence
-/// encoder's) and with the decoder's f16 cache (`KvHalf`: the reference gets its values as f32,
-/// the kernel the query times 2^112).
+/// them: runs that cut a KV head's queries, so tiles of 2 of the f16 cache's 3). With f32 keys
+/// and values (a sentence encoder's) and with the decoder's f16 cache (`KvHalf`: the reference
+/// gets its values as f32, the kernel the query times 2^112).
 #[test]
 fn attention_items_equal_one_query_at_a_time() {
     use super::{AttentionArgs, KvElem, KvHalf, KvRows, attention_kernel, ops};
