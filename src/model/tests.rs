@@ -1008,7 +1008,8 @@ fn attention_items_equal_one_query_at_a_time() {
                 .collect()
         };
         let (mut k, mut v) = (kv(), kv());
-        let runs = [1, 0, 2, 3, 4].map(|parts| match half {
+        let splits = [1, 0, 2, 3, 4];
+        let runs = splits.map(|parts| match half {
             false => run(
                 &c,
                 &q,
@@ -1070,7 +1071,7 @@ fn attention_items_equal_one_query_at_a_time() {
             c.pos0,
             c.window
         );
-        for (parts, out) in [1, 0, 2, 3, 4].iter().zip(&runs) {
+        for (parts, out) in splits.iter().zip(&runs) {
             assert_eq!(bits(out), bits(&want), "{label}, items in {parts} runs");
         }
     }
