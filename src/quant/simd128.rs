@@ -671,6 +671,9 @@ fn dot_legacy<L: Legacy, const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; 
     debug_assert!(rb.is_multiple_of(L::BYTES));
     let n_blocks = rb / L::BYTES;
     check_legacy_activations::<L, T>(xs, n_blocks);
+    if T == 1 && n_blocks % 2 == 1 {
+        return legacy_rows_odd::<L, T>(w, rb, xs, y);
+    }
     let k = F16Bits::opaque();
     #[cfg(not(target_feature = "relaxed-simd"))]
     legacy_rows::<L, T>(w, rb, xs, y, &k, false);
@@ -686,7 +689,9 @@ fn dot_legacy<L: Legacy, const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; 
     }
 }
 
-/// [`dot_legacy`]'s loop over the rows (`narrow`: see [`legacy_group`]).
+/// [`dot_legacy`]'s loop over the rows (`narrow`: see [`legacy_group`]). One vector's rows
+/// have an even number of blocks here (odd ones take [`legacy_rows_odd`]), so the copies of the
+/// row's dot in `for_rows`' four streams end with a whole group or a constant pair.
 #[inline(always)]
 fn legacy_rows<L: Legacy, const T: usize>(
     w: &[u8],
@@ -705,6 +710,7 @@ fn legacy_rows<L: Legacy, const T: usize>(
         |row: &[u8]| {
             legacy_groups(
                 n_blocks,
+                T > 1,
                 // SAFETY: `legacy_groups` passes first + count <= n_blocks, the blocks of `row`,
                 // which `dot_legacy` has checked against `xs`.
                 #[inline(always)]
@@ -714,6 +720,44 @@ fn legacy_rows<L: Legacy, const T: usize>(
             )
         },
     )
+}
+
+/// [`dot_legacy`] of one vector and rows of an odd number of blocks (32, 96, 160, ... columns;
+/// a row's last group one or three blocks, which no model we know of has): the rows one after
+/// another, the way of summing asked at run time. In [`legacy_rows`]' eight copies of the
+/// row's dot (four streams, two ways of summing) that general last group was over a third of
+/// the relaxed build's one-vector kernels (Q5_1: 25.9 KB, now 14.4 plus 3.5 here): the relaxed
+/// modules are 30.6 KB smaller, the SIMD128 ones 7.6 KB. SmolLM2-135M Q4_1, one thread,
+/// interleaved, medians of 3 (prefill / decode tok/s): Chromium 298.3 / 99.8 before, 293.8 /
+/// 103.9 after; wasmtime 223.5 / 95.6 and 224.5 / 94.7 (SIMD128 110.6 / 76.8 and 117.0 /
+/// 76.5); Gemma 3 270M 231.4 / 35.2 and 227.8 / 35.1. (The general group out of line instead,
+/// a call from each copy, cost wasmtime decode 102.2 -> 94.1: the loops around a call keep
+/// less in registers.)
+#[inline(never)]
+fn legacy_rows_odd<L: Legacy, const T: usize>(
+    w: &[u8],
+    rb: usize,
+    xs: &[ActRow<'_>; T],
+    y: Out<'_>,
+) {
+    let n_blocks = rb / L::BYTES;
+    let k = F16Bits::opaque();
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    let narrow = false;
+    #[cfg(target_feature = "relaxed-simd")]
+    let narrow = build::narrow_dots();
+    for (r, row) in w.chunks_exact(rb).enumerate() {
+        let sums = legacy_groups(
+            n_blocks,
+            true,
+            // SAFETY: as in `legacy_rows`.
+            #[inline(always)]
+            |acc, first, count| unsafe {
+                legacy_group::<L, T>(row, xs, acc, first, count, &k, narrow)
+            },
+        );
+        y.store(r, sums);
+    }
 }
 
 /// Checks that each of `xs` holds what the legacy kernels read for `n_blocks` blocks of `L`.
@@ -736,10 +780,13 @@ fn check_legacy_activations<L: Legacy, const T: usize>(xs: &[ActRow<'_>; T], n_b
 }
 
 /// Runs `group(acc, first, count)` over `n_blocks` blocks in groups of four (`count` 1..=4;
-/// inlined, the main loop's `count = 4` is a constant) and returns the horizontal sums.
+/// inlined, the main loop's `count = 4` is a constant) and returns the horizontal sums. Without
+/// `odd` (a constant where inlined) the caller vouches that `n_blocks` is even: the last group
+/// is then a constant pair, and there is no code for one of 1 or 3 blocks.
 #[inline(always)]
 fn legacy_groups<const T: usize>(
     n_blocks: usize,
+    odd: bool,
     mut group: impl FnMut(&mut [v128; T], usize, usize),
 ) -> [f32; T] {
     let mut acc = [f32x4_splat(0.0); T];
@@ -750,9 +797,12 @@ fn legacy_groups<const T: usize>(
     }
     match n_blocks - first {
         0 => {}
-        // one vector (decode), the common tail (rows of 576, 960, ... columns): a constant pair
-        2 if T == 1 => group(&mut acc, first, 2),
-        rest => group(&mut acc, first, rest),
+        // the common tail (rows of 576, 960, ... columns): a constant pair for one vector
+        // (decode) and wherever no other tail is possible
+        2 if T == 1 || !odd => group(&mut acc, first, 2),
+        rest if odd => group(&mut acc, first, rest),
+        // an odd count, which the caller ruled out
+        _ => unreachable(),
     }
     core::array::from_fn(|t| hsum_f32(acc[t]))
 }

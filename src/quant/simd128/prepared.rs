@@ -84,6 +84,7 @@ fn dot_prepared<L: Legacy<Weights = [v128; 4]>, const T: usize>(
     check_legacy_activations::<L, T>(xs, p.n_blocks);
     legacy_groups(
         p.n_blocks,
+        true,
         // SAFETY: `legacy_groups` passes first + count <= n_blocks, checked against `xs` above;
         // pairs first / 2.. and group first / 4 were filled by `prepare`.
         #[inline(always)]
