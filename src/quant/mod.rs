@@ -270,6 +270,14 @@ impl<'a> Out<'a> {
         }
     }
 
+    /// Vector `t`'s products alone.
+    #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+    fn vector_at(&self, t: usize) -> Out<'_> {
+        assert!(t < self.vecs, "Out::vector_at out of bounds");
+        // SAFETY: vector t's elements are among ours (`strided`'s contract), borrowed with us.
+        unsafe { Out::strided(self.ptr.add(t * self.stride), self.stride, self.rows, 1) }
+    }
+
     /// Stores row `r`'s products with the `T` vectors; products past the output's `vecs` (a tile
     /// padded with repeats of its last vector) are dropped.
     #[inline(always)]
@@ -692,7 +700,7 @@ pub fn matmul(
 /// can fill disjoint column ranges of one `(n_vecs, y_stride)` output without a copy.
 /// Each weight row is decoded once per tile of 4 vectors; rows are taken in chunks of about
 /// 32 KiB so that both the chunk and the tile's activations stay in cache. (The relaxed build
-/// decodes a Q4_0/Q4_1/Q5_0/Q5_1 row once for every tile of a batch of more than 4 vectors:
+/// decodes a Q4_0/Q4_1/Q5_0/Q5_1 row once for every tile of a batch of 2 vectors or more:
 /// `simd128/prepared.rs`.)
 ///
 /// # Safety

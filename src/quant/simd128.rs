@@ -787,24 +787,35 @@ fn check_legacy_activations<L: Legacy, const T: usize>(xs: &[ActRow<'_>; T], n_b
 fn legacy_groups<const T: usize>(
     n_blocks: usize,
     odd: bool,
-    mut group: impl FnMut(&mut [v128; T], usize, usize),
+    group: impl FnMut(&mut [v128; T], usize, usize),
 ) -> [f32; T] {
     let mut acc = [f32x4_splat(0.0); T];
+    legacy_groups_into(&mut acc, n_blocks, odd, group);
+    acc.map(hsum_f32)
+}
+
+/// [`legacy_groups`] adding to the sums `acc` (each vector's, before the horizontal sum).
+#[inline(always)]
+fn legacy_groups_into<const T: usize>(
+    acc: &mut [v128; T],
+    n_blocks: usize,
+    odd: bool,
+    mut group: impl FnMut(&mut [v128; T], usize, usize),
+) {
     let mut first = 0;
     while first + 4 <= n_blocks {
-        group(&mut acc, first, 4);
+        group(acc, first, 4);
         first += 4;
     }
     match n_blocks - first {
         0 => {}
         // the common tail (rows of 576, 960, ... columns): a constant pair for one vector
         // (decode) and wherever no other tail is possible
-        2 if T == 1 || !odd => group(&mut acc, first, 2),
-        rest if odd => group(&mut acc, first, rest),
+        2 if T == 1 || !odd => group(acc, first, 2),
+        rest if odd => group(acc, first, rest),
         // an odd count, which the caller ruled out
         _ => unreachable(),
     }
-    core::array::from_fn(|t| hsum_f32(acc[t]))
 }
 
 /// Blocks `first..first + count` (`count` 1..=4) of `row` times each vector, into `acc`.
@@ -1253,22 +1264,48 @@ pub(super) use prepared::matmul as matmul_prepared;
 
 pub(super) use build::{dot_q4_k, dot_q5_k, dot_q6_k};
 
+/// One vector's entry point of a legacy type (`dot_q4_0::<1>`, ...).
+type DotOne = fn(&[u8], usize, &[ActRow<'_>; 1], Out<'_>);
+
+/// [`dot_legacy`] of the relaxed build's Q4_0, Q4_1, Q5_0 and Q5_1, whose batches take the
+/// prepared rows (`prepared::matmul`, every batch of two vectors or more): their entry points
+/// serve one vector, so a tile (no caller's) runs vector by vector through `one`, the same
+/// bits, and the kernel's tile of four is not compiled (16 KB).
+#[inline(always)]
+fn dot_one_vector<L: Legacy, const T: usize>(
+    w: &[u8],
+    rb: usize,
+    xs: &[ActRow<'_>; T],
+    y: Out<'_>,
+    one: DotOne,
+) {
+    #[cfg(target_feature = "relaxed-simd")]
+    if T > 1 {
+        for t in 0..T.min(y.vecs) {
+            one(w, rb, &[xs[t]], y.vector_at(t));
+        }
+        return;
+    }
+    let _ = one;
+    dot_legacy::<L, T>(w, rb, xs, y)
+}
+
 // One entry point per legacy type over `dot_legacy` (deliberately alike: see the module doc).
 #[inline(never)]
 pub(super) fn dot_q4_0<const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T], y: Out<'_>) {
-    dot_legacy::<build::Q4_0, T>(w, rb, xs, y)
+    dot_one_vector::<build::Q4_0, T>(w, rb, xs, y, dot_q4_0::<1>)
 }
 #[inline(never)]
 pub(super) fn dot_q4_1<const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T], y: Out<'_>) {
-    dot_legacy::<build::Q4_1, T>(w, rb, xs, y)
+    dot_one_vector::<build::Q4_1, T>(w, rb, xs, y, dot_q4_1::<1>)
 }
 #[inline(never)]
 pub(super) fn dot_q5_0<const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T], y: Out<'_>) {
-    dot_legacy::<build::Q5_0, T>(w, rb, xs, y)
+    dot_one_vector::<build::Q5_0, T>(w, rb, xs, y, dot_q5_0::<1>)
 }
 #[inline(never)]
 pub(super) fn dot_q5_1<const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T], y: Out<'_>) {
-    dot_legacy::<build::Q5_1, T>(w, rb, xs, y)
+    dot_one_vector::<build::Q5_1, T>(w, rb, xs, y, dot_q5_1::<1>)
 }
 #[inline(never)]
 pub(super) fn dot_q8_0<const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T], y: Out<'_>) {

@@ -33,6 +33,15 @@ const SUPPORTED: [GgmlType; 11] = [
     GgmlType::Q6K,
 ];
 
+/// The legacy block types (blocks of 32, one f16 scale each).
+const LEGACY: [GgmlType; 5] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+];
+
 /// Scalar reference dot vs the f64 dot of the dequantized operands, relative to `Σ|w·x|`: f32
 /// rounding of the per-block scales and of the running sum over at most a few thousand terms.
 const DOT_REF_REL_TOL: f64 = 2e-5;
@@ -852,14 +861,7 @@ fn narrow_and_wide_dots_agree() {
     );
     let mut rng = Rng(99);
     let mut buf = ActivationBuf::new();
-    let legacy = [
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q5_0,
-        GgmlType::Q5_1,
-        GgmlType::Q8_0,
-    ];
-    for ty in legacy {
+    for ty in LEGACY {
         for &n in test_widths(ty) {
             let n_rows = 5;
             let fill = if ty == GgmlType::Q8_0 { 0x80 } else { 0xff };
@@ -989,23 +991,29 @@ fn each_page_ahead_is_touched_once() {
 
 /// Every product of a batch equals the single-vector product bit for bit: per vector the
 /// kernels do the same operations in the same order whatever the tile size (batches of 2, 3, 6
-/// and 7 vectors end in tiles padded to 4; past 4, the relaxed build's prepared rows; F16 rows
-/// converted once per batch of up to 32 vectors, two rows at a time with a lone last one (7
-/// rows), with a tail of 4 columns past the groups of 8).
+/// and 7 vectors end in tiles padded to 4; the relaxed build's Q4_0/Q4_1/Q5_0/Q5_1 batches go
+/// through prepared rows; F16 rows converted once per batch of up to 32 vectors, two rows at a
+/// time with a lone last one (7 rows), with a tail of 4 columns past the groups of 8). Also rows
+/// longer than a run of prepared blocks (the relaxed build unpacks 256 blocks of a row at a
+/// time, each vector's sums carried between runs): 261 blocks end in a group of four and a lone
+/// block, 514 in three runs, the last a pair.
 #[test]
 fn matmul_equals_matvec() {
     let mut rng = Rng(42);
     let mut batch = ActivationBuf::new();
     let mut single = ActivationBuf::new();
-    for (ty, n_vecs) in SUPPORTED
-        .iter()
-        .flat_map(|&ty| [2, 3, 4, 6, 7, 35].map(|n| (ty, n)))
-    {
+    let short = SUPPORTED.iter().flat_map(|&ty| {
         let n = match ty.block_geometry().unwrap().0 {
             256 => 512,
             1 => 100,
             _ => 96,
         };
+        [2, 3, 4, 6, 7, 35].map(|n_vecs| (ty, n, n_vecs))
+    });
+    let long = LEGACY
+        .into_iter()
+        .flat_map(|ty| [(261 * 32, 2), (261 * 32, 5), (514 * 32, 6)].map(|(n, v)| (ty, n, v)));
+    for (ty, n, n_vecs) in short.chain(long) {
         let n_rows = 9;
         let w = random_matrix(ty, n_rows, n, &mut rng);
         let xs: Vec<f32> = (0..n_vecs)
@@ -1021,7 +1029,7 @@ fn matmul_equals_matvec() {
             assert_eq!(
                 &y[v * 7..(v + 1) * 7],
                 &y1,
-                "{} vector {v} of {n_vecs}",
+                "{} n={n} vector {v} of {n_vecs}",
                 ty.name()
             );
         }
