@@ -675,13 +675,10 @@ fn dot_legacy<L: Legacy, const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; 
         return legacy_rows_odd::<L, T>(w, rb, xs, y);
     }
     let k = F16Bits::opaque();
-    #[cfg(not(target_feature = "relaxed-simd"))]
-    legacy_rows::<L, T>(w, rb, xs, y, &k, false);
-    // One vector (decode): a copy of the loop for each way of summing; a test of `narrow` per
-    // pair of blocks made decode 7 % slower in Chromium with AVX-VNNI (61.8-66.2 -> 56.8-61.1
-    // tok/s). A batch's tiles keep the test (prefill within 2 %): copies of those would add
-    // ~34 KB to the module.
-    #[cfg(target_feature = "relaxed-simd")]
+    // One vector (decode): a copy of the loop for each way of summing (the SIMD128 build has
+    // one); a test of `narrow` per pair of blocks made decode 7 % slower in Chromium with
+    // AVX-VNNI (61.8-66.2 -> 56.8-61.1 tok/s). A batch's tiles keep the test (prefill within
+    // 2 %): copies of those would add ~34 KB to the module.
     match (T, build::narrow_dots()) {
         (1, true) => legacy_rows::<L, T>(w, rb, xs, y, &k, true),
         (1, false) => legacy_rows::<L, T>(w, rb, xs, y, &k, false),
@@ -742,9 +739,6 @@ fn legacy_rows_odd<L: Legacy, const T: usize>(
 ) {
     let n_blocks = rb / L::BYTES;
     let k = F16Bits::opaque();
-    #[cfg(not(target_feature = "relaxed-simd"))]
-    let narrow = false;
-    #[cfg(target_feature = "relaxed-simd")]
     let narrow = build::narrow_dots();
     for (r, row) in w.chunks_exact(rb).enumerate() {
         let sums = legacy_groups(

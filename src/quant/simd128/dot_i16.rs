@@ -19,6 +19,13 @@ use crate::quant::q8::BlockQ8_0;
 // block's 32 weights as four i16x8 in the activations' storage order (evens then odds of weights
 // 0..16, evens then odds of weights 16..32), signed, so no offset is left for later.
 
+/// Whether the legacy kernels sum in i16 first: the relaxed build's choice (`dot_i8`); this
+/// build's products are i16 dots already, so there is one way, and `dot_legacy` one copy.
+#[inline(always)]
+pub(super) fn narrow_dots() -> bool {
+    false
+}
+
 /// The sum of four i16 dot products of `w0..w3` with the 32 activations at `y`.
 ///
 /// # Safety
