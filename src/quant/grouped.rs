@@ -16,7 +16,10 @@
 //! at once, from activations that take runs of 8 from each block in turn, so the quants (the
 //! last field) of blocks `2p` and `2p + 1` of a group are interleaved the same way (`a0..a7
 //! b0..b7 a8..a15 b8..b15 ...`; a row's lone last block keeps its own order). That saves the
-//! shuffles that built this order from two blocks in every product (decode another 5 %).
+//! shuffles that built this order from two blocks in every product (decode another 5 %). A
+//! pair of Q5 blocks also has its fifth bits transposed ([`transpose_fifth_bits`]), so the
+//! kernel spreads them over the pair's 64 weights with shifts instead of four byte shuffles
+//! and compares.
 //!
 //! The K-quants (super-blocks of 256) keep the file's layout.
 
@@ -32,6 +35,9 @@ pub(crate) const GROUP: usize = 4;
 /// first 0 (each field runs to the next one's offset, the last to the struct's end).
 pub(crate) unsafe trait Grouped: Block {
     const FIELDS: &'static [usize];
+    /// Where the fifth bits start (Q5_0, Q5_1: `qh`, a little-endian u32, bit `i` weight `i`'s),
+    /// if the type has them: transposed in each pair where [`PAIRED`].
+    const FIFTH_BITS: Option<usize> = None;
 }
 
 /// Size of field `f` of a block struct of `bytes` bytes whose fields start at `fields`.
@@ -62,6 +68,33 @@ pub(crate) const fn field_at(
 pub(crate) const PAIRED: bool = cfg!(all(target_arch = "wasm32", target_feature = "relaxed-simd"));
 /// Bytes per run of a pair's interleaved quants.
 const RUN: usize = 8;
+
+/// The fifth bits of a pair of Q5 blocks (`qh`, the first block's `qh` then its partner's, as
+/// grouping puts them) as the relaxed kernel reads them (`simd128::dot_i8::q5_pair`): byte `j`
+/// holds in bit `k` the fifth bit of weight `8k + j` of the first block, in bit `4 + k` that of
+/// weight `8k + j` of the second (the weights in lanes `j` and `8 + j` of the pair's run `k`).
+/// Loaded twice side by side, the first half's low nibbles shifted up, bit `4 + k` of each lane
+/// is then run `k`'s fifth bit.
+pub(crate) fn transpose_fifth_bits(qh: [u8; 8]) -> [u8; 8] {
+    core::array::from_fn(|j| {
+        (0..4).fold(0, |byte, k| {
+            byte | ((qh[k] >> j) & 1) << k | ((qh[4 + k] >> j) & 1) << (4 + k)
+        })
+    })
+}
+
+/// The two blocks' `qh` back from [`transpose_fifth_bits`].
+pub(crate) fn untranspose_fifth_bits(t: [u8; 8]) -> [u8; 8] {
+    // bit j of byte k (block k / 4, its byte k % 4): bit (k / 4) * 4 + k % 4 = k of byte j
+    core::array::from_fn(|k| (0..8).fold(0, |byte, j| byte | ((t[j] >> k) & 1) << j))
+}
+
+/// Whether field `f` of block `i` of a group of `count` blocks of `B` is a pair's transposed
+/// fifth bits.
+#[inline(always)]
+fn transposed<B: Grouped>(f: usize, i: usize, count: usize) -> bool {
+    PAIRED && B::FIFTH_BITS == Some(B::FIELDS[f]) && (i | 1) < count
+}
 
 /// Where byte `j` of field `f` (of a block struct of `bytes` bytes whose fields start at
 /// `fields`) of block `i` of a group of `count` blocks sits, from the group's start: past
@@ -110,10 +143,10 @@ pub(crate) const fn field_index(fields: &[usize], offset: usize) -> usize {
     panic!("no field starts at this offset")
 }
 
-/// `(fields, block bytes)` of a grouped type, `None` for any other.
-pub(crate) const fn layout(ty: GgmlType) -> Option<(&'static [usize], usize)> {
-    const fn of<B: Grouped>() -> Option<(&'static [usize], usize)> {
-        Some((B::FIELDS, size_of::<B>()))
+/// `(fields, block bytes, fifth bits)` of a grouped type, `None` for any other.
+pub(crate) const fn layout(ty: GgmlType) -> Option<(&'static [usize], usize, Option<usize>)> {
+    const fn of<B: Grouped>() -> Option<(&'static [usize], usize, Option<usize>)> {
+        Some((B::FIELDS, size_of::<B>(), B::FIFTH_BITS))
     }
     match ty {
         GgmlType::Q4_0 => of::<q4::BlockQ4_0>(),
@@ -127,16 +160,21 @@ pub(crate) const fn layout(ty: GgmlType) -> Option<(&'static [usize], usize)> {
 
 /// Where byte `at` of block `b` (counted in the file's block layout) of a row of `n_blocks`
 /// blocks of `ty` sits in the row as loaded: grouped for the grouped types, where the file has
-/// it for the others.
-pub(crate) fn byte_at(ty: GgmlType, n_blocks: usize, b: usize, at: usize) -> usize {
-    let Some((fields, bytes)) = layout(ty) else {
-        return b * ty.block_geometry().map_or(0, |(_, bytes)| bytes) + at;
+/// it for the others; `None` for a byte of a pair's transposed fifth bits, whose bits are
+/// spread over eight bytes.
+pub(crate) fn byte_at(ty: GgmlType, n_blocks: usize, b: usize, at: usize) -> Option<usize> {
+    let Some((fields, bytes, fifth_bits)) = layout(ty) else {
+        return Some(b * ty.block_geometry().map_or(0, |(_, bytes)| bytes) + at);
     };
     let start = b / GROUP * GROUP;
     let count = (n_blocks - start).min(GROUP);
     // the field holding byte `at` (fields[0] is 0)
     let f = fields.iter().rposition(|&o| o <= at).unwrap_or(0);
-    start * bytes + byte_in_group(fields, bytes, f, b - start, count, at - fields[f])
+    let i = b - start;
+    if PAIRED && fifth_bits == Some(fields[f]) && (i | 1) < count {
+        return None;
+    }
+    Some(start * bytes + byte_in_group(fields, bytes, f, i, count, at - fields[f]))
 }
 
 /// Most bytes of a grouped block (Q8_0) and of a group.
@@ -219,6 +257,18 @@ fn group_of<B: Grouped>(group: &mut [u8], count: usize) {
             }
         }
     }
+    if let Some(f) = B::FIFTH_BITS.map(|at| field_index(fields, at)) {
+        for i in (0..count)
+            .step_by(2)
+            .filter(|&i| transposed::<B>(f, i, count))
+        {
+            // the pair's two `qh` side by side (`field_at`: four bytes each)
+            let at = field_at(fields, bytes, f, i, count);
+            if let Some(pair) = group[at..].first_chunk_mut() {
+                *pair = transpose_fifth_bits(*pair);
+            }
+        }
+    }
 }
 
 /// Block `b` of a grouped `row` (whole blocks of `B`), as the file stored it.
@@ -231,6 +281,14 @@ pub(crate) fn block<B: Grouped>(row: &[u8], b: usize) -> B {
     let mut out = [0u8; MAX_BLOCK_BYTES];
     let i = b - start;
     for f in 0..B::FIELDS.len() {
+        if transposed::<B>(f, i, count) {
+            let at = field_at(B::FIELDS, bytes, f, i & !1, count);
+            if let Some(&pair) = group[at..].first_chunk() {
+                let (qh, to) = (untranspose_fifth_bits(pair), B::FIELDS[f]);
+                out[to..to + 4].copy_from_slice(&qh[4 * (i & 1)..][..4]);
+            }
+            continue;
+        }
         let n = piece(B::FIELDS, bytes, f, i, count);
         for j in (0..field_size(B::FIELDS, bytes, f)).step_by(n) {
             let (at, to) = (

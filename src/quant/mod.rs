@@ -524,7 +524,8 @@ fn check_scales(ty: GgmlType, n_cols: usize, data: &[u8], what: &str) -> Result<
         at.extend(
             offsets
                 .iter()
-                .map(|&o| grouped::byte_at(ty, n_blocks, b, o)),
+                // scales and minimums keep their bytes (only fifth bits are transposed)
+                .filter_map(|&o| grouped::byte_at(ty, n_blocks, b, o)),
         );
     }
     for (r, row) in data.chunks_exact(n_blocks * block_bytes).enumerate() {

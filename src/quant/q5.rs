@@ -53,6 +53,7 @@ unsafe impl Grouped for BlockQ5_0 {
         offset_of!(BlockQ5_0, qh),
         offset_of!(BlockQ5_0, qs),
     ];
+    const FIFTH_BITS: Option<usize> = Some(offset_of!(BlockQ5_0, qh));
 }
 // SAFETY: as above.
 unsafe impl Grouped for BlockQ5_1 {
@@ -62,6 +63,7 @@ unsafe impl Grouped for BlockQ5_1 {
         offset_of!(BlockQ5_1, qh),
         offset_of!(BlockQ5_1, qs),
     ];
+    const FIFTH_BITS: Option<usize> = Some(offset_of!(BlockQ5_1, qh));
 }
 const _: () = assert!(valid_fields(BlockQ5_0::FIELDS, 22) && valid_fields(BlockQ5_1::FIELDS, 24));
 
