@@ -16,10 +16,12 @@
 //! at once, from activations that take runs of 8 from each block in turn, so the quants (the
 //! last field) of blocks `2p` and `2p + 1` of a group are interleaved the same way (`a0..a7
 //! b0..b7 a8..a15 b8..b15 ...`; a row's lone last block keeps its own order). That saves the
-//! shuffles that built this order from two blocks in every product (decode another 5 %). A
-//! pair of Q5 blocks also has its fifth bits transposed ([`transpose_fifth_bits`]), so the
-//! kernel spreads them over the pair's 64 weights with shifts instead of four byte shuffles
-//! and compares.
+//! shuffles that built this order from two blocks in every product (decode another 5 %).
+//!
+//! In every build, a pair of Q5 blocks (`2p`, `2p + 1` of a group) has its fifth bits
+//! transposed ([`transpose_fifth_bits`]): each byte holds four of each block's, for weights
+//! that sit in one lane of the kernel's vectors, so the kernels spread them with a shift and a
+//! mask per vector instead of byte shuffles (or splats) and compares.
 //!
 //! The K-quants (super-blocks of 256) keep the file's layout.
 
@@ -36,7 +38,7 @@ pub(crate) const GROUP: usize = 4;
 pub(crate) unsafe trait Grouped: Block {
     const FIELDS: &'static [usize];
     /// Where the fifth bits start (Q5_0, Q5_1: `qh`, a little-endian u32, bit `i` weight `i`'s),
-    /// if the type has them: transposed in each pair where [`PAIRED`].
+    /// if the type has them: transposed in each pair ([`transpose_fifth_bits`]).
     const FIFTH_BITS: Option<usize> = None;
 }
 
@@ -69,31 +71,80 @@ pub(crate) const PAIRED: bool = cfg!(all(target_arch = "wasm32", target_feature 
 /// Bytes per run of a pair's interleaved quants.
 const RUN: usize = 8;
 
-/// The fifth bits of a pair of Q5 blocks (`qh`, the first block's `qh` then its partner's, as
-/// grouping puts them) as the relaxed kernel reads them (`simd128::dot_i8::q5_pair`): byte `j`
-/// holds in bit `k` the fifth bit of weight `8k + j` of the first block, in bit `4 + k` that of
-/// weight `8k + j` of the second (the weights in lanes `j` and `8 + j` of the pair's run `k`).
-/// Loaded twice side by side, the first half's low nibbles shifted up, bit `4 + k` of each lane
-/// is then run `k`'s fifth bit.
-pub(crate) fn transpose_fifth_bits(qh: [u8; 8]) -> [u8; 8] {
-    core::array::from_fn(|j| {
-        (0..4).fold(0, |byte, k| {
-            byte | ((qh[k] >> j) & 1) << k | ((qh[4 + k] >> j) & 1) << (4 + k)
-        })
-    })
+/// The weight of a block whose fifth bit [`transpose_fifth_bits`] puts in bit `k` (0..4; the
+/// partner's in bit `4 + k`) of byte `j` (0..8): where the kernel has that weight in lane `j`
+/// of its vector `k`. The relaxed build's four runs of 8 (`simd128::dot_i8::q5_pair`: `8k + j`),
+/// the SIMD128 build's four i16x8 in storage order, evens then odds of each half
+/// (`simd128::dot_i16::fifth_bits`: `16·(k / 2) + 2j + k % 2`).
+// (the layout's definition: the tests check the bit tricks below against it)
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) const fn fifth_bit_weight(k: usize, j: usize) -> usize {
+    if PAIRED {
+        8 * k + j
+    } else {
+        16 * (k / 2) + 2 * j + k % 2
+    }
 }
 
-/// The two blocks' `qh` back from [`transpose_fifth_bits`].
+/// The fifth bits of a pair of Q5 blocks (`qh`: the first block's `qh`, then its partner's, as
+/// grouping puts them) as the kernels read them: byte `j` holds in bit `k` the fifth bit of
+/// weight [`fifth_bit_weight`]`(k, j)` of the first block, in bit `4 + k` that of the second's.
+/// Bit tricks rather than a loop per bit, as every pair of a Q5 matrix passes here at load
+/// (Gemma 3 270M: a million pairs).
+pub(crate) fn transpose_fifth_bits(qh: [u8; 8]) -> [u8; 8] {
+    let x = u64::from_le_bytes(qh);
+    // byte k of each block: its weights 8k..8k + 8, or the SIMD128 order's vector k
+    let x = if PAIRED {
+        x
+    } else {
+        swap_bits(x, UNSHUFFLE_16)
+    };
+    swap_bits(x, TRANSPOSE_8X8).to_le_bytes()
+}
+
+/// The two blocks' `qh` back from [`transpose_fifth_bits`] (a transposition is its own
+/// inverse; the unshuffle's rounds undo it in reverse order).
 pub(crate) fn untranspose_fifth_bits(t: [u8; 8]) -> [u8; 8] {
-    // bit j of byte k (block k / 4, its byte k % 4): bit (k / 4) * 4 + k % 4 = k of byte j
-    core::array::from_fn(|k| (0..8).fold(0, |byte, j| byte | ((t[j] >> k) & 1) << j))
+    let x = swap_bits(u64::from_le_bytes(t), TRANSPOSE_8X8);
+    let x = if PAIRED {
+        x
+    } else {
+        UNSHUFFLE_16.iter().rev().fold(x, |x, &r| swap_bits(x, [r]))
+    };
+    x.to_le_bytes()
+}
+
+/// Rounds of [`swap_bits`] that transpose the 8×8 bit matrix of a u64 (byte `r`, bit `c` to
+/// byte `c`, bit `r`): blocks of 1×1, 2×2 and 4×4 bits swapped across the diagonal.
+const TRANSPOSE_8X8: [(u32, u64); 3] = [
+    (7, 0x00aa_00aa_00aa_00aa),
+    (14, 0x0000_cccc_0000_cccc),
+    (28, 0x0000_0000_f0f0_f0f0),
+];
+/// Rounds of [`swap_bits`] that gather each 16 bits' even bits in their low byte and odd bits
+/// in their high one, in order (byte `2h + p` of a block's `qh` then holds its bits
+/// `16h + 2j + p`, `j` in 0..8).
+const UNSHUFFLE_16: [(u32, u64); 3] = [
+    (1, 0x2222_2222_2222_2222),
+    (2, 0x0c0c_0c0c_0c0c_0c0c),
+    (4, 0x00f0_00f0_00f0_00f0),
+];
+
+/// `x` with, for each `(shift, mask)` in turn, the bits of `mask` swapped with the bits
+/// `shift` above them.
+fn swap_bits<const N: usize>(mut x: u64, rounds: [(u32, u64); N]) -> u64 {
+    for (shift, mask) in rounds {
+        let t = (x ^ (x >> shift)) & mask;
+        x ^= t ^ (t << shift);
+    }
+    x
 }
 
 /// Whether field `f` of block `i` of a group of `count` blocks of `B` is a pair's transposed
 /// fifth bits.
 #[inline(always)]
 fn transposed<B: Grouped>(f: usize, i: usize, count: usize) -> bool {
-    PAIRED && B::FIFTH_BITS == Some(B::FIELDS[f]) && (i | 1) < count
+    B::FIFTH_BITS == Some(B::FIELDS[f]) && (i | 1) < count
 }
 
 /// Where byte `j` of field `f` (of a block struct of `bytes` bytes whose fields start at
@@ -171,7 +222,7 @@ pub(crate) fn byte_at(ty: GgmlType, n_blocks: usize, b: usize, at: usize) -> Opt
     // the field holding byte `at` (fields[0] is 0)
     let f = fields.iter().rposition(|&o| o <= at).unwrap_or(0);
     let i = b - start;
-    if PAIRED && fifth_bits == Some(fields[f]) && (i | 1) < count {
+    if fifth_bits == Some(fields[f]) && (i | 1) < count {
         return None;
     }
     Some(start * bytes + byte_in_group(fields, bytes, f, i, count, at - fields[f]))

@@ -210,19 +210,25 @@ fn dequantize_matches_gguf_package() {
     }
 }
 
-/// `grouped::transpose_fifth_bits` puts the fifth bit of weight `8k + j` of a pair's first
-/// block in bit `k` of byte `j`, its partner's in bit `4 + k` (what the relaxed kernel's shifts
-/// expect), and `untranspose_fifth_bits` gives both `qh` back.
+/// `grouped::transpose_fifth_bits` puts the fifth bit of weight `fifth_bit_weight(k, j)` of a
+/// pair's first block in bit `k` of byte `j`, its partner's in bit `4 + k`, each weight once,
+/// and `untranspose_fifth_bits` gives both `qh` back. (Whether a kernel reads them where they
+/// are is `simd_matches_scalar_reference`'s check, in the wasm builds.)
 #[test]
 fn fifth_bits_transpose_and_back() {
+    let weights: std::collections::BTreeSet<usize> = (0..4)
+        .flat_map(|k| (0..8).map(move |j| grouped::fifth_bit_weight(k, j)))
+        .collect();
+    assert_eq!(weights, (0..32).collect());
     let mut rng = Rng(0x5b);
     for _ in 0..1000 {
         let qh: [u8; 8] = core::array::from_fn(|_| rng.next() as u8);
         let t = grouped::transpose_fifth_bits(qh);
         for (block, qh) in qh.chunks_exact(4).enumerate() {
             let qh = u32::from_le_bytes(qh.try_into().unwrap());
-            for w in 0..32 {
-                let bit = (t[w % 8] >> (4 * block + w / 8)) & 1;
+            for (k, j) in (0..4).flat_map(|k| (0..8).map(move |j| (k, j))) {
+                let bit = (t[j] >> (4 * block + k)) & 1;
+                let w = grouped::fifth_bit_weight(k, j);
                 assert_eq!(u32::from(bit), (qh >> w) & 1, "block {block} weight {w}");
             }
         }
@@ -252,12 +258,10 @@ fn grouping_keeps_every_block() {
                 for b in 0..n_blocks {
                     let want = &file_row[b * bytes..(b + 1) * bytes];
                     for (at, &byte) in want.iter().enumerate() {
-                        // a pair's fifth bits are transposed (relaxed build): no byte to compare,
-                        // `grouped::block` below reads them back
+                        // a pair's fifth bits are transposed: no byte to compare, `grouped::block`
+                        // below reads them back
                         let Some(p) = grouped::byte_at(ty, n_blocks, b, at) else {
-                            assert!(
-                                grouped::PAIRED && matches!(ty, GgmlType::Q5_0 | GgmlType::Q5_1)
-                            );
+                            assert!(matches!(ty, GgmlType::Q5_0 | GgmlType::Q5_1));
                             continue;
                         };
                         assert_eq!(row[p], byte, "{} {n_blocks} {b} {at}", ty.name());
@@ -281,12 +285,16 @@ fn grouping_keeps_every_block() {
     check::<q5::BlockQ5_0>(GgmlType::Q5_0, &mut rng);
     check::<q5::BlockQ5_1>(GgmlType::Q5_1, &mut rng);
     check::<q8::BlockQ8_0>(GgmlType::Q8_0, &mut rng);
-    // Q5_1, a group of four: d×4 (bytes 0..8), m×4 (8..16), qh×4 (16..32), qs×4 (32..96); byte
-    // 5 of block 2 is byte 1 of its qh
-    // (a byte the relaxed build's transposition spreads over the pair's eight)
-    let at = (!grouped::PAIRED).then_some(16 + 2 * 4 + 1);
-    assert_eq!(grouped::byte_at(GgmlType::Q5_1, 4, 2, 5), at);
+    // Q5_1, a group of four: d×4 (bytes 0..8), m×4 (8..16), qh×4 (16..32), qs×4 (32..96): byte
+    // 2 of block 2 is byte 0 of its m; byte 5 is byte 1 of its qh, which the transposition
+    // spreads over its pair's eight
     assert_eq!(grouped::byte_at(GgmlType::Q5_1, 4, 2, 2), Some(8 + 2 * 2));
+    assert_eq!(grouped::byte_at(GgmlType::Q5_1, 4, 2, 5), None);
+    // a group of three (d×3, m×3, qh×3 from 12): the lone last block's qh keeps its bytes
+    assert_eq!(
+        grouped::byte_at(GgmlType::Q5_1, 3, 2, 5),
+        Some(12 + 2 * 4 + 1)
+    );
     for ty in [GgmlType::F16, GgmlType::Q4K, GgmlType::Q6K] {
         let mut w: Vec<u8> = (0..2 * 210 * 2).map(|_| rng.next() as u8).collect();
         let file = w.clone();
