@@ -6,7 +6,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { skip, testServer, launch } from './harness.mjs';
+import { skip, inChromium } from './harness.mjs';
 
 const PARIS = 'What is the capital of France?';
 
@@ -27,22 +27,6 @@ async function search(page, origin, q, embedder) {
   await page.goto(`${origin}/glue/demo/search.html?q=${encodeURIComponent(q)}${using}`);
   await page.waitForFunction(() => window.wasmindSearch?.results?.length || window.wasmindSearch?.error, null, { timeout: 120000 });
   return page.evaluate(() => window.wasmindSearch);
-}
-
-/** Runs `body({ page, origin, server, errors })` on a fresh test server and browser (`errors`: the
- *  page's uncaught errors), and closes both after. */
-async function inChromium(body) {
-  const { server, origin } = await testServer();
-  const browser = await launch();
-  try {
-    const page = await browser.newPage();
-    const errors = [];
-    page.on('pageerror', (e) => errors.push(e.message));
-    await body({ page, origin, server, errors });
-  } finally {
-    await browser.close();
-    server.close();
-  }
 }
 
 test('demos in Chromium: search top hits, then chat and search offline (service worker + OPFS)', { skip, timeout: 300000 }, (t) => inChromium(async ({ page, origin, server, errors }) => {

@@ -135,3 +135,19 @@ export async function chromiumPss(profile) {
   }
   return total;
 }
+
+/** Runs `body({ page, origin, server, errors })` on a fresh test server and browser (`errors`: the
+ *  page's uncaught errors), and closes both after. */
+export async function inChromium(body) {
+  const { server, origin } = await testServer();
+  const browser = await launch();
+  try {
+    const page = await browser.newPage();
+    const errors = [];
+    page.on('pageerror', (e) => errors.push(e.message));
+    await body({ page, origin, server, errors });
+  } finally {
+    await browser.close();
+    server.close();
+  }
+}

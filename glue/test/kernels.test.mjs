@@ -1,0 +1,84 @@
+// The tiny models of every tensor type (F32 to Q6_K) run in Chromium, against llama.cpp's logits,
+// with the tolerances of host-tests/tests/model.rs: the kernels as Chromium's V8 compiles them.
+// The relaxed build's integer dots are lowered per CPU (one `vpdpbusd` with AVX-VNNI, a
+// `pmaddubsw` sequence without, `sdot` on Arm), and which of its two ways of summing a kernel
+// takes is chosen at run time from what the dot gives (`quant::simd128::dot_i8::narrow_dots`).
+// wasmtime and Node 20 lower it without AVX-VNNI, so the wasm unit tests and the host tests
+// never run the way most x86 browsers take; this test does, where the CPU has AVX-VNNI.
+// Both builds, the single-threaded modules, every position of the reference's ids at once
+// (`prefill_logits`: batches through the tiles and the prepared rows, the last position through
+// the one-vector kernels).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { shared } from './reference.mjs';
+import { skip, inChromium } from './harness.mjs';
+
+const FLOAT_TOLERANCE = 0.15;
+const QUANT_TOLERANCE = 0.75;
+const DECISIVE_MARGIN = 0.5;
+const reference = JSON.parse(readFileSync(shared('models/tiny/tiny-reference.json')));
+
+/** `(agree, decisive, maxDiff)` of `rows` (one logit row per id) against `want`: the argmax at
+ *  every position where llama.cpp's top two logits are at least DECISIVE_MARGIN apart, and the
+ *  largest difference over the last four rows. */
+function compare(rows, want) {
+  let agree = 0, decisive = 0, maxDiff = 0;
+  rows.forEach((row, p) => {
+    const [first, second] = want.top5_logits[p];
+    if (first - second >= DECISIVE_MARGIN) {
+      decisive += 1;
+      const argmax = row.reduce((best, x, i) => (x > row[best] ? i : best), 0);
+      if (argmax === want.top5[p][0]) agree += 1;
+    }
+  });
+  want.last4_logits.forEach((logits, k) => {
+    const row = rows[rows.length - 4 + k];
+    logits.forEach((x, i) => { maxDiff = Math.max(maxDiff, Math.abs(row[i] - x)); });
+  });
+  return { agree, decisive, maxDiff };
+}
+
+test('tiny models of every tensor type in Chromium match llama.cpp, both builds', { skip, timeout: 300000 }, (t) => inChromium(async ({ page, origin, errors }) => {
+  await page.goto(`${origin}/test.html?isolated=0`);
+  await page.waitForFunction(() => window.pageReady);
+  const files = Object.keys(reference.models);
+  const failures = [];
+  for (const relaxed of [true, false]) {
+    const got = await page.evaluate(async ({ files, ids, relaxed }) => {
+      const { load, hasRelaxedSimd } = await import('/glue/wasmind.js');
+      if (relaxed && !hasRelaxedSimd()) return null;
+      const wm = await load({ threaded: false, relaxed });
+      const out = {};
+      try {
+        for (const file of files) {
+          const bytes = new Uint8Array(await (await fetch(`/models/tiny/${file}`)).arrayBuffer());
+          const { vocab } = wm.loadModel(bytes, { context: 64 });
+          const n = ids.length;
+          const flat = wm.withBlock(n * vocab * 4, (o) => wm.withBytes(new Uint32Array(ids), (p) => {
+            wm.check(wm.exports.prefill_logits(p, n, o));
+            return Array.from(new Float32Array(wm.memory.buffer, o, n * vocab));
+          }));
+          out[file] = Array.from({ length: n }, (_, i) => flat.slice(i * vocab, (i + 1) * vocab));
+          wm.unloadModel();
+        }
+      } finally {
+        await wm.close();
+      }
+      return out;
+    }, { files, ids: reference.tokens, relaxed });
+    const build = relaxed ? 'relaxed' : 'SIMD128';
+    if (got === null) {
+      t.diagnostic('this Chromium has no relaxed SIMD: the relaxed build is not tested');
+      continue;
+    }
+    for (const file of files) {
+      const { agree, decisive, maxDiff } = compare(got[file], reference.models[file]);
+      const tolerance = /F32|F16|BF16/.test(file) ? FLOAT_TOLERANCE : QUANT_TOLERANCE;
+      t.diagnostic(`${build} ${file}: decisive argmax ${agree}/${decisive}, last-4 max |dlogit| ${maxDiff.toFixed(4)}`);
+      if (agree !== decisive || !(maxDiff <= tolerance)) failures.push(`${file} (${build})`);
+    }
+  }
+  assert.deepEqual(errors, []);
+  assert.deepEqual(failures, [], 'differ from llama.cpp');
+}));
