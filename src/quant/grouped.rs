@@ -140,11 +140,17 @@ fn swap_bits<const N: usize>(mut x: u64, rounds: [(u32, u64); N]) -> u64 {
     x
 }
 
-/// Whether field `f` of block `i` of a group of `count` blocks of `B` is a pair's transposed
-/// fifth bits.
+/// Whether field `f` of block `i` of a group of `count` blocks (of a type whose fields start at
+/// `fields`, its fifth bits at `fifth_bits`: `Grouped`) is a pair's transposed fifth bits.
 #[inline(always)]
-fn transposed<B: Grouped>(f: usize, i: usize, count: usize) -> bool {
-    B::FIFTH_BITS == Some(B::FIELDS[f]) && (i | 1) < count
+fn transposed(
+    fields: &[usize],
+    fifth_bits: Option<usize>,
+    f: usize,
+    i: usize,
+    count: usize,
+) -> bool {
+    fifth_bits == Some(fields[f]) && (i | 1) < count
 }
 
 /// Where byte `j` of field `f` (of a block struct of `bytes` bytes whose fields start at
@@ -222,7 +228,7 @@ pub(crate) fn byte_at(ty: GgmlType, n_blocks: usize, b: usize, at: usize) -> Opt
     // the field holding byte `at` (fields[0] is 0)
     let f = fields.iter().rposition(|&o| o <= at).unwrap_or(0);
     let i = b - start;
-    if fifth_bits == Some(fields[f]) && (i | 1) < count {
+    if transposed(fields, fifth_bits, f, i, count) {
         return None;
     }
     Some(start * bytes + byte_in_group(fields, bytes, f, i, count, at - fields[f]))
@@ -311,7 +317,7 @@ fn group_of<B: Grouped>(group: &mut [u8], count: usize) {
     if let Some(f) = B::FIFTH_BITS.map(|at| field_index(fields, at)) {
         for i in (0..count)
             .step_by(2)
-            .filter(|&i| transposed::<B>(f, i, count))
+            .filter(|&i| transposed(fields, B::FIFTH_BITS, f, i, count))
         {
             // the pair's two `qh` side by side (`field_at`: four bytes each)
             let at = field_at(fields, bytes, f, i, count);
@@ -332,7 +338,7 @@ pub(crate) fn block<B: Grouped>(row: &[u8], b: usize) -> B {
     let mut out = [0u8; MAX_BLOCK_BYTES];
     let i = b - start;
     for f in 0..B::FIELDS.len() {
-        if transposed::<B>(f, i, count) {
+        if transposed(B::FIELDS, B::FIFTH_BITS, f, i, count) {
             let at = field_at(B::FIELDS, bytes, f, i & !1, count);
             if let Some(&pair) = group[at..].first_chunk() {
                 let (qh, to) = (untranspose_fifth_bits(pair), B::FIELDS[f]);
