@@ -428,7 +428,8 @@ impl<'a> Gguf<'a> {
 
     /// [`Gguf::parse`] for computing with the file's tensors: after parsing, rewrites every
     /// tensor of a legacy quantized type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) in place into the
-    /// grouped layout that the kernels read ([`quant::group_rows`]), then parses the bytes again
+    /// grouped layout that the kernels read, and Q6_K's quants repacked ([`quant::group_rows`]),
+    /// then parses the bytes again
     /// (only tensor data changed). The model ([`crate::model::Model::load_with`]) takes only a
     /// `Gguf` made this way; tokenizers and metadata readers take either.
     pub fn parse_for_model(bytes: &'a mut [u8]) -> Result<Gguf<'a>> {

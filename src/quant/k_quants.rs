@@ -51,17 +51,16 @@ pub(crate) struct BlockQ5K {
 }
 const _: () = assert!(size_of::<BlockQ5K>() == 176);
 
-/// 256 weights in two halves of 128. In half `h`, for `l` in 0..32, with `ql = ql[64h..]`,
-/// `qh = qh[32h..]`: weight `128h + l` is `ql[l] & 15 | (qh[l] & 3) << 4`, `+32` is
-/// `ql[l+32] & 15 | (qh[l] >> 2 & 3) << 4`, `+64` is `ql[l] >> 4 | (qh[l] >> 4 & 3) << 4`,
-/// `+96` is `ql[l+32] >> 4 | (qh[l] >> 6) << 4`. Weight `i` uses scale `i / 16`.
-/// 6.5625 bits per weight.
+/// 256 weights in two halves of 128. The file stores the quants as `ql` (low 4 bits, 128
+/// bytes) then `qh` (high 2 bits, 64 bytes): in half `h`, for `l` in 0..32, with
+/// `ql = ql[64h..]`, `qh = qh[32h..]`, weight `128h + l` is `ql[l] & 15 | (qh[l] & 3) << 4`,
+/// `+32` is `ql[l+32] & 15 | (qh[l] >> 2 & 3) << 4`, `+64` is `ql[l] >> 4 | (qh[l] >> 4 & 3)
+/// << 4`, `+96` is `ql[l+32] >> 4 | (qh[l] >> 6) << 4` ([`q6k_file_quant`]). Loaded, they are
+/// repacked ([`repack_q6k`]). Weight `i` uses scale `i / 16`. 6.5625 bits per weight.
 #[repr(C)]
 pub(crate) struct BlockQ6K {
-    /// low 4 bits
-    pub ql: [u8; 128],
-    /// high 2 bits
-    pub qh: [u8; 64],
+    /// the 256 quants, 6 bits each: as the file stores them, repacked once loaded
+    pub quants: [u8; 192],
     /// one scale per 16 weights
     pub scales: [i8; 16],
     /// super-block scale
@@ -120,15 +119,59 @@ fn q5k_quant(blk: &BlockQ5K, j: usize, l: usize) -> u8 {
     blk.qs[32 * (j / 2) + l] >> (4 * (j % 2)) & 0x0f | (blk.qh[l] >> j & 1) << 4
 }
 
-/// Quant `i` (0..256, 0..64 before the -32) of a Q6_K block: in half `h` (128 values), quarter
-/// `c` takes the low (c = 0, 1) or high (c = 2, 3) nibbles of `ql[64h + 32(c % 2)..][..32]` and
-/// bits 2c, 2c + 1 of `qh[32h..][..32]`.
-#[inline(always)]
-fn q6k_quant(blk: &BlockQ6K, i: usize) -> i32 {
+/// Quant `i` (0..256, 0..64 before the -32) of a Q6_K block's quants as the file stores them
+/// (`BlockQ6K`): in half `h` (128 values), quarter `c` takes the low (c = 0, 1) or high (c = 2,
+/// 3) nibbles of `ql[64h + 32(c % 2)..][..32]` and bits 2c, 2c + 1 of `qh[32h..][..32]`. (The
+/// definition [`repack_q6k`] is tested against.)
+#[cfg(test)]
+pub(crate) fn q6k_file_quant(q: &[u8; 192], i: usize) -> u8 {
+    let (ql, qh) = q.split_at(128);
     let (h, c, l) = (i / 128, i % 128 / 32, i % 32);
-    let low = blk.ql[64 * h + 32 * (c % 2) + l] >> (4 * (c / 2)) & 0x0f;
-    let high = blk.qh[32 * h + l] >> (2 * c) & 3;
-    (low | high << 4) as i32
+    let low = ql[64 * h + 32 * (c % 2) + l] >> (4 * (c / 2)) & 0x0f;
+    let high = qh[32 * h + l] >> (2 * c) & 3;
+    low | high << 4
+}
+
+/// The quants of a Q6_K super-block (the file's `ql` then `qh`, 192 bytes) rewritten in place
+/// as the kernels read them: four groups of 48 bytes, group `g = 2h + m` (h, m in 0..2)
+/// holding the 64 quants `128h + 32c + 16m + j` (c in 0..4, j in 0..16) as three runs of 16
+/// bytes, byte `j` of run `r` (0..3) holding quant `c = r` in its low 6 bits and bits `4 - 2r`
+/// and `5 - 2r` of quant `c = 3` in its top two ([`q6k_quant`]). The SIMD kernels take three
+/// quarters with a mask each and gather the fourth from the top bits (`simd128::q6k_quarters`:
+/// 11 operations per 64 quants, where the file's layout took 17). Every Q6_K super-block
+/// passes here at load (`grouped::group_rows`), so it is byte arithmetic that LLVM vectorizes.
+pub(crate) fn repack_q6k(q: &mut [u8; 192]) {
+    let (ql, qh) = q.split_at(128);
+    let mut out = [0u8; 192];
+    for (g, group) in out.chunks_exact_mut(48).enumerate() {
+        let (h, m) = (g / 2, g % 2);
+        let (low, high) = (&ql[64 * h + 16 * m..], &qh[32 * h + 16 * m..]);
+        for j in 0..16 {
+            let (a, c, hb) = (low[j], low[32 + j], high[j]);
+            let quant = [
+                a & 0x0f | (hb & 3) << 4,
+                c & 0x0f | (hb >> 2 & 3) << 4,
+                a >> 4 | (hb >> 4 & 3) << 4,
+            ];
+            let fourth = c >> 4 | (hb >> 6) << 4;
+            for r in 0..3 {
+                group[16 * r + j] = quant[r] | (fourth >> (4 - 2 * r) & 3) << 6;
+            }
+        }
+    }
+    *q = out;
+}
+
+/// Quant `i` (0..256, 0..64 before the -32) of a Q6_K block's quants as loaded ([`repack_q6k`]).
+#[inline(always)]
+pub(crate) fn q6k_quant(q: &[u8; 192], i: usize) -> u8 {
+    let (h, c, m, j) = (i / 128, i % 128 / 32, i % 32 / 16, i % 16);
+    let run = |r: usize| q[48 * (2 * h + m) + 16 * r + j];
+    if c < 3 {
+        run(c) & 0x3f
+    } else {
+        (run(0) >> 6) << 4 | (run(1) >> 6) << 2 | run(2) >> 6
+    }
 }
 
 /// Q4_K weights.
@@ -253,7 +296,7 @@ impl Kernels for Q6K {
             let (blk, first) = (&blocks[s / 8], 32 * (s % 8));
             let d = blk.d.to_f32();
             for (i, o) in (first..).zip(out.iter_mut()) {
-                *o = d * blk.scales[i / 16] as f32 * (q6k_quant(blk, i) - 32) as f32;
+                *o = d * blk.scales[i / 16] as f32 * (q6k_quant(&blk.quants, i) as i32 - 32) as f32;
             }
         }
     }
@@ -262,7 +305,7 @@ impl Kernels for Q6K {
         let mut sum = 0.0f32;
         for (b, blk) in as_blocks::<BlockQ6K>(row).iter().enumerate() {
             let xq = &x.quants[b * 256..b * 256 + 256];
-            let q: [i32; 256] = core::array::from_fn(|i| q6k_quant(blk, i));
+            let q: [i32; 256] = core::array::from_fn(|i| q6k_quant(&blk.quants, i) as i32);
             let mut sumi = 0i32;
             for j in 0..16 {
                 let mut s = 0i32;

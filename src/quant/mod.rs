@@ -20,7 +20,8 @@
 //!
 //! The legacy types' rows are read as the loader leaves them: [`group_rows`] rewrites each
 //! row of the file in place so that every four blocks keep their scales side by side
-//! (`grouped.rs`). Everything here that takes their bytes takes them grouped.
+//! (`grouped.rs`), and each Q6_K super-block with its quants repacked
+//! (`k_quants::repack_q6k`). Everything here that takes their bytes takes them so.
 //!
 //! [`dequantize_row`] turns one weight row into f32 (embedding lookups, tests).
 //!

@@ -1179,6 +1179,29 @@ fn dot_k4<const BYTES: usize, const T: usize, W: Copy>(
 // ---------------------------------------------------------------------------------------------
 // Q6_K with Q8_K activations: the super-block loop shared by both builds.
 
+/// The 64 quants `128h + 32c + 16m + (0..16)` of a Q6_K super-block, as vector `c` (0..4), each
+/// byte unsigned (0..64), from their group of 48 repacked bytes at `group` (`g = 2h + m`,
+/// `k_quants::repack_q6k`): three quarters with a mask each, the fourth gathered from the three
+/// runs' top bits (`x ^ (x & 0x3f)`), moved to bits 5-4, 3-2 and 1-0 (16-bit shifts: no bit
+/// crosses into the other byte of a lane). Against the file's `ql`/`qh` (two nibbles and four
+/// 2-bit fields shifted into place, 17 operations), `quant::tests::bench_matvec` in Node's V8
+/// (GMAC/s, best of 40 rounds, two interleaved runs): relaxed matvec 576x1536 12.97/12.58 ->
+/// 17.29/16.77, 1536x768 12.41/12.28 -> 17.29/16.52, the tile of four the same (25.96/25.09
+/// -> 26.14/24.80).
+///
+/// # Safety
+/// `group..group + 48` must be readable.
+#[inline(always)]
+unsafe fn q6k_quarters(group: *const u8) -> [v128; 4] {
+    let low6 = u8x16_splat(0x3f);
+    // SAFETY: by the caller.
+    let runs = unsafe { [load(group), load(group.add(16)), load(group.add(32))] };
+    let quarters = runs.map(|run| v128_and(run, low6));
+    let top = |r: usize| v128_xor(runs[r], quarters[r]);
+    let fourth = v128_or(top(0), v128_or(u16x8_shr(top(1), 2), u16x8_shr(top(2), 4)));
+    [quarters[0], quarters[1], quarters[2], u16x8_shr(fourth, 2)]
+}
+
 /// The shared body of Q6_K: the 6-bit values are used unsigned (0..64) and the `-32` comes back
 /// once per super-block as `32·Σ_j sc_j·bsum_j`, exact in i32 (|Σ| < 2^29 either way).
 /// `half(blk, h, scales, y, sumi)` adds the products of weights `128h..128h + 128` of the
@@ -1200,9 +1223,9 @@ fn dot_q6k<const T: usize>(
         y,
         #[inline(always)]
         |blk, b, acc| {
-            // SAFETY: `blk` is super-block b: ql at 0..128, qh at 128..192, scales at
-            // 192..208, d at 208..210; activation reads are in bounds (dot_k_rows checked
-            // them).
+            // SAFETY: `blk` is super-block b: its quants at 0..192 (repacked at load,
+            // `k_quants::repack_q6k`), scales at 192..208, d at 208..210; activation reads are
+            // in bounds (dot_k_rows checked them).
             unsafe {
                 let d = f16_ptr(blk.add(208));
                 let scales8 = load(blk.add(192));

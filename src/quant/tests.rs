@@ -299,7 +299,38 @@ fn grouping_keeps_every_block() {
         let mut w: Vec<u8> = (0..2 * 210 * 2).map(|_| rng.next() as u8).collect();
         let file = w.clone();
         group_rows(ty, 256, &mut w);
+        if ty == GgmlType::Q6K {
+            // quants repacked (`q6k_repack_keeps_every_quant`), scales and d in place
+            for (got, want) in w.chunks_exact(210).zip(file.chunks_exact(210)) {
+                assert_ne!(got[..192], want[..192]);
+                assert_eq!(got[192..], want[192..]);
+            }
+            assert_eq!(grouped::byte_at(ty, 2, 1, 191), None);
+            assert_eq!(grouped::byte_at(ty, 2, 1, 192), Some(210 + 192));
+            continue;
+        }
         assert_eq!(w, file, "{}", ty.name());
+    }
+}
+
+/// `k_quants::repack_q6k` keeps every quant of a Q6_K super-block (as the file's layout,
+/// `q6k_file_quant`, has it) where `q6k_quant` (the scalar reads) finds it. (Whether the SIMD
+/// kernels read them there is `simd_matches_scalar_reference`'s check; `dequantize_matches_
+/// gguf_package` compares the loaded blocks with the gguf package's values.)
+#[test]
+fn q6k_repack_keeps_every_quant() {
+    let mut rng = Rng(0x6c);
+    for _ in 0..300 {
+        let file: [u8; 192] = core::array::from_fn(|_| rng.next() as u8);
+        let mut q = file;
+        k_quants::repack_q6k(&mut q);
+        for i in 0..256 {
+            assert_eq!(
+                k_quants::q6k_quant(&q, i),
+                k_quants::q6k_file_quant(&file, i),
+                "quant {i}"
+            );
+        }
     }
 }
 

@@ -402,8 +402,8 @@ fn broadcast_i16<const L: usize>(v: v128) -> v128 {
     i16x8_shuffle::<L, L, L, L, L, L, L, L>(v, v)
 }
 
-/// 64 weights of a Q6_K super-block (half `h`, bytes `16·L16..16·L16 + 16` of each of its ql
-/// and qh rows) times each vector, added to `sumi`.
+/// 64 weights of a Q6_K super-block (`128h + 32k + 16·L16 + (0..16)`, k in 0..4: its repacked
+/// group `2h + L16`) times each vector, added to `sumi`.
 ///
 /// # Safety
 /// `blk` is a whole 210-byte super-block; `y[t]` points at vector t's 256 activations of it.
@@ -415,25 +415,10 @@ unsafe fn q6_chunk<const L16: usize, const T: usize>(
     y: &[*const i16; T],
     sumi: &mut [v128; T],
 ) {
-    let low4 = u8x16_splat(0x0f);
-    let bits45 = u8x16_splat(0x30);
     let low_byte = u16x8_splat(0x00ff);
-    // SAFETY: ql at 0..128, qh at 128..192 of the block; activation offsets < 256.
+    // SAFETY: the group's 48 bytes lie in the block's quants (0..192); activation offsets < 256.
     unsafe {
-        // 16 bytes each of ql[l], ql[l + 32], qh[l] for l in 16·L16..16·L16 + 16
-        let a = load(blk.add(64 * h + 16 * L16));
-        let c = load(blk.add(64 * h + 32 + 16 * L16));
-        let high = load(blk.add(128 + 32 * h + 16 * L16));
-        // 16-bit shifts are fine here: every result is masked per byte.
-        let quads = [
-            v128_or(v128_and(a, low4), v128_and(i16x8_shl(high, 4), bits45)),
-            v128_or(v128_and(c, low4), v128_and(i16x8_shl(high, 2), bits45)),
-            v128_or(v128_and(u16x8_shr(a, 4), low4), v128_and(high, bits45)),
-            v128_or(
-                v128_and(u16x8_shr(c, 4), low4),
-                v128_and(u16x8_shr(high, 2), bits45),
-            ),
-        ];
+        let quads = q6k_quarters(blk.add(96 * h + 48 * L16));
         // quad k is sub-block 8h + L16 + 2k: lane L16 + 2k of `scales` (the half's 8 scales)
         let s = if L16 == 0 {
             [

@@ -521,28 +521,17 @@ pub(in crate::quant) fn dot_q6_k<const T: usize>(
     xs: &[ActRow<'_>; T],
     y: Out<'_>,
 ) {
-    let low4 = u8x16_splat(0x0f);
-    let bits45 = u8x16_splat(0x30);
     dot_q6k(w, rb, xs, y, |blk, h, scales, y, sumi| {
         let mut scratch = [i32x4_splat(0); T];
-        // SAFETY: dot_q6k passes a whole super-block (ql at 0..128, qh at 128..192) and its
+        // SAFETY: dot_q6k passes a whole super-block (its repacked quants at 0..192) and its
         // vectors' 256 activations.
         unsafe {
-            let mut quads = [[u8x16_splat(0); 2]; 4];
-            for l16 in 0..2 {
-                // 16 bytes each of ql[l], ql[l + 32], qh[l] for l in 16·l16..16·l16 + 16
-                let a = load(blk.add(64 * h + 16 * l16));
-                let c = load(blk.add(64 * h + 32 + 16 * l16));
-                let high = load(blk.add(128 + 32 * h + 16 * l16));
-                // 16-bit shifts are fine here: every result is masked per byte.
-                quads[0][l16] = v128_or(v128_and(a, low4), v128_and(i16x8_shl(high, 4), bits45));
-                quads[1][l16] = v128_or(v128_and(c, low4), v128_and(i16x8_shl(high, 2), bits45));
-                quads[2][l16] = v128_or(v128_and(u16x8_shr(a, 4), low4), v128_and(high, bits45));
-                quads[3][l16] = v128_or(
-                    v128_and(u16x8_shr(c, 4), low4),
-                    v128_and(u16x8_shr(high, 2), bits45),
-                );
-            }
+            // quads[c][m]: weights 128h + 32c + 16m + (0..16)
+            let (first, second) = (
+                q6k_quarters(blk.add(96 * h)),
+                q6k_quarters(blk.add(96 * h + 48)),
+            );
+            let quads: [[v128; 2]; 4] = core::array::from_fn(|c| [first[c], second[c]]);
             for k in 0..4 {
                 // weights 128h + 32k + (0..32): sub-blocks 8h + 2k and 8h + 2k + 1
                 let s = q6_scales(scales, k);
