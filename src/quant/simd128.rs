@@ -1187,7 +1187,8 @@ fn dot_k4<const BYTES: usize, const T: usize, W: Copy>(
 /// 2-bit fields shifted into place, 17 operations), `quant::tests::bench_matvec` in Node's V8
 /// (GMAC/s, best of 40 rounds, two interleaved runs): relaxed matvec 576x1536 12.97/12.58 ->
 /// 17.29/16.77, 1536x768 12.41/12.28 -> 17.29/16.52, the tile of four the same (25.96/25.09
-/// -> 26.14/24.80).
+/// -> 26.14/24.80); SIMD128, whose kernel then splits each vector into i16 lanes, matvec
+/// 576x1536 9.35/9.30 -> 9.87/9.85, the tile 18.17/17.63 -> 18.53/18.11.
 ///
 /// # Safety
 /// `group..group + 48` must be readable.
