@@ -1185,9 +1185,9 @@ fn dot_k4<const BYTES: usize, const T: usize, W: Copy>(
 /// runs' top bits (`x ^ (x & 0x3f)`), moved to bits 5-4, 3-2 and 1-0 (16-bit shifts: no bit
 /// crosses into the other byte of a lane). Against the file's `ql`/`qh` (two nibbles and four
 /// 2-bit fields shifted into place, 17 operations), `quant::tests::bench_matvec` in Node's V8
-/// (GMAC/s, best of 40 rounds, two interleaved runs): relaxed matvec 576x1536 12.97/12.58 ->
-/// 17.29/16.77, 1536x768 12.41/12.28 -> 17.29/16.52, the tile of four the same (25.96/25.09
-/// -> 26.14/24.80); SIMD128, whose kernel then splits each vector into i16 lanes, matvec
+/// (GMAC/s, best of 40 rounds, two interleaved runs): relaxed matvec 576x1536 13.28/12.66 ->
+/// 17.19/16.68, 1536x768 12.94/12.60 -> 17.33/17.60, the tile of four the same (25.96/25.24
+/// -> 25.85/26.85); SIMD128, whose kernel then splits each vector into i16 lanes, matvec
 /// 576x1536 9.35/9.30 -> 9.87/9.85, the tile 18.17/17.63 -> 18.53/18.11.
 ///
 /// # Safety
