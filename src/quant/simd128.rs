@@ -636,7 +636,12 @@ trait Legacy {
     /// # Safety
     /// The group's `count` blocks must be readable, and `i < count`.
     #[cfg(not(target_feature = "relaxed-simd"))]
-    unsafe fn weights(group: *const u8, count: usize, i: usize) -> Self::Weights;
+    unsafe fn weights(
+        group: *const u8,
+        count: usize,
+        i: usize,
+        masks: &build::Masks,
+    ) -> Self::Weights;
     /// Unpacks the pair of blocks `first` (even) and `first + 1` of the group of `count` blocks
     /// at `group` in the order of a pair of blocks' activations (`activation::stored_index`:
     /// runs of 8 taken in turn from each); without a partner (`paired` false: a row's lone
@@ -647,7 +652,13 @@ trait Legacy {
     /// The group's `count` blocks must be readable, `first < count`, and `first + 1 < count`
     /// when `paired`.
     #[cfg(target_feature = "relaxed-simd")]
-    unsafe fn weights(group: *const u8, count: usize, first: usize, paired: bool) -> Self::Weights;
+    unsafe fn weights(
+        group: *const u8,
+        count: usize,
+        first: usize,
+        paired: bool,
+        masks: &build::Masks,
+    ) -> Self::Weights;
     /// `Σ y·w` over the block's 32 weights (before the offset), as four i32 partial sums
     /// (relaxed build: over the pair's 64 weights, lanes 0 and 1 the first block's, lanes 2 and 3
     /// the second's; `y` in the split layout where `SPLIT`).
@@ -664,8 +675,27 @@ trait Legacy {
     unsafe fn dot_narrow(w: Self::Weights, y: *const Quant) -> v128;
 }
 
+/// What the legacy kernels' loops hold: the f16 conversion's constants and the build's
+/// unpacking masks, each taken opaque once per kernel call (see [`F16Bits`]).
+#[derive(Clone, Copy)]
+struct LegacyConsts {
+    f16: F16Bits,
+    masks: build::Masks,
+}
+
+impl LegacyConsts {
+    #[inline(always)]
+    fn opaque() -> LegacyConsts {
+        LegacyConsts {
+            f16: F16Bits::opaque(),
+            masks: build::Masks::opaque(),
+        }
+    }
+}
+
 /// The shared body of the legacy kernels: `Kernels::dot` over the rows of `w` (`rb` bytes
-/// each). The activations are checked and the f16 constants made once for all rows.
+/// each). The activations are checked, and the f16 constants and the unpacking masks made, once
+/// for all rows.
 #[inline(always)]
 fn dot_legacy<L: Legacy, const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T], y: Out<'_>) {
     debug_assert!(rb.is_multiple_of(L::BYTES));
@@ -674,15 +704,15 @@ fn dot_legacy<L: Legacy, const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; 
     if T == 1 && n_blocks % 2 == 1 {
         return legacy_rows_odd::<L, T>(w, rb, xs, y);
     }
-    let k = F16Bits::opaque();
+    let c = LegacyConsts::opaque();
     // One vector (decode): a copy of the loop for each way of summing (the SIMD128 build has
     // one); a test of `narrow` per pair of blocks made decode 7 % slower in Chromium with
     // AVX-VNNI (61.8-66.2 -> 56.8-61.1 tok/s). A batch's tiles keep the test (prefill within
     // 2 %): copies of those would add ~34 KB to the module.
     match (T, build::narrow_dots()) {
-        (1, true) => legacy_rows::<L, T>(w, rb, xs, y, &k, true),
-        (1, false) => legacy_rows::<L, T>(w, rb, xs, y, &k, false),
-        (_, narrow) => legacy_rows::<L, T>(w, rb, xs, y, &k, narrow),
+        (1, true) => legacy_rows::<L, T>(w, rb, xs, y, &c, true),
+        (1, false) => legacy_rows::<L, T>(w, rb, xs, y, &c, false),
+        (_, narrow) => legacy_rows::<L, T>(w, rb, xs, y, &c, narrow),
     }
 }
 
@@ -695,7 +725,7 @@ fn legacy_rows<L: Legacy, const T: usize>(
     rb: usize,
     xs: &[ActRow<'_>; T],
     y: Out<'_>,
-    k: &F16Bits,
+    c: &LegacyConsts,
     narrow: bool,
 ) {
     let n_blocks = rb / L::BYTES;
@@ -712,7 +742,7 @@ fn legacy_rows<L: Legacy, const T: usize>(
                 // which `dot_legacy` has checked against `xs`.
                 #[inline(always)]
                 |acc, first, count| unsafe {
-                    legacy_group::<L, T>(row, xs, acc, first, count, k, narrow)
+                    legacy_group::<L, T>(row, xs, acc, first, count, c, narrow)
                 },
             )
         },
@@ -738,7 +768,7 @@ fn legacy_rows_odd<L: Legacy, const T: usize>(
     y: Out<'_>,
 ) {
     let n_blocks = rb / L::BYTES;
-    let k = F16Bits::opaque();
+    let c = LegacyConsts::opaque();
     let narrow = build::narrow_dots();
     for (r, row) in w.chunks_exact(rb).enumerate() {
         let sums = legacy_groups(
@@ -747,7 +777,7 @@ fn legacy_rows_odd<L: Legacy, const T: usize>(
             // SAFETY: as in `legacy_rows`.
             #[inline(always)]
             |acc, first, count| unsafe {
-                legacy_group::<L, T>(row, xs, acc, first, count, &k, narrow)
+                legacy_group::<L, T>(row, xs, acc, first, count, &c, narrow)
             },
         );
         y.store(r, sums);
@@ -837,18 +867,18 @@ unsafe fn legacy_group<L: Legacy, const T: usize>(
     acc: &mut [v128; T],
     first: usize,
     count: usize,
-    k: &F16Bits,
+    c: &LegacyConsts,
     narrow: bool,
 ) {
     // SAFETY: by the caller: blocks first..first + count lie in `row`.
     unsafe {
         // The four blocks' scales and minimums (0 without), as f32x4.
         let group = row.as_ptr().add(first * L::BYTES);
-        let [d, m] = gather_scales::<L>(group, count, k);
+        let [d, m] = gather_scales::<L>(group, count, &c.f16);
         #[cfg(not(target_feature = "relaxed-simd"))]
         {
             let _ = narrow;
-            legacy_group_transposed::<L, T>(row, [d, m], xs, acc, first, count);
+            legacy_group_transposed::<L, T>(row, [d, m], xs, acc, first, count, &c.masks);
         }
         #[cfg(target_feature = "relaxed-simd")]
         legacy_group_pairs::<L, T>(
@@ -859,7 +889,7 @@ unsafe fn legacy_group<L: Legacy, const T: usize>(
             count,
             narrow,
             #[inline(always)]
-            |p| pair_weights::<L>(group, p, count),
+            |p| pair_weights::<L>(group, p, count, &c.masks),
         );
     }
 }
@@ -880,6 +910,7 @@ unsafe fn legacy_group_transposed<L: Legacy, const T: usize>(
     acc: &mut [v128; T],
     first: usize,
     count: usize,
+    masks: &build::Masks,
 ) {
     // SAFETY: blocks first..first + count lie in `row` and their activations in `xs`.
     unsafe {
@@ -890,7 +921,7 @@ unsafe fn legacy_group_transposed<L: Legacy, const T: usize>(
         // the top of the group and spill most of them. (A volatile store is one instruction.)
         let mut scratch = [[u32x4_splat(0); 4]; T];
         for k in 0..count {
-            let w = L::weights(group, count, k);
+            let w = L::weights(group, count, k, masks);
             for t in 0..T {
                 let sum = L::dot(w, xs[t].quants.as_ptr().add(32 * (first + k)));
                 core::ptr::write_volatile(&mut scratch[t][k], sum);
@@ -1017,9 +1048,14 @@ unsafe fn legacy_group_pairs<L: Legacy, const T: usize>(
 /// The group's `count` blocks must be readable, and `2p < count`.
 #[cfg(target_feature = "relaxed-simd")]
 #[inline(always)]
-unsafe fn pair_weights<L: Legacy>(group: *const u8, p: usize, count: usize) -> L::Weights {
+unsafe fn pair_weights<L: Legacy>(
+    group: *const u8,
+    p: usize,
+    count: usize,
+    masks: &build::Masks,
+) -> L::Weights {
     // SAFETY: block 2p, and 2p + 1 when paired, are among the group's.
-    unsafe { L::weights(group, count, 2 * p, 2 * p + 1 < count) }
+    unsafe { L::weights(group, count, 2 * p, 2 * p + 1 < count, masks) }
 }
 
 /// Where the field at byte `OFFSET` of block struct `B` (`quant::grouped::Grouped`) of block `i`

@@ -27,12 +27,49 @@ use crate::quant::q4::{BlockQ4_0, BlockQ4_1};
 use crate::quant::q5::{BlockQ5_0, BlockQ5_1};
 use crate::quant::q8::BlockQ8_0;
 
-/// Low and high nibbles of 16 bytes, each as 16 bytes in 0..16.
-#[inline(always)]
-fn nibbles(v: v128) -> (v128, v128) {
-    let low4 = u8x16_splat(0x0f);
-    // A 16-bit shift moves bits across bytes; the mask keeps only each byte's own.
-    (v128_and(v, low4), v128_and(u16x8_shr(v, 4), low4))
+/// The byte masks that unpack 4- and 5-bit weights, as a kernel holds them: [`Masks::opaque`]
+/// once before its loops, as with [`F16Bits`]: V8 builds a vector constant anew at each use
+/// inside a loop (`movabs`, `movq`, `punpcklqdq`, seen in a Chromium profile of decode's
+/// Q4_1 kernel), but keeps a value it cannot see through in a register (or loads it once from
+/// the stack). Against the constants, `quant::tests::bench_matvec` in Node 24's V8 (AVX-VNNI,
+/// as Chromium's; GMAC/s, best of 40 rounds, two interleaved runs): matvec 576x1536 Q4_1
+/// 18.25/18.24 -> 18.67/19.26, Q5_0 13.22/13.40 -> 14.13/14.51, Q5_1 11.68/11.68 ->
+/// 12.74/13.05, Q5_K 13.44/13.45 -> 13.87/13.87 (its tile of 16 vectors 21.7 -> 24.3); Q4_0,
+/// Q4_K, Q6_K and Q8_0 the same. Gemma 3 270M Q4_K_M, Chromium, one thread, 3 interleaved
+/// rounds: prefill 215.0/216.2/215.5 -> 216.6/219.8/219.6 tok/s, decode 35.7/36.6/35.9 ->
+/// 35.8/36.6/37.5. The relaxed modules are 5.6 KB smaller.
+#[derive(Clone, Copy)]
+pub(super) struct Masks {
+    /// `0x0f` in every byte: a byte's low nibble.
+    low4: v128,
+    /// `0x10` in every byte: a weight's fifth bit.
+    bit4: v128,
+}
+
+impl Masks {
+    const CONST: Masks = Masks {
+        low4: u8x16(
+            0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f, 0x0f,
+            0x0f, 0x0f,
+        ),
+        bit4: u8x16(
+            0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x10,
+            0x10, 0x10,
+        ),
+    };
+
+    /// The same values, hidden from the optimizers (see the type's doc).
+    #[inline(always)]
+    pub(super) fn opaque() -> Masks {
+        core::hint::black_box(Masks::CONST)
+    }
+
+    /// Low and high nibbles of 16 bytes, each as 16 bytes in 0..16.
+    #[inline(always)]
+    fn nibbles(&self, v: v128) -> (v128, v128) {
+        // A 16-bit shift moves bits across bytes; the mask keeps only each byte's own.
+        (v128_and(v, self.low4), v128_and(u16x8_shr(v, 4), self.low4))
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -87,15 +124,15 @@ fn pair_halves(a: v128, b: v128) -> (v128, v128) {
 /// # Safety
 /// The 32 (paired) or 16 bytes at `qs` must be readable.
 #[inline(always)]
-unsafe fn q4_pair_at(qs: *const u8, paired: bool) -> [v128; 4] {
+unsafe fn q4_pair_at(qs: *const u8, paired: bool, m: &Masks) -> [v128; 4] {
     // SAFETY: by the caller.
     unsafe {
         if paired {
-            let ((w0, w2), (w1, w3)) = (nibbles(load(qs)), nibbles(load(qs.add(16))));
+            let ((w0, w2), (w1, w3)) = (m.nibbles(load(qs)), m.nibbles(load(qs.add(16))));
             [w0, w1, w2, w3]
         } else {
             let a = load(qs);
-            q4_pair(a, a)
+            q4_pair(a, a, m)
         }
     }
 }
@@ -104,9 +141,9 @@ unsafe fn q4_pair_at(qs: *const u8, paired: bool) -> [v128; 4] {
 /// pair order: byte `j` of a block holds weight `j` (low nibble) and `j + 16` (high), so the
 /// low nibbles of bytes `0..8` are run 0, of bytes `8..16` run 1, their high nibbles runs 2, 3.
 #[inline(always)]
-fn q4_pair(a: v128, b: v128) -> [v128; 4] {
+fn q4_pair(a: v128, b: v128, m: &Masks) -> [v128; 4] {
     let (first8, last8) = pair_halves(a, b);
-    let ((w0, w2), (w1, w3)) = (nibbles(first8), nibbles(last8));
+    let ((w0, w2), (w1, w3)) = (m.nibbles(first8), m.nibbles(last8));
     [w0, w1, w2, w3]
 }
 
@@ -125,16 +162,21 @@ fn q4_pair(a: v128, b: v128) -> [v128; 4] {
 /// # Safety
 /// The 8 (paired) or 4 bytes at `qh` must be readable.
 #[inline(always)]
-unsafe fn q5_pair(qh: *const u8, paired: bool, [w0, w1, w2, w3]: [v128; 4]) -> [v128; 4] {
+unsafe fn q5_pair(
+    qh: *const u8,
+    paired: bool,
+    [w0, w1, w2, w3]: [v128; 4],
+    m: &Masks,
+) -> [v128; 4] {
     if !paired {
         // SAFETY: by the caller.
-        return q5_lone(unsafe { v128_load32_splat(qh.cast()) }, [w0, w1, w2, w3]);
+        return q5_lone(unsafe { v128_load32_splat(qh.cast()) }, [w0, w1, w2, w3], m);
     }
     // SAFETY: by the caller.
     let t = unsafe { v128_load64_splat(qh.cast()) };
     // bit 4 + k of lane l: run k's fifth bit
     let h = i64x2_shuffle::<0, 3>(u16x8_shl(t, 4), t);
-    let sixteen = u8x16_splat(16);
+    let sixteen = m.bit4;
     // 16-bit shifts carry bits across bytes, below bit 4, which the mask drops
     [
         v128_or(w0, v128_and(h, sixteen)),
@@ -150,8 +192,8 @@ const LANE_BITS: v128 = u8x16(1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 6
 /// [`q5_pair`] of a lone last block (`qh` its fifth bits in every i32 lane, as the file has them:
 /// byte `k` holds those of its weights `8k..8k + 8`, run `k`), paired with itself.
 #[inline(always)]
-fn q5_lone(qh: v128, [w0, w1, w2, w3]: [v128; 4]) -> [v128; 4] {
-    let sixteen = u8x16_splat(16);
+fn q5_lone(qh: v128, [w0, w1, w2, w3]: [v128; 4], m: &Masks) -> [v128; 4] {
+    let sixteen = m.bit4;
     let fifth = |bytes: v128| v128_and(i8x16_eq(v128_and(bytes, LANE_BITS), LANE_BITS), sixteen);
     [
         v128_or(w0, fifth(i8x16_swizzle(qh, u8x16_splat(0)))),
@@ -170,11 +212,17 @@ impl Legacy for Q4_0 {
     const OFFSET_SHIFT: Option<u32> = Some(3);
     type Weights = [v128; 4];
     #[inline(always)]
-    unsafe fn weights(group: *const u8, count: usize, first: usize, paired: bool) -> [v128; 4] {
+    unsafe fn weights(
+        group: *const u8,
+        count: usize,
+        first: usize,
+        paired: bool,
+        m: &Masks,
+    ) -> [v128; 4] {
         // SAFETY: the blocks' nibbles, readable by the caller's contract.
         unsafe {
             let qs = field::<BlockQ4_0, { offset_of!(BlockQ4_0, qs) }>(group, count, first);
-            q4_pair_at(qs, paired)
+            q4_pair_at(qs, paired, m)
         }
     }
     #[inline(always)]
@@ -196,11 +244,17 @@ impl Legacy for Q4_1 {
     const OFFSET_SHIFT: Option<u32> = None;
     type Weights = [v128; 4];
     #[inline(always)]
-    unsafe fn weights(group: *const u8, count: usize, first: usize, paired: bool) -> [v128; 4] {
+    unsafe fn weights(
+        group: *const u8,
+        count: usize,
+        first: usize,
+        paired: bool,
+        m: &Masks,
+    ) -> [v128; 4] {
         // SAFETY: the blocks' nibbles, readable by the caller's contract.
         unsafe {
             let qs = field::<BlockQ4_1, { offset_of!(BlockQ4_1, qs) }>(group, count, first);
-            q4_pair_at(qs, paired)
+            q4_pair_at(qs, paired, m)
         }
     }
     #[inline(always)]
@@ -222,12 +276,18 @@ impl Legacy for Q5_0 {
     const OFFSET_SHIFT: Option<u32> = Some(4);
     type Weights = [v128; 4];
     #[inline(always)]
-    unsafe fn weights(group: *const u8, count: usize, first: usize, paired: bool) -> [v128; 4] {
+    unsafe fn weights(
+        group: *const u8,
+        count: usize,
+        first: usize,
+        paired: bool,
+        m: &Masks,
+    ) -> [v128; 4] {
         // SAFETY: the blocks' fifth bits and nibbles, readable by the caller's contract.
         unsafe {
             let qh = field::<BlockQ5_0, { offset_of!(BlockQ5_0, qh) }>(group, count, first);
             let qs = field::<BlockQ5_0, { offset_of!(BlockQ5_0, qs) }>(group, count, first);
-            q5_pair(qh, paired, q4_pair_at(qs, paired))
+            q5_pair(qh, paired, q4_pair_at(qs, paired, m), m)
         }
     }
     #[inline(always)]
@@ -249,12 +309,18 @@ impl Legacy for Q5_1 {
     const OFFSET_SHIFT: Option<u32> = None;
     type Weights = [v128; 4];
     #[inline(always)]
-    unsafe fn weights(group: *const u8, count: usize, first: usize, paired: bool) -> [v128; 4] {
+    unsafe fn weights(
+        group: *const u8,
+        count: usize,
+        first: usize,
+        paired: bool,
+        m: &Masks,
+    ) -> [v128; 4] {
         // SAFETY: the blocks' fifth bits and nibbles, readable by the caller's contract.
         unsafe {
             let qh = field::<BlockQ5_1, { offset_of!(BlockQ5_1, qh) }>(group, count, first);
             let qs = field::<BlockQ5_1, { offset_of!(BlockQ5_1, qs) }>(group, count, first);
-            q5_pair(qh, paired, q4_pair_at(qs, paired))
+            q5_pair(qh, paired, q4_pair_at(qs, paired, m), m)
         }
     }
     #[inline(always)]
@@ -284,7 +350,13 @@ impl Legacy for Q8_0 {
     /// The pair's four runs of 16 weight bytes.
     type Weights = [v128; 4];
     #[inline(always)]
-    unsafe fn weights(group: *const u8, count: usize, first: usize, paired: bool) -> [v128; 4] {
+    unsafe fn weights(
+        group: *const u8,
+        count: usize,
+        first: usize,
+        paired: bool,
+        _: &Masks,
+    ) -> [v128; 4] {
         // SAFETY: the blocks' 32 quants each, readable by the caller's contract.
         unsafe {
             let qs = field::<BlockQ8_0, { offset_of!(BlockQ8_0, qs) }>(group, count, first);
@@ -452,6 +524,7 @@ pub(in crate::quant) fn dot_q4_k<const T: usize>(
     xs: &[ActRow<'_>; T],
     y: Out<'_>,
 ) {
+    let m = Masks::opaque();
     dot_k4::<144, T, _>(
         w,
         rb,
@@ -460,7 +533,7 @@ pub(in crate::quant) fn dot_q4_k<const T: usize>(
         |blk, scales, j| {
             // SAFETY: dot_k4 passes a whole 144-byte super-block (nibbles at 16..144).
             let [qa, qb] = unsafe { k4_nibbles(blk, 16, j) };
-            let ((a_low, a_high), (b_low, b_high)) = (nibbles(qa), nibbles(qb));
+            let ((a_low, a_high), (b_low, b_high)) = (m.nibbles(qa), m.nibbles(qb));
             ([[a_low, b_low], [a_high, b_high]], scale_pair(scales, j))
         },
         dot64,
@@ -469,14 +542,14 @@ pub(in crate::quant) fn dot_q4_k<const T: usize>(
 
 /// Bit `bit` (0..8) of each byte of `h`, moved to bit 4 (the fifth bit of a weight).
 #[inline(always)]
-fn bit_to_fifth(h: v128, bit: usize) -> v128 {
+fn bit_to_fifth(h: v128, bit: usize, m: &Masks) -> v128 {
     // 16-bit shifts by at most 4: bit 4 of each byte receives a bit of the same byte.
     let moved = if bit <= 4 {
         u16x8_shl(h, (4 - bit) as u32)
     } else {
         u16x8_shr(h, (bit - 4) as u32)
     };
-    v128_and(moved, u8x16_splat(0x10))
+    v128_and(moved, m.bit4)
 }
 
 #[inline(never)]
@@ -486,6 +559,7 @@ pub(in crate::quant) fn dot_q5_k<const T: usize>(
     xs: &[ActRow<'_>; T],
     y: Out<'_>,
 ) {
+    let m = Masks::opaque();
     dot_k4::<176, T, _>(
         w,
         rb,
@@ -495,15 +569,15 @@ pub(in crate::quant) fn dot_q5_k<const T: usize>(
             // SAFETY: dot_k4 passes a whole 176-byte super-block (fifth bits at 16..48, nibbles
             // at 48..176).
             let ([qa, qb], [ha, hb]) = unsafe { (k4_nibbles(blk, 48, j), q5k_fifth_bits(blk)) };
-            let ((a_low, a_high), (b_low, b_high)) = (nibbles(qa), nibbles(qb));
+            let ((a_low, a_high), (b_low, b_high)) = (m.nibbles(qa), m.nibbles(qb));
             let weights = [
                 [
-                    v128_or(a_low, bit_to_fifth(ha, 2 * j)),
-                    v128_or(b_low, bit_to_fifth(hb, 2 * j)),
+                    v128_or(a_low, bit_to_fifth(ha, 2 * j, &m)),
+                    v128_or(b_low, bit_to_fifth(hb, 2 * j, &m)),
                 ],
                 [
-                    v128_or(a_high, bit_to_fifth(ha, 2 * j + 1)),
-                    v128_or(b_high, bit_to_fifth(hb, 2 * j + 1)),
+                    v128_or(a_high, bit_to_fifth(ha, 2 * j + 1, &m)),
+                    v128_or(b_high, bit_to_fifth(hb, 2 * j + 1, &m)),
                 ],
             ];
             (weights, scale_pair(scales, j))

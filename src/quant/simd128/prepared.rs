@@ -76,7 +76,7 @@ fn prepare<L: Legacy<Weights = [v128; 4]>>(row: &[u8], start: usize, p: &mut Pre
     p.first = start;
     p.n_blocks = n_blocks;
     p.last = start + n_blocks == row_blocks;
-    let k = F16Bits::opaque();
+    let c = LegacyConsts::opaque();
     for g in 0..n_blocks.div_ceil(4) {
         let first = 4 * g;
         let count = (n_blocks - first).min(4);
@@ -84,12 +84,12 @@ fn prepare<L: Legacy<Weights = [v128; 4]>>(row: &[u8], start: usize, p: &mut Pre
         // (pairs < MAX_BLOCKS / 2, groups < MAX_BLOCKS / 4).
         unsafe {
             let blk = run.as_ptr().add(first * L::BYTES);
-            let [d, m] = gather_scales::<L>(blk, count, &k);
+            let [d, m] = gather_scales::<L>(blk, count, &c.f16);
             p.scales[g] = d;
             p.mins[g] = m;
             for k in 0..count.div_ceil(2) {
                 let pair = 2 * g + k;
-                let w = pair_weights::<L>(blk, k, count);
+                let w = pair_weights::<L>(blk, k, count, &c.masks);
                 p.weights[4 * pair..4 * pair + 4].copy_from_slice(&w);
             }
         }
