@@ -47,6 +47,11 @@
 //!   quants `q` as `max(q, 0)` then `max(-q, 0)` (both below 128), so that Q8_0's signed weight
 //!   bytes can be the signed operand of the relaxed dot as they are ([`split_quants`]).
 //!
+//! - the relaxed build's Q8_0/Q8_1 batches (two vectors or more) also have `tiles`
+//!   `[n_vecs.div_ceil(4)][n_cols.div_ceil(128)]` of [`TileGroup`]: the vectors four at a time,
+//!   each group of four blocks with its quants in the order of the prepared batch kernels
+//!   (`simd128/prepared.rs`) and the blocks' scales, sums and quant sums beside them.
+//!
 //! Buffers grow (with `try_reserve`) and never shrink: reuse one `ActivationBuf` per call site
 //! and there is no allocation after the first call of the largest size.
 
@@ -154,6 +159,40 @@ fn split_quants(quants: &[Quant], split: &mut [Quant]) {
     }
 }
 
+/// Whether the build keeps `tiles` for Q8_0/Q8_1 batches (the relaxed build; the host's tests,
+/// which check their layout).
+const TILED: bool = SPLIT || cfg!(test);
+
+/// Four vectors' (a tile's) blocks `4g..4g + 4` of a Q8_0/Q8_1 batch, as the relaxed build's
+/// prepared batch kernels read them (`simd128/prepared.rs`): one 16-byte load of `quants`
+/// holds four values of each of the four blocks of one vector, so the four i32 lanes of a
+/// relaxed dot product with weights in the same order are the four blocks' sums, and a group
+/// needs no shuffles. Vectors past the batch and blocks past the row are zeros.
+#[derive(Clone, Copy)]
+#[repr(C, align(16))]
+pub(crate) struct TileGroup {
+    /// `quants[c][t][4k + j]`: vector `t`'s quant `4c + j` of block `4g + k`.
+    pub quants: [[[i8; 16]; 4]; 8],
+    /// `scales[t][k]`: vector `t`'s `d` of block `4g + k`.
+    pub scales: [[f32; 4]; 4],
+    /// `sums[t][k]`: Q8_1's `s` (0 for Q8_0).
+    pub sums: [[f32; 4]; 4],
+    /// `bsums[t][k]`: the sum of the block's quants.
+    pub bsums: [[i32; 4]; 4],
+}
+
+const _: () =
+    assert!(size_of::<TileGroup>() == 704 && core::mem::offset_of!(TileGroup, scales) == 512);
+
+impl TileGroup {
+    const ZERO: TileGroup = TileGroup {
+        quants: [[[0; 16]; 4]; 8],
+        scales: [[0.0; 4]; 4],
+        sums: [[0.0; 4]; 4],
+        bsums: [[0; 4]; 4],
+    };
+}
+
 /// A batch of activation vectors rounded for one weight type. Owned scratch: reuse it.
 #[derive(Default)]
 pub struct ActivationBuf {
@@ -172,6 +211,9 @@ pub struct ActivationBuf {
     bsums: Vec<i16>,
     /// The relaxed build's Q8_0: `[n_vecs][2 * quants_len]`, [`split_quants`] of `quants`.
     split: Vec<Quant>,
+    /// The relaxed build's Q8_0/Q8_1 batches: `[n_vecs.div_ceil(4)][n_cols.div_ceil(128)]`
+    /// (see [`TileGroup`]); empty for one vector.
+    tiles: Vec<TileGroup>,
 }
 
 /// One vector of an [`ActivationBuf`], as the kernels read it. Slices not used by the kind
@@ -216,6 +258,7 @@ impl ActivationBuf {
             sums: Vec::new(),
             bsums: Vec::new(),
             split: Vec::new(),
+            tiles: Vec::new(),
         }
     }
 
@@ -238,6 +281,9 @@ impl ActivationBuf {
                 values(2 * n_cols.next_multiple_of(64), n_vecs)?,
             )?;
         }
+        if TILED && n_vecs > 1 {
+            reserve(&mut buf.tiles, tile_groups(n_cols, n_vecs)?)?;
+        }
         Ok(buf)
     }
 
@@ -250,6 +296,17 @@ impl ActivationBuf {
     }
     pub fn n_vecs(&self) -> usize {
         self.n_vecs
+    }
+
+    /// Tile `i` (vectors `4i..4i + 4`) of a Q8_0/Q8_1 batch: its `n_cols.div_ceil(128)` groups.
+    /// Empty where the buffer keeps no tiles (one vector, another kind, a build without).
+    #[cfg(any(test, all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
+    pub(crate) fn tile(&self, i: usize) -> &[TileGroup] {
+        let groups = self.n_cols.div_ceil(128);
+        match self.tiles.len() {
+            0 => &[],
+            _ => &self.tiles[i * groups..(i + 1) * groups],
+        }
     }
 
     /// Vector `v` (< `n_vecs`) as the kernels read it.
@@ -301,11 +358,48 @@ impl ActivationBuf {
             if has_split(kind) {
                 resize(&mut self.split, 2 * nq, 0)?;
             }
+            self.tiles.clear();
+            if has_tiles(kind, n_vecs) {
+                resize(
+                    &mut self.tiles,
+                    tile_groups(n_cols, n_vecs)?,
+                    TileGroup::ZERO,
+                )?;
+            }
         }
         self.kind = Some(kind);
         self.n_cols = n_cols;
         self.n_vecs = n_vecs;
         Ok(())
+    }
+}
+
+/// Whether a batch of `n_vecs` vectors of `kind` keeps `tiles`.
+#[inline(always)]
+const fn has_tiles(kind: ActivationKind, n_vecs: usize) -> bool {
+    TILED && n_vecs > 1 && matches!(kind, ActivationKind::Q8_0 | ActivationKind::Q8_1)
+}
+
+/// [`TileGroup`]s of `n_vecs` vectors of `n_cols` values.
+fn tile_groups(n_cols: usize, n_vecs: usize) -> Result<usize> {
+    values(n_cols.div_ceil(128), n_vecs.div_ceil(4))
+}
+
+/// Vector `v`'s blocks (`quants` at [`stored_index`], their `scales`, `sums` and `bsums`) into
+/// its lane of `tiles` (tile `v / 4`'s groups).
+fn fill_tiles(kind: ActivationKind, x: ActRow<'_>, v: usize, tiles: &mut [TileGroup]) {
+    let t = v % 4;
+    for (b, &d) in x.scales.iter().enumerate() {
+        let (tg, k) = (&mut tiles[b / 4], b % 4);
+        for i in 0..32 {
+            // i8 already in the relaxed build; the i16 builds' quants are in -127..=127
+            #[allow(clippy::unnecessary_cast)]
+            let q = x.quants[stored_index(kind, 32 * b + i)] as i8;
+            tg.quants[i / 4][t][4 * k + i % 4] = q;
+        }
+        tg.scales[t][k] = d;
+        tg.sums[t][k] = x.sums.get(b).copied().unwrap_or(0.0);
+        tg.bsums[t][k] = x.bsums[2 * b] as i32 + x.bsums[2 * b + 1] as i32;
     }
 }
 
@@ -392,6 +486,16 @@ pub fn quantize_activations(
                 if has_split(kind) {
                     split_quants(quants, &mut out.split[2 * v * nq..2 * (v + 1) * nq]);
                 }
+            }
+            if has_tiles(kind, n_vecs) {
+                // out of the buffer while its rows are read (a move: no allocation)
+                let mut tiles = core::mem::take(&mut out.tiles);
+                let groups = n_cols.div_ceil(128);
+                for v in 0..n_vecs {
+                    let tile = &mut tiles[v / 4 * groups..(v / 4 + 1) * groups];
+                    fill_tiles(kind, out.row(v), v, tile);
+                }
+                out.tiles = tiles;
             }
         }
         ActivationKind::Q8K => {

@@ -586,6 +586,49 @@ fn integer_activations_carry_the_sums_of_each_16_quants() {
     }
 }
 
+/// A Q8_0/Q8_1 batch's tiles (the relaxed build's prepared kernels read them) hold each
+/// vector's blocks in four-value runs, block `4g + k` in lane `k`, with its scale, sum and the
+/// sum of its quants; zeros past the row's blocks and the batch's vectors (7 vectors of 5
+/// blocks: a tile of three and a group of one). One vector keeps no tiles.
+#[test]
+fn batch_tiles_hold_each_block_in_its_lane() {
+    let mut rng = Rng(17);
+    let mut buf = ActivationBuf::new();
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1] {
+        let kind = vec_dot_kind(ty).unwrap();
+        let (n, n_vecs) = (160, 7);
+        let xs: Vec<f32> = (0..n_vecs)
+            .flat_map(|_| random_activation(n, &mut rng))
+            .collect();
+        quantize_activations(ty, &xs, n, &mut buf).unwrap();
+        for tile in 0..2 {
+            let groups = buf.tile(tile);
+            assert_eq!(groups.len(), 2);
+            for (g, tg) in groups.iter().enumerate() {
+                for (t, k) in (0..4).flat_map(|t| (0..4).map(move |k| (t, k))) {
+                    let (v, b) = (4 * tile + t, 4 * g + k);
+                    let what = alloc::format!("{} vector {v} block {b}", ty.name());
+                    let quants = (0..32).map(|i| tg.quants[i / 4][t][4 * k + i % 4] as i32);
+                    let (lane, bsum) = (tg.scales[t][k], tg.bsums[t][k]);
+                    if v >= n_vecs || b >= n / 32 {
+                        assert!(quants.into_iter().all(|q| q == 0), "{what}");
+                        assert_eq!((lane, tg.sums[t][k], bsum), (0.0, 0.0, 0), "{what}");
+                        continue;
+                    }
+                    let row = buf.row(v);
+                    let want = (0..32).map(|i| row.quants[stored_index(kind, 32 * b + i)] as i32);
+                    assert!(quants.eq(want), "{what}");
+                    assert_eq!(lane, row.scales[b], "{what}");
+                    assert_eq!(tg.sums[t][k], row.sums.get(b).copied().unwrap_or(0.0));
+                    assert_eq!(bsum, row.bsums[2 * b] as i32 + row.bsums[2 * b + 1] as i32);
+                }
+            }
+        }
+        quantize_activations(ty, &xs[..n], n, &mut buf).unwrap();
+        assert!(buf.tile(0).is_empty());
+    }
+}
+
 #[test]
 fn quantize_activation_rejects_bad_shapes_and_reuses_memory() {
     let mut buf = ActivationBuf::with_capacity(1024, 4).unwrap();

@@ -1,22 +1,36 @@
 //! Batched products of the relaxed build for Q4_0, Q4_1, Q5_0 and Q5_1, every batch of two
-//! vectors or more: each weight row is unpacked once (`prepare`: weights to bytes in the pair
-//! order of the activations, f16 scales and minimums to f32) into a small scratch on the stack,
-//! a run of [`MAX_BLOCKS`] blocks at a time, then every tile of up to four vectors of the batch
-//! is multiplied with the scratch (`dot_prepared`). Without it the unpacking and the scale
-//! conversion, a quarter of the instructions of `dot_legacy`'s group, are repeated for each
-//! tile (eight times per row in a prefill batch of 32).
+//! vectors or more: the weight rows are unpacked two at a time (`prepare`: weights to bytes in
+//! the order of the activations' tiles, f16 scales and minimums to f32) into a small scratch on
+//! the stack, a run of [`MAX_BLOCKS`] blocks at a time, then the pair of rows is multiplied with
+//! every tile of four vectors of the batch (`dot_tile`, from the activations' `TileGroup`s).
+//! Without it the unpacking and the scale conversion, a quarter of the instructions of
+//! `dot_legacy`'s group, are repeated for each tile (eight times per row in a prefill batch of
+//! 32).
 //!
-//! `dot_prepared` does, per vector, the same operations in the same order as `dot_legacy` (the
-//! same group body, `legacy_group_pairs`, each vector's sums carried from one run of a row to
-//! the next), so a batch gives the same bits as one vector at a time through `matvec`. So
-//! `dot_legacy` serves one vector only for these types: its tiles of four are not compiled
-//! (`simd128::dot_q4_0` and the others), 16 KB less in each relaxed module.
+//! In a `TileGroup` one 16-byte load holds four values of each of four blocks, so one relaxed dot
+//! product sums four blocks at once, lane by lane, and a group of four blocks is eight dots into
+//! one i32x4 per row and vector, its eight chunks loaded once for both rows. Against one row at
+//! a time over pair-ordered activations (each pair's dots into its own i32x4, then shuffled
+//! together), `quant::tests::bench_matvec` in Node 24's V8 (AVX-VNNI, as Chromium's; matmul of
+//! 16 vectors, 576x1536, GMAC/s): Q4_0 38.4 -> 51.5, Q4_1 38.1 -> 47.8-50.9, Q5_0 36.2 -> 48.1,
+//! Q5_1 34.8 -> 44.5; in Node 20's (which sums in i16: `narrow`) Q4_0 30.1 -> 35.6-35.9, Q4_1
+//! 30.3 -> 34.1, Q5_0 28.7 -> 33.0, Q5_1 28.9 -> 32.2. SmolLM2-135M Q4_1 in Chromium, two
+//! interleaved rounds: prefill of the 148-token prompt on one thread 222.1-235.6 -> 283.2-294.4
+//! tok/s, on two 360.4-382.8 -> 468.5-490.2, the 968-token prompt on one thread 176.2-177.6 ->
+//! 210.2-212.4; wasmtime (`narrow`), one thread, 186.0-189.4 -> 210.0-213.2.
+//!
+//! Per row and vector, `dot_tile` adds the same exact i32 sum of each block and then does the
+//! same float operations in the same order as `dot_legacy` (`legacy_group_pairs`, each
+//! vector's sums carried from one run of a row to the next), so a batch gives the same bits as
+//! one vector at a time through `matvec`. So `dot_legacy` serves one vector only for these
+//! types: its tiles of four are not compiled (`simd128::dot_q4_0` and the others).
 
 // See the parent module for why the loops over `T` index arrays in lockstep.
 #![allow(clippy::needless_range_loop)]
 
 use core::arch::wasm32::*;
 
+use super::super::activation::{ActivationKind, TileGroup};
 use super::super::{ActivationBuf, GgmlType, Out};
 use super::*;
 
@@ -25,7 +39,7 @@ use super::*;
 const MAX_BLOCKS: usize = 256;
 
 /// One unpacked legacy row, or a run of at most [`MAX_BLOCKS`] of its blocks. Aligned to a
-/// cache line, so that each pair's unpacked weights (four `v128`, 64 bytes) are one line:
+/// cache line, so that each group's unpacked weights (eight `v128`, 128 bytes) are two lines:
 /// placed as the stack frame happened to put it, the threaded relaxed module's prefill in
 /// wasmtime was 5 % slower (SmolLM2-135M Q4_1, one thread, 215.2 against 228.0 tok/s; aligned,
 /// 220.9 against 220.2).
@@ -37,13 +51,13 @@ struct Prepared {
     n_blocks: usize,
     /// Whether the run ends the row.
     last: bool,
-    /// Sum the products in i16 first (`dot_i8::narrow_dots`, asked once per `matmul`).
-    narrow: bool,
-    /// Pair `p`'s 64 weights as unsigned bytes in pair order: `weights[4p..4p + 4]`.
+    /// Group `g`'s (blocks `4g..4g + 4`) 128 weights as unsigned bytes in the order of a
+    /// [`TileGroup`]'s quants: `weights[8g + c]` holds weights `4c..4c + 4` of each of the four
+    /// blocks (past the row's blocks anything below 128: the activations there are zeros).
     weights: [v128; 2 * MAX_BLOCKS],
-    /// Group `g`'s (blocks `4g..4g + 4`) four weight scales, 0 without.
+    /// Group `g`'s four weight scales, 0 without.
     scales: [v128; MAX_BLOCKS / 4],
-    /// Group `g`'s (blocks `4g..4g + 4`) four minimums, 0 without.
+    /// Group `g`'s four minimums, 0 without.
     mins: [v128; MAX_BLOCKS / 4],
 }
 
@@ -56,7 +70,6 @@ impl Prepared {
             first: 0,
             n_blocks: 0,
             last: true,
-            narrow: false,
             weights: [zero; 2 * MAX_BLOCKS],
             scales: [zero; MAX_BLOCKS / 4],
             mins: [zero; MAX_BLOCKS / 4],
@@ -65,7 +78,9 @@ impl Prepared {
 }
 
 /// Unpacks the run of `row` (whole blocks of `L`) that starts at block `start` (a multiple of
-/// [`MAX_BLOCKS`]) into `p`.
+/// [`MAX_BLOCKS`]) into `p`: each pair of blocks as `Legacy::weights` gives it (runs of 8 taken
+/// in turn from its two blocks, so i32 lane `2i + h` of a dot holds values `8i + 4h..` of block
+/// `h`), the group's two pairs then interleaved by 32-bit lanes into a [`TileGroup`]'s order.
 #[inline(always)]
 fn prepare<L: Legacy<Weights = [v128; 4]>>(row: &[u8], start: usize, p: &mut Prepared) {
     debug_assert!(row.len().is_multiple_of(L::BYTES));
@@ -81,68 +96,118 @@ fn prepare<L: Legacy<Weights = [v128; 4]>>(row: &[u8], start: usize, p: &mut Pre
         let first = 4 * g;
         let count = (n_blocks - first).min(4);
         // SAFETY: blocks first..first + count lie in `run`; the stores stay inside `p`'s arrays
-        // (pairs < MAX_BLOCKS / 2, groups < MAX_BLOCKS / 4).
+        // (groups < MAX_BLOCKS / 4).
         unsafe {
             let blk = run.as_ptr().add(first * L::BYTES);
             let [d, m] = gather_scales::<L>(blk, count, &c.f16);
             p.scales[g] = d;
             p.mins[g] = m;
-            for k in 0..count.div_ceil(2) {
-                let pair = 2 * g + k;
-                let w = pair_weights::<L>(blk, k, count, &c.masks);
-                p.weights[4 * pair..4 * pair + 4].copy_from_slice(&w);
+            // (a missing second pair: zeros; a lone last block's partner: its copy, against
+            // the activations' zeros)
+            let a = pair_weights::<L>(blk, 0, count, &c.masks);
+            let b = match count {
+                3 | 4 => pair_weights::<L>(blk, 1, count, &c.masks),
+                _ => [i32x4_splat(0); 4],
+            };
+            for i in 0..4 {
+                p.weights[8 * g + 2 * i] = i32x4_shuffle::<0, 2, 4, 6>(a[i], b[i]);
+                p.weights[8 * g + 2 * i + 1] = i32x4_shuffle::<1, 3, 5, 7>(a[i], b[i]);
             }
         }
     }
 }
 
-/// `Σ row·x` of the row in `p` with each of `T` vectors, the same bits as `dot_legacy::<L, T>`
-/// (the same group body, [`legacy_group_pairs`], on the unpacked row). A row of several runs
-/// keeps each vector's sums in `carry` from one run to the next (the result counts after its
-/// last run); a row of one run (8,192 columns or fewer) leaves `carry` alone, its sums stay in
-/// registers.
+/// `Σ row·x` of the two rows in `p` (the run's blocks) with each of the four vectors of the
+/// tile whose groups are `tile`: `[row][vector]`. Per row and vector the same bits as `dot_legacy` (the same exact
+/// i32 sum of each block, then the same float operations in the same order as
+/// `legacy_group_pairs`: `acc + f32(sum)·(d·d_x)`, then `+ m·s`). Each load of activations
+/// serves both rows, each load of weights the four vectors. A row of several runs keeps the sums
+/// in `carry` from one run to the next (the result counts after its last run).
+///
+/// `narrow` sums the products of each run of `L::NARROW_RUN` chunks in i16 first
+/// (`dot_i8::narrow_dots`).
 #[inline(always)]
-fn dot_prepared<L: Legacy<Weights = [v128; 4]>, const T: usize>(
-    p: &Prepared,
-    xs: &[ActRow<'_>; T],
-    carry: &mut [v128; T],
-) -> [f32; T] {
-    check_legacy_activations::<L, T>(xs, p.first + p.n_blocks);
-    let mut acc = match p.first {
-        0 => [f32x4_splat(0.0); T],
+fn dot_tile<L: Prepare>(
+    p: [&Prepared; 2],
+    tile: &[TileGroup],
+    carry: &mut [[v128; 4]; 2],
+    narrow: bool,
+) -> [[f32; 4]; 2] {
+    let (first, n_blocks) = (p[0].first, p[0].n_blocks);
+    assert!(p[1].first == first && p[1].n_blocks == n_blocks);
+    let groups = &tile[first / 4..(first + n_blocks).div_ceil(4)];
+    let mut acc = match first {
+        0 => [[f32x4_splat(0.0); 4]; 2],
         _ => *carry,
     };
-    legacy_groups_into(
-        &mut acc,
-        p.n_blocks,
-        true,
-        // SAFETY: `legacy_groups_into` passes first + count <= n_blocks, so the blocks p.first +
-        // first.. were checked against `xs` above; pairs first / 2.. and group first / 4 of the
-        // run were filled by `prepare`; p.first + first is a multiple of 4.
-        #[inline(always)]
-        |acc, first, count| unsafe {
-            let g = first / 4;
-            legacy_group_pairs::<L, T>(
-                [*p.scales.get_unchecked(g), *p.mins.get_unchecked(g)],
-                xs,
-                acc,
-                p.first + first,
-                count,
-                p.narrow,
-                #[inline(always)]
-                |k| core::array::from_fn(|i| *p.weights.get_unchecked(4 * (2 * g + k) + i)),
-            )
-        },
-    );
-    if !p.last {
+    for (g, tg) in groups.iter().enumerate() {
+        // SAFETY: g < n_blocks.div_ceil(4), so 8g + 7 < 2 * MAX_BLOCKS and g < MAX_BLOCKS / 4;
+        // the activations' loads are inside `tg`.
+        unsafe {
+            let w = |r: usize, c: usize| *p[r].weights.get_unchecked(8 * g + c);
+            let y = |c: usize, t: usize| load(tg.quants[c][t].as_ptr());
+            // dots[r][t]: lane k the i32 sum of block 4g + k of row r with vector t. The chunk
+            // loops' bounds are hidden from LLVM: unrolled, it hoisted all sixteen weight
+            // vectors of the group and ran the eight sums one after another, and V8 kept most
+            // of them on the stack (bench_matvec, Node 24: Q4_0 41.5, Q4_1 39.9 GMAC/s, against
+            // 51.5 and 47.8 with the loop).
+            let mut dots = [[i32x4_splat(0); 4]; 2];
+            if narrow {
+                let run = L::NARROW_RUN;
+                for part in 0..8 / run {
+                    let mut h = [[i16x8_splat(0); 4]; 2];
+                    for c in run * part..run * part + core::hint::black_box(run) {
+                        let w = [w(0, c), w(1, c)];
+                        for t in 0..4 {
+                            let y = y(c, t);
+                            for r in 0..2 {
+                                h[r][t] =
+                                    i16x8_add(h[r][t], i16x8_relaxed_dot_i8x16_i7x16(y, w[r]));
+                            }
+                        }
+                    }
+                    for r in 0..2 {
+                        for t in 0..4 {
+                            let wide = i32x4_extadd_pairwise_i16x8(h[r][t]);
+                            dots[r][t] = i32x4_add(dots[r][t], wide);
+                        }
+                    }
+                }
+            } else {
+                for c in 0..core::hint::black_box(8) {
+                    let w = [w(0, c), w(1, c)];
+                    for t in 0..4 {
+                        let y = y(c, t);
+                        for r in 0..2 {
+                            dots[r][t] = i32x4_relaxed_dot_i8x16_i7x16_add(y, w[r], dots[r][t]);
+                        }
+                    }
+                }
+            }
+            for t in 0..4 {
+                let (scales, block_sums) =
+                    (load(tg.scales[t].as_ptr()), load(tg.bsums[t].as_ptr()));
+                for r in 0..2 {
+                    let mut sum = dots[r][t];
+                    if let Some(shift) = L::OFFSET_SHIFT {
+                        // Σ (q - o)·y = Σ q·y - o·Σ y, exact in i32
+                        sum = i32x4_sub(sum, i32x4_shl(block_sums, shift));
+                    }
+                    let dd = f32x4_mul(*p[r].scales.get_unchecked(g), scales);
+                    acc[r][t] = f32x4_add(acc[r][t], f32x4_mul(f32x4_convert_i32x4(sum), dd));
+                    if L::MIN_AT.is_some() {
+                        let s = load(tg.sums[t].as_ptr());
+                        acc[r][t] = f32x4_add(acc[r][t], f32x4_mul(*p[r].mins.get_unchecked(g), s));
+                    }
+                }
+            }
+        }
+    }
+    if !p[0].last {
         *carry = acc;
     }
-    acc.map(hsum_f32)
+    acc.map(|a| a.map(hsum_f32))
 }
-
-/// Batches of at most this many vectors at a time in [`matmul`] (eight tiles: the tiles'
-/// activation rows are looked up once per batch, not once per weight row).
-const VECS: usize = 32;
 
 /// `matmul_strided`'s products for the types above, the same bits: `w` holds `n_rows` rows of
 /// `rb` bytes, product `(v, r)` goes to `y[v * y_stride + r]`. Returns `false`, having done
@@ -172,7 +237,12 @@ pub(in crate::quant) unsafe fn matmul(
     }
 }
 
-/// [`matmul`] for one type.
+/// Tiles of four vectors taken together in [`matmul_with`] (so the carries of a long row's runs
+/// fit on the stack).
+const TILES: usize = 8;
+
+/// [`matmul`] for one type: the rows two at a time, each pair unpacked once per run and
+/// multiplied with every tile of four vectors.
 ///
 /// # Safety
 /// As [`matmul`].
@@ -189,43 +259,42 @@ unsafe fn matmul_with<L: Prepare>(
         return false;
     }
     let n_blocks = rb / L::BYTES;
-    let mut p = Prepared::new();
-    p.narrow = dot_i8::narrow_dots();
-    for v0 in (0..n_vecs).step_by(VECS) {
-        let n = (n_vecs - v0).min(VECS);
-        let n_tiles = n.div_ceil(4);
-        // tiles[i]: vectors v0 + 4i.. (past the batch: repeats of its last, computed and dropped)
-        let tiles: [[ActRow<'_>; 4]; VECS / 4] =
-            core::array::from_fn(|i| core::array::from_fn(|t| xs.row(v0 + (4 * i + t).min(n - 1))));
-        // carry[i]: the sums of tile i's vectors over a long row's runs so far
-        let mut carry = [[f32x4_splat(0.0); 4]; VECS / 4];
-        for r in 0..n_rows {
-            let row = &w[r * rb..(r + 1) * rb];
+    let kind = match L::MIN_AT {
+        Some(_) => ActivationKind::Q8_1,
+        None => ActivationKind::Q8_0,
+    };
+    assert!(xs.kind() == Some(kind) && xs.n_cols() == 32 * n_blocks);
+    let narrow = dot_i8::narrow_dots();
+    let mut p = [Prepared::new(), Prepared::new()];
+    for tile0 in (0..n_vecs.div_ceil(4)).step_by(TILES) {
+        let n_tiles = (n_vecs.div_ceil(4) - tile0).min(TILES);
+        // carry[i]: the sums of tile tile0 + i over a long row's runs so far
+        let mut carry = [[[f32x4_splat(0.0); 4]; 2]; TILES];
+        for r in (0..n_rows).step_by(2) {
+            // a last odd row goes as a pair with itself (its second products dropped)
+            let rows = (n_rows - r).min(2);
+            let row = |i: usize| &w[(r + i.min(rows - 1)) * rb..][..rb];
             for first in (0..n_blocks).step_by(MAX_BLOCKS) {
-                L::prepare_row(row, first, &mut p);
-                for (i, (x, carry)) in tiles[..n_tiles].iter().zip(&mut carry).enumerate() {
-                    let vecs = (n - 4 * i).min(4);
-                    // SAFETY: (v0 + 4i + t, r) with t < vecs <= n - 4i and r < n_rows: elements
-                    // the caller vouches for.
+                let [p0, p1] = &mut p;
+                L::prepare_row(row(0), first, p0);
+                if rows == 2 {
+                    L::prepare_row(row(1), first, p1);
+                }
+                let pair = [&p[0], &p[rows - 1]];
+                for (i, carry) in carry[..n_tiles].iter_mut().enumerate() {
+                    let tile = tile0 + i;
+                    let sums = L::dot_tile(pair, xs.tile(tile), carry, narrow);
+                    if !p[0].last {
+                        continue;
+                    }
+                    let vecs = (n_vecs - 4 * tile).min(4);
+                    // SAFETY: (4 tile + t, r + k) with t < vecs and k < rows: elements the
+                    // caller vouches for.
                     let out = unsafe {
-                        Out::strided(y.add((v0 + 4 * i) * y_stride), y_stride, n_rows, vecs)
+                        Out::strided(y.add(4 * tile * y_stride + r), y_stride, rows, vecs)
                     };
-                    // a tile of 2 or 3 runs as 4 with its last vector repeated (see `tiles`);
-                    // the products count after a row's last run
-                    match vecs {
-                        1 => {
-                            let carry = carry.first_chunk_mut().unwrap();
-                            let sums = L::dot_tile::<1>(&p, &[x[0]], carry);
-                            if p.last {
-                                out.store(r, sums);
-                            }
-                        }
-                        _ => {
-                            let sums = L::dot_tile::<4>(&p, x, carry);
-                            if p.last {
-                                out.store(r, sums);
-                            }
-                        }
+                    for (k, sums) in sums.into_iter().take(rows).enumerate() {
+                        out.store(k, sums);
                     }
                 }
             }
@@ -237,31 +306,39 @@ unsafe fn matmul_with<L: Prepare>(
 /// A type's unpacking and product, each compiled once (`#[inline(never)]`, as the kernels of
 /// `simd128`).
 trait Prepare: Legacy<Weights = [v128; 4]> {
+    /// Chunks of a group (of 8) whose products [`dot_tile`] sums in i16 before it widens them,
+    /// where it sums in i16: an i16 lane adds two products per chunk of a weight below 16 (4-bit
+    /// types) or 32 (5-bit) and an activation of at most 127 in size: 8 chunks of 4-bit weights
+    /// come to at most 30,480, 4 chunks of 5-bit ones to 31,496.
+    const NARROW_RUN: usize;
     fn prepare_row(row: &[u8], start: usize, p: &mut Prepared);
-    fn dot_tile<const T: usize>(
-        p: &Prepared,
-        xs: &[ActRow<'_>; T],
-        carry: &mut [v128; T],
-    ) -> [f32; T];
+    fn dot_tile(
+        p: [&Prepared; 2],
+        tile: &[TileGroup],
+        carry: &mut [[v128; 4]; 2],
+        narrow: bool,
+    ) -> [[f32; 4]; 2];
 }
 
 // One impl per type (deliberately alike: see the module doc of `simd128`).
 macro_rules! prepare_impls {
-    ($($L:ty),*) => {$(
+    ($($L:ty: $run:expr),*) => {$(
         impl Prepare for $L {
+            const NARROW_RUN: usize = $run;
             #[inline(never)]
             fn prepare_row(row: &[u8], start: usize, p: &mut Prepared) {
                 prepare::<Self>(row, start, p)
             }
             #[inline(never)]
-            fn dot_tile<const T: usize>(
-                p: &Prepared,
-                xs: &[ActRow<'_>; T],
-                carry: &mut [v128; T],
-            ) -> [f32; T] {
-                dot_prepared::<Self, T>(p, xs, carry)
+            fn dot_tile(
+                p: [&Prepared; 2],
+                tile: &[TileGroup],
+                carry: &mut [[v128; 4]; 2],
+                narrow: bool,
+            ) -> [[f32; 4]; 2] {
+                dot_tile::<Self>(p, tile, carry, narrow)
             }
         }
     )*};
 }
-prepare_impls!(dot_i8::Q4_0, dot_i8::Q4_1, dot_i8::Q5_0, dot_i8::Q5_1);
+prepare_impls!(dot_i8::Q4_0: 8, dot_i8::Q4_1: 8, dot_i8::Q5_0: 4, dot_i8::Q5_1: 4);
