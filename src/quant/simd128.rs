@@ -1315,6 +1315,8 @@ pub(super) use f16_batch::matmul as matmul_f16;
 mod prepared;
 #[cfg(target_feature = "relaxed-simd")]
 pub(super) use prepared::matmul as matmul_prepared;
+#[cfg(target_feature = "relaxed-simd")]
+mod prepared_k;
 
 pub(super) use build::{dot_q4_k, dot_q5_k, dot_q6_k};
 

@@ -467,7 +467,7 @@ pub(in crate::quant) static FORCE_DOTS: core::sync::atomic::AtomicU8 =
 /// # Safety
 /// `y..y + 32` must be readable.
 #[inline(always)]
-unsafe fn dot32_scaled(w: [v128; 2], y: *const i8, scale: v128, acc: v128) -> v128 {
+pub(super) unsafe fn dot32_scaled(w: [v128; 2], y: *const i8, scale: v128, acc: v128) -> v128 {
     // SAFETY: 32 readable bytes at y, by the caller.
     unsafe {
         let pairs = i16x8_add(
@@ -530,14 +530,23 @@ pub(in crate::quant) fn dot_q4_k<const T: usize>(
         rb,
         xs,
         y,
-        |blk, scales, j| {
-            // SAFETY: dot_k4 passes a whole 144-byte super-block (nibbles at 16..144).
-            let [qa, qb] = unsafe { k4_nibbles(blk, 16, j) };
-            let ((a_low, a_high), (b_low, b_high)) = (m.nibbles(qa), m.nibbles(qb));
-            ([[a_low, b_low], [a_high, b_high]], scale_pair(scales, j))
-        },
+        // SAFETY: dot_k4 passes a whole super-block.
+        |blk, scales, j| (unsafe { q4k_weights(blk, j, &m) }, scale_pair(scales, j)),
         dot64,
     )
+}
+
+/// Weights `64j..64j + 64` of the Q4_K super-block at `blk` as two sub-blocks of 32 unsigned
+/// bytes (`[s][i]`: sub-block `2j + s`, weights `16i..16i + 16` of it).
+///
+/// # Safety
+/// The super-block's 144 bytes must be readable.
+#[inline(always)]
+pub(super) unsafe fn q4k_weights(blk: *const u8, j: usize, m: &Masks) -> [[v128; 2]; 2] {
+    // SAFETY: the nibbles lie at 16..144, by the caller.
+    let [qa, qb] = unsafe { k4_nibbles(blk, 16, j) };
+    let ((a_low, a_high), (b_low, b_high)) = (m.nibbles(qa), m.nibbles(qb));
+    [[a_low, b_low], [a_high, b_high]]
 }
 
 /// Bit `bit` (0..8) of each byte of `h`, moved to bit 4 (the fifth bit of a weight).
@@ -565,25 +574,31 @@ pub(in crate::quant) fn dot_q5_k<const T: usize>(
         rb,
         xs,
         y,
-        |blk, scales, j| {
-            // SAFETY: dot_k4 passes a whole 176-byte super-block (fifth bits at 16..48, nibbles
-            // at 48..176).
-            let ([qa, qb], [ha, hb]) = unsafe { (k4_nibbles(blk, 48, j), q5k_fifth_bits(blk)) };
-            let ((a_low, a_high), (b_low, b_high)) = (m.nibbles(qa), m.nibbles(qb));
-            let weights = [
-                [
-                    v128_or(a_low, bit_to_fifth(ha, 2 * j, &m)),
-                    v128_or(b_low, bit_to_fifth(hb, 2 * j, &m)),
-                ],
-                [
-                    v128_or(a_high, bit_to_fifth(ha, 2 * j + 1, &m)),
-                    v128_or(b_high, bit_to_fifth(hb, 2 * j + 1, &m)),
-                ],
-            ];
-            (weights, scale_pair(scales, j))
-        },
+        // SAFETY: dot_k4 passes a whole super-block.
+        |blk, scales, j| (unsafe { q5k_weights(blk, j, &m) }, scale_pair(scales, j)),
         dot64,
     )
+}
+
+/// [`q4k_weights`] of a Q5_K super-block (176 bytes readable at `blk`).
+///
+/// # Safety
+/// The super-block's 176 bytes must be readable.
+#[inline(always)]
+pub(super) unsafe fn q5k_weights(blk: *const u8, j: usize, m: &Masks) -> [[v128; 2]; 2] {
+    // SAFETY: fifth bits at 16..48, nibbles at 48..176, by the caller.
+    let ([qa, qb], [ha, hb]) = unsafe { (k4_nibbles(blk, 48, j), q5k_fifth_bits(blk)) };
+    let ((a_low, a_high), (b_low, b_high)) = (m.nibbles(qa), m.nibbles(qb));
+    [
+        [
+            v128_or(a_low, bit_to_fifth(ha, 2 * j, m)),
+            v128_or(b_low, bit_to_fifth(hb, 2 * j, m)),
+        ],
+        [
+            v128_or(a_high, bit_to_fifth(ha, 2 * j + 1, m)),
+            v128_or(b_high, bit_to_fifth(hb, 2 * j + 1, m)),
+        ],
+    ]
 }
 
 /// Q6_K over `dot_q6k`. Sub-blocks are 16 weights; weights `128h + 32k + l` (l in 0..32) are

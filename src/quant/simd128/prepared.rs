@@ -32,6 +32,7 @@ use core::arch::wasm32::*;
 
 use super::super::activation::{ActivationKind, TileGroup};
 use super::super::{ActivationBuf, GgmlType, Out};
+use super::prepared_k;
 use super::*;
 
 /// Most blocks of a row that a [`Prepared`] holds (8,192 columns; longer rows go in runs of
@@ -209,9 +210,10 @@ fn dot_tile<L: Prepare>(
     acc.map(|a| a.map(hsum_f32))
 }
 
-/// `matmul_strided`'s products for the types above, the same bits: `w` holds `n_rows` rows of
-/// `rb` bytes, product `(v, r)` goes to `y[v * y_stride + r]`. Returns `false`, having done
-/// nothing, for another type or a single vector (decode: `dot_legacy` reads the row directly).
+/// `matmul_strided`'s products for the types above and Q4_K/Q5_K (`prepared_k.rs`), the same
+/// bits: `w` holds `n_rows` rows of `rb` bytes, product `(v, r)` goes to `y[v * y_stride + r]`.
+/// Returns `false`, having done nothing, for another type or a single vector (decode: the
+/// one-vector kernels read the row directly).
 ///
 /// # Safety
 /// As `matmul_strided`: those `n_vecs * n_rows` elements must be writable and not accessed by
@@ -225,73 +227,131 @@ pub(in crate::quant) unsafe fn matmul(
     y: *mut f32,
     y_stride: usize,
 ) -> bool {
+    if xs.n_vecs() < 2 {
+        return false;
+    }
+    let b = Batch {
+        w,
+        rb,
+        xs,
+        n_rows,
+        y,
+        y_stride,
+    };
     // SAFETY: passed on.
     unsafe {
         match ty {
-            GgmlType::Q4_0 => matmul_with::<dot_i8::Q4_0>(w, rb, xs, n_rows, y, y_stride),
-            GgmlType::Q4_1 => matmul_with::<dot_i8::Q4_1>(w, rb, xs, n_rows, y, y_stride),
-            GgmlType::Q5_0 => matmul_with::<dot_i8::Q5_0>(w, rb, xs, n_rows, y, y_stride),
-            GgmlType::Q5_1 => matmul_with::<dot_i8::Q5_1>(w, rb, xs, n_rows, y, y_stride),
-            _ => false,
+            GgmlType::Q4_0 => matmul_with(dot_i8::Q4_0::kernels(), b),
+            GgmlType::Q4_1 => matmul_with(dot_i8::Q4_1::kernels(), b),
+            GgmlType::Q5_0 => matmul_with(dot_i8::Q5_0::kernels(), b),
+            GgmlType::Q5_1 => matmul_with(dot_i8::Q5_1::kernels(), b),
+            GgmlType::Q4K | GgmlType::Q5K => prepared_k::matmul(ty, b),
+            _ => return false,
         }
     }
+    true
 }
 
-/// Tiles of four vectors taken together in [`matmul_with`] (so the carries of a long row's runs
+/// One batched product: `n_rows` rows of `rb` bytes in `w` times the vectors of `xs`, product
+/// `(v, r)` to `y[v * y_stride + r]`.
+pub(super) struct Batch<'a> {
+    pub w: &'a [u8],
+    pub rb: usize,
+    pub xs: &'a ActivationBuf,
+    pub n_rows: usize,
+    pub y: *mut f32,
+    pub y_stride: usize,
+}
+
+/// Tiles of four vectors taken together in [`row_pairs`] (so the carries of a long row's runs
 /// fit on the stack).
 const TILES: usize = 8;
 
-/// [`matmul`] for one type: the rows two at a time, each pair unpacked once per run and
-/// multiplied with every tile of four vectors.
+/// A type's [`Prepare`]: its block size, whether it takes Q8_1 activations (`Legacy::MIN_AT`),
+/// and its unpacking and product.
+#[derive(Clone, Copy)]
+struct Kernels {
+    bytes: usize,
+    kind: ActivationKind,
+    prepare_row: fn(&[u8], usize, &mut Prepared),
+    dot_tile: DotTile,
+}
+
+type DotTile = fn([&Prepared; 2], &[TileGroup], &mut [[v128; 4]; 2], bool) -> [[f32; 4]; 2];
+
+/// [`matmul`] for one type, through [`row_pairs`]. (One copy for the four types: the unpacking
+/// and the product are called once per row and run and once per tile.)
 ///
 /// # Safety
 /// As [`matmul`].
-unsafe fn matmul_with<L: Prepare>(
-    w: &[u8],
-    rb: usize,
-    xs: &ActivationBuf,
-    n_rows: usize,
-    y: *mut f32,
-    y_stride: usize,
-) -> bool {
-    let n_vecs = xs.n_vecs();
-    if n_vecs < 2 {
-        return false;
-    }
-    let n_blocks = rb / L::BYTES;
-    let kind = match L::MIN_AT {
-        Some(_) => ActivationKind::Q8_1,
-        None => ActivationKind::Q8_0,
-    };
-    assert!(xs.kind() == Some(kind) && xs.n_cols() == 32 * n_blocks);
+#[inline(never)]
+unsafe fn matmul_with(k: Kernels, b: Batch<'_>) {
+    let n_blocks = b.rb / k.bytes;
+    assert!(b.xs.kind() == Some(k.kind) && b.xs.n_cols() == 32 * n_blocks);
     let narrow = dot_i8::narrow_dots();
     let mut p = [Prepared::new(), Prepared::new()];
-    for tile0 in (0..n_vecs.div_ceil(4)).step_by(TILES) {
-        let n_tiles = (n_vecs.div_ceil(4) - tile0).min(TILES);
-        // carry[i]: the sums of tile tile0 + i over a long row's runs so far
+    // SAFETY: passed on (this function's contract).
+    unsafe {
+        row_pairs(
+            &mut p,
+            &b,
+            [n_blocks, MAX_BLOCKS],
+            k.prepare_row,
+            |p| p.last,
+            |i| b.xs.tile(i),
+            |pair, tile, carry| (k.dot_tile)(pair, tile, carry, narrow),
+        )
+    };
+}
+
+/// The loop of the prepared products (this file's and `prepared_k.rs`'s): the rows two at a time
+/// (a last odd row as a pair with itself), each of `units` blocks (or super-blocks) unpacked
+/// `run` at a time into `p` by `prepare(row, first unit, p)`, each run of a pair then
+/// multiplied with every tile of four vectors (`tile(i)`: tile `i`'s activations, looked up once
+/// per [`TILES`] tiles) by `dot(p, tile, carry)` (`carry`: the tile's sums over a long row's runs
+/// so far); after a row's last run (`last(p)`) the products are stored, those past the batch (a
+/// tile padded to four) and of a lone row's copy dropped.
+///
+/// # Safety
+/// As [`matmul`], for `b`.
+#[inline(always)]
+pub(super) unsafe fn row_pairs<P, T>(
+    p: &mut [P; 2],
+    b: &Batch<'_>,
+    [units, run]: [usize; 2],
+    prepare: impl Fn(&[u8], usize, &mut P),
+    last: impl Fn(&P) -> bool,
+    tile: impl Fn(usize) -> T,
+    mut dot: impl FnMut([&P; 2], &T, &mut [[v128; 4]; 2]) -> [[f32; 4]; 2],
+) {
+    let n_vecs = b.xs.n_vecs();
+    let n_tiles_all = n_vecs.div_ceil(4);
+    for tile0 in (0..n_tiles_all).step_by(TILES) {
+        let n_tiles = (n_tiles_all - tile0).min(TILES);
+        // each tile's activations looked up once, not once per pair of rows
+        let tiles: [T; TILES] = core::array::from_fn(|i| tile((tile0 + i).min(n_tiles_all - 1)));
         let mut carry = [[[f32x4_splat(0.0); 4]; 2]; TILES];
-        for r in (0..n_rows).step_by(2) {
-            // a last odd row goes as a pair with itself (its second products dropped)
-            let rows = (n_rows - r).min(2);
-            let row = |i: usize| &w[(r + i.min(rows - 1)) * rb..][..rb];
-            for first in (0..n_blocks).step_by(MAX_BLOCKS) {
-                let [p0, p1] = &mut p;
-                L::prepare_row(row(0), first, p0);
+        for r in (0..b.n_rows).step_by(2) {
+            let rows = (b.n_rows - r).min(2);
+            let row = |i: usize| &b.w[(r + i.min(rows - 1)) * b.rb..][..b.rb];
+            for first in (0..units).step_by(run) {
+                let [p0, p1] = &mut *p;
+                prepare(row(0), first, p0);
                 if rows == 2 {
-                    L::prepare_row(row(1), first, p1);
+                    prepare(row(1), first, p1);
                 }
                 let pair = [&p[0], &p[rows - 1]];
                 for (i, carry) in carry[..n_tiles].iter_mut().enumerate() {
                     let tile = tile0 + i;
-                    let sums = L::dot_tile(pair, xs.tile(tile), carry, narrow);
-                    if !p[0].last {
+                    let sums = dot(pair, &tiles[i], carry);
+                    if !last(&p[0]) {
                         continue;
                     }
                     let vecs = (n_vecs - 4 * tile).min(4);
                     // SAFETY: (4 tile + t, r + k) with t < vecs and k < rows: elements the
                     // caller vouches for.
                     let out = unsafe {
-                        Out::strided(y.add(4 * tile * y_stride + r), y_stride, rows, vecs)
+                        Out::strided(b.y.add(4 * tile * b.y_stride + r), b.y_stride, rows, vecs)
                     };
                     for (k, sums) in sums.into_iter().take(rows).enumerate() {
                         out.store(k, sums);
@@ -300,7 +360,6 @@ unsafe fn matmul_with<L: Prepare>(
             }
         }
     }
-    true
 }
 
 /// A type's unpacking and product, each compiled once (`#[inline(never)]`, as the kernels of
@@ -311,6 +370,17 @@ trait Prepare: Legacy<Weights = [v128; 4]> {
     /// types) or 32 (5-bit) and an activation of at most 127 in size: 8 chunks of 4-bit weights
     /// come to at most 30,480, 4 chunks of 5-bit ones to 31,496.
     const NARROW_RUN: usize;
+    fn kernels() -> Kernels {
+        Kernels {
+            bytes: Self::BYTES,
+            kind: match Self::MIN_AT {
+                Some(_) => ActivationKind::Q8_1,
+                None => ActivationKind::Q8_0,
+            },
+            prepare_row: Self::prepare_row,
+            dot_tile: Self::dot_tile,
+        }
+    }
     fn prepare_row(row: &[u8], start: usize, p: &mut Prepared);
     fn dot_tile(
         p: [&Prepared; 2],

@@ -1,0 +1,248 @@
+//! Batched products of the relaxed build for Q4_K and Q5_K, every batch of two vectors or more:
+//! the weight rows are unpacked two at a time (`prepare`: weights to unsigned bytes, each
+//! sub-block's scale in all eight i16 lanes, the minimums ready for the activations' `bsums`,
+//! `d` and `dmin` to f32) into a small scratch on the stack, a run of [`MAX_SUPERS`]
+//! super-blocks at a time, then the pair of rows is multiplied with every tile of four vectors
+//! of the batch (`dot_tile`). The kernel of one tile (`dot_i8::dot_q4_k::<4>`) unpacks each
+//! row anew for each tile of four vectors and loads each vector's activations for each row;
+//! here a row is unpacked once per batch and each load of activations serves two rows.
+//! `quant::tests::bench_matvec` in Node 24's V8 (as Chromium's; matmul of 16 vectors, 576x1536,
+//! GMAC/s): Q4_K 30.0 -> 33.4, Q5_K 24.3 -> 32.7. Gemma 3 270M Q4_K_M (its 640-column
+//! matrices are Q5_0 and Q8_0; the 1,024- and 2,048-column ones Q4_K, and Q6_K for half of the
+//! FFN's down projections), prefill of the 148-token
+//! prompt on one thread, interleaved rounds: Chromium 242.9/241.6 -> 257.5/257.4 tok/s,
+//! wasmtime 184.7/212.1/212.6 -> 235.8/227.1/223.6. (The sums of each sub-block still go
+//! through i16 and one `i32x4.dot_i16x8_s` per sub-block for its scale: five operations per 32
+//! weights and vector where the legacy types' tiles take two.)
+//!
+//! Per row and vector `dot_tile` does the same integer operations, lane by lane, and the same
+//! float operations in the same order as `simd128::dot_k4` (each sub-block's products summed
+//! in i16 pairs by the relaxed dot, then times its scale into i32 by `i32x4.dot_i16x8_s`; per
+//! super-block `f32(sumi)·(d_y·d) - f32(Σ m·bsum)·(d_y·dmin)` added to four lanes carried from
+//! one run of a row to the next), so a batch gives the same bits as one vector at a time
+//! through `matvec`.
+
+// See the parent module for why the loops over `T` index arrays in lockstep.
+#![allow(clippy::needless_range_loop)]
+
+use core::arch::wasm32::*;
+
+use super::super::GgmlType;
+use super::dot_i8::{Masks, dot32_scaled, q4k_weights, q5k_weights};
+use super::prepared::{Batch, row_pairs};
+use super::*;
+
+/// Most super-blocks of a row that a [`Prepared`] holds (8,192 columns; longer rows go in runs
+/// of this many).
+const MAX_SUPERS: usize = 32;
+
+/// One unpacked Q4_K/Q5_K row, or a run of at most [`MAX_SUPERS`] of its super-blocks.
+#[repr(align(64))]
+struct Prepared {
+    /// The row's super-block the run starts at (a multiple of [`MAX_SUPERS`]).
+    first: usize,
+    /// Super-blocks in the run.
+    n_supers: usize,
+    /// Whether the run ends the row.
+    last: bool,
+    /// Super-block `b`'s sub-block `s` (weights `32s..32s + 32`) as unsigned bytes:
+    /// `weights[16b + 2s..16b + 2s + 2]`.
+    weights: [v128; 16 * MAX_SUPERS],
+    /// Super-block `b`'s sub-block scales, each in all eight i16 lanes: `scales[8b + s]`.
+    scales: [v128; 8 * MAX_SUPERS],
+    /// Super-block `b`'s minimums as `scales_mins_k4` gives them: `mins[2b..2b + 2]`.
+    mins: [v128; 2 * MAX_SUPERS],
+    /// Super-block `b`'s `d` and `dmin`.
+    d: [[f32; 2]; MAX_SUPERS],
+}
+
+const _: () = assert!(core::mem::offset_of!(Prepared, weights).is_multiple_of(64));
+
+impl Prepared {
+    const fn new() -> Prepared {
+        let zero = f32x4(0.0, 0.0, 0.0, 0.0);
+        Prepared {
+            first: 0,
+            n_supers: 0,
+            last: true,
+            weights: [zero; 16 * MAX_SUPERS],
+            scales: [zero; 8 * MAX_SUPERS],
+            mins: [zero; 2 * MAX_SUPERS],
+            d: [[0.0; 2]; MAX_SUPERS],
+        }
+    }
+}
+
+/// Unpacks the run of `row` (whole super-blocks of `K::BYTES`) that starts at super-block
+/// `start` (a multiple of [`MAX_SUPERS`]) into `p`.
+#[inline(always)]
+fn prepare<K: PrepareK>(row: &[u8], start: usize, p: &mut Prepared) {
+    debug_assert!(row.len().is_multiple_of(K::BYTES));
+    let row_supers = row.len() / K::BYTES;
+    assert!(start < row_supers && start.is_multiple_of(MAX_SUPERS));
+    let n_supers = (row_supers - start).min(MAX_SUPERS);
+    let run = &row[start * K::BYTES..(start + n_supers) * K::BYTES];
+    p.first = start;
+    p.n_supers = n_supers;
+    p.last = start + n_supers == row_supers;
+    let m = Masks::opaque();
+    for (b, blk) in run.chunks_exact(K::BYTES).enumerate() {
+        let blk = blk.as_ptr();
+        // SAFETY: `blk` is a whole super-block (d, dmin at 0..4, packed scales at 4..16); the
+        // stores stay inside `p`'s arrays (b < MAX_SUPERS).
+        unsafe {
+            p.d[b] = [f16_ptr(blk), f16_ptr(blk.add(2))];
+            let (scales, mins) = scales_mins_k4(blk.add(4));
+            p.mins[2 * b..2 * b + 2].copy_from_slice(&mins);
+            for s in 0..8 {
+                p.scales[8 * b + s] = i16x8_splat(scales[s] as i16);
+            }
+            for j in 0..4 {
+                let [first, second] = K::weights(blk, j, &m);
+                p.weights[16 * b + 4 * j..16 * b + 4 * j + 2].copy_from_slice(&first);
+                p.weights[16 * b + 4 * j + 2..16 * b + 4 * j + 4].copy_from_slice(&second);
+            }
+        }
+    }
+}
+
+/// `Σ row·x` of the two rows in `p` (the run's super-blocks) with each of the four vectors `xs`:
+/// `[row][vector]`, the same bits per row and vector as `simd128::dot_k4` (see the module
+/// doc). A row of several runs keeps the sums in `carry` from one run to the next (the result
+/// counts after its last run). (One copy for both types: the unpacked rows are alike.)
+#[inline(never)]
+fn dot_tile(p: [&Prepared; 2], xs: &[ActRow<'_>; 4], carry: &mut [[v128; 4]; 2]) -> [[f32; 4]; 2] {
+    let (first, n_supers) = (p[0].first, p[0].n_supers);
+    assert!(p[1].first == first && p[1].n_supers == n_supers);
+    check_activations_k(xs, first + n_supers);
+    let mut acc = match first {
+        0 => [[f32x4_splat(0.0); 4]; 2],
+        _ => *carry,
+    };
+    for b in 0..n_supers {
+        let at = first + b;
+        // SAFETY: b < n_supers <= MAX_SUPERS, so the prepared rows' indices are in bounds;
+        // super-block `at`'s activations were checked above.
+        unsafe {
+            let y = |t: usize| xs[t].quants.as_ptr().add(256 * at);
+            let mut sumi = [[i32x4_splat(0); 4]; 2];
+            // The sub-block loop's bound is hidden from LLVM, which would otherwise unroll it
+            // and reorder the eight sums one after another (see `prepared::dot_tile`).
+            for s in 0..core::hint::black_box(8) {
+                let w = |r: usize| {
+                    let at = 16 * b + 2 * s;
+                    [
+                        *p[r].weights.get_unchecked(at),
+                        *p[r].weights.get_unchecked(at + 1),
+                    ]
+                };
+                for r in 0..2 {
+                    let (w, scale) = (w(r), *p[r].scales.get_unchecked(8 * b + s));
+                    for t in 0..4 {
+                        sumi[r][t] = dot32_scaled(w, y(t).add(32 * s), scale, sumi[r][t]);
+                    }
+                }
+            }
+            for t in 0..4 {
+                let bsums = xs[t].bsums.as_ptr().add(16 * at);
+                let dy = *xs[t].scales.get_unchecked(at);
+                for r in 0..2 {
+                    let mins = &p[r].mins[2 * b..2 * b + 2];
+                    // Σ_j m_j·(bsums[2j] + bsums[2j + 1]), still as four i32 lanes
+                    let m = i32x4_add(
+                        i32x4_dot_i16x8(load(bsums), mins[0]),
+                        i32x4_dot_i16x8(load(bsums.add(8)), mins[1]),
+                    );
+                    let [d, dmin] = p[r].d[b];
+                    let scaled = f32x4_mul(f32x4_convert_i32x4(sumi[r][t]), f32x4_splat(dy * d));
+                    let min = f32x4_mul(f32x4_convert_i32x4(m), f32x4_splat(dy * dmin));
+                    acc[r][t] = f32x4_add(acc[r][t], f32x4_sub(scaled, min));
+                }
+            }
+        }
+    }
+    if !p[0].last {
+        *carry = acc;
+    }
+    acc.map(|a| a.map(hsum_f32))
+}
+
+/// `prepared::matmul`'s products for Q4_K and Q5_K (`ty`), through `prepared::row_pairs`.
+///
+/// # Safety
+/// As `prepared::matmul`.
+pub(super) unsafe fn matmul(ty: GgmlType, b: Batch<'_>) {
+    let (bytes, prepare_row) = match ty {
+        GgmlType::Q4K => (
+            Q4K::BYTES,
+            Q4K::prepare_row as fn(&[u8], usize, &mut Prepared),
+        ),
+        _ => (
+            Q5K::BYTES,
+            Q5K::prepare_row as fn(&[u8], usize, &mut Prepared),
+        ),
+    };
+    // SAFETY: passed on.
+    unsafe { matmul_with(bytes, prepare_row, b) }
+}
+
+/// [`matmul`] for one type. (One copy for both: the unpacking is called once per row and run.)
+///
+/// # Safety
+/// As [`matmul`].
+#[inline(never)]
+unsafe fn matmul_with(bytes: usize, prepare_row: fn(&[u8], usize, &mut Prepared), b: Batch<'_>) {
+    let n_vecs = b.xs.n_vecs();
+    let n_supers = b.rb / bytes;
+    let mut p = [Prepared::new(), Prepared::new()];
+
+    // SAFETY: passed on (this function's contract).
+    unsafe {
+        row_pairs(
+            &mut p,
+            &b,
+            [n_supers, MAX_SUPERS],
+            prepare_row,
+            |p| p.last,
+            // a tile of 2 or 3 vectors runs as 4 with its last vector repeated
+            |i| core::array::from_fn(|t| b.xs.row((4 * i + t).min(n_vecs - 1))),
+            dot_tile,
+        )
+    };
+}
+
+/// Q4_K and Q5_K, as [`prepare`] unpacks them.
+struct Q4K;
+struct Q5K;
+
+/// A type's unpacking, compiled once (`#[inline(never)]`, as the kernels of `simd128`).
+trait PrepareK {
+    /// Super-block size in bytes.
+    const BYTES: usize;
+    /// Weights `64j..64j + 64` of the super-block at `blk` as `dot_i8::q4k_weights` gives
+    /// them.
+    ///
+    /// # Safety
+    /// The super-block's `BYTES` must be readable.
+    unsafe fn weights(blk: *const u8, j: usize, m: &Masks) -> [[v128; 2]; 2];
+    fn prepare_row(row: &[u8], start: usize, p: &mut Prepared);
+}
+
+// One impl per type (deliberately alike: see the module doc of `simd128`).
+macro_rules! prepare_k_impls {
+    ($($K:ty: $bytes:expr, $weights:path),*) => {$(
+        impl PrepareK for $K {
+            const BYTES: usize = $bytes;
+            #[inline(always)]
+            unsafe fn weights(blk: *const u8, j: usize, m: &Masks) -> [[v128; 2]; 2] {
+                // SAFETY: by the caller.
+                unsafe { $weights(blk, j, m) }
+            }
+            #[inline(never)]
+            fn prepare_row(row: &[u8], start: usize, p: &mut Prepared) {
+                prepare::<Self>(row, start, p)
+            }
+        }
+    )*};
+}
+prepare_k_impls!(Q4K: 144, q4k_weights, Q5K: 176, q5k_weights);
