@@ -48,13 +48,13 @@ use wasmparser::{Operator, Parser, Payload, TypeRef, ValType};
 /// of four in their one-vector kernels, -16.4 KB: 746,285 bytes), 730 KiB until session 37
 /// held the unpacking masks in registers (`simd128::dot_i8::Masks`: -5.6 KB, 746,660 ->
 /// 741,034 bytes), 725 KiB until session 38 had the prepared rows go two at a time against
-/// tiles of four vectors (`TileGroup`: prefill 1.2-1.3x in Chromium) and Q4_K/Q5_K batches take
-/// prepared rows too (`simd128/prepared_k.rs`; each type's row loop one copy through function
-/// pointers, the loop over pairs of rows shared): +4.6 KB, 741,034 -> 745,653 bytes; now
-/// 730 KiB.
+/// tiles of four vectors (`TileGroup`: prefill 1.2-1.3x in Chromium) and the K-quants' batches
+/// take prepared rows too (`simd128/prepared_k.rs`; each type's row loop one copy through
+/// function pointers, the loop over pairs of rows shared): +8.1 KB, 741,034 -> 749,133 bytes;
+/// now 732 KiB.
 /// The sizes are printed by these tests, by `cargo xtask dist` and (with gzip) by `cargo xtask
 /// bench`.
-const SIZE_BUDGET: usize = 730 * 1024;
+const SIZE_BUDGET: usize = 732 * 1024;
 
 #[derive(Debug, PartialEq, Clone)]
 struct Sig {

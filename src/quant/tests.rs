@@ -1100,12 +1100,12 @@ fn each_page_ahead_is_touched_once() {
 
 /// Every product of a batch equals the single-vector product bit for bit: per vector the
 /// kernels do the same operations in the same order whatever the tile size (batches of 2, 3, 6
-/// and 7 vectors end in tiles padded to 4; the relaxed build's Q4_0/Q4_1/Q5_0/Q5_1, Q4_K and Q5_K batches go
+/// and 7 vectors end in tiles padded to 4; the relaxed build's Q4_0/Q4_1/Q5_0/Q5_1 and K-quant batches go
 /// through prepared rows; F16 rows converted once per batch of up to 32 vectors, two rows at a
 /// time with a lone last one (7 rows), with a tail of 4 columns past the groups of 8). Also rows
 /// longer than a run of prepared blocks (the relaxed build unpacks 256 blocks of a row at a
 /// time, each vector's sums carried between runs): 261 blocks end in a group of four and a lone
-/// block, 514 in three runs, the last a pair; the relaxed build's Q4_K and Q5_K rows go in runs of
+/// block, 514 in three runs, the last a pair; the relaxed build's K-quant rows go in runs of
 /// 32 super-blocks: 33 end in a run of one, 65 in three runs.
 #[test]
 fn matmul_equals_matvec() {
@@ -1123,7 +1123,7 @@ fn matmul_equals_matvec() {
     let long = LEGACY
         .into_iter()
         .flat_map(|ty| [(261 * 32, 2), (261 * 32, 5), (514 * 32, 6)].map(|(n, v)| (ty, n, v)));
-    let long_k = [GgmlType::Q4K, GgmlType::Q5K]
+    let long_k = [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K]
         .into_iter()
         .flat_map(|ty| [(33 * 256, 3), (65 * 256, 6)].map(|(n, v)| (ty, n, v)));
     for (ty, n, n_vecs) in short.chain(long).chain(long_k) {

@@ -484,7 +484,12 @@ pub(super) unsafe fn dot32_scaled(w: [v128; 2], y: *const i8, scale: v128, acc: 
 /// # Safety
 /// `y..y + 32` must be readable.
 #[inline(always)]
-unsafe fn dot16x2_scaled(w: [v128; 2], y: *const i8, scale: [v128; 2], acc: v128) -> v128 {
+pub(super) unsafe fn dot16x2_scaled(
+    w: [v128; 2],
+    y: *const i8,
+    scale: [v128; 2],
+    acc: v128,
+) -> v128 {
     // SAFETY: 32 readable bytes at y, by the caller.
     unsafe {
         let first = i16x8_relaxed_dot_i8x16_i7x16(load(y), w[0]);

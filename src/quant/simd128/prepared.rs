@@ -245,7 +245,7 @@ pub(in crate::quant) unsafe fn matmul(
             GgmlType::Q4_1 => matmul_with(dot_i8::Q4_1::kernels(), b),
             GgmlType::Q5_0 => matmul_with(dot_i8::Q5_0::kernels(), b),
             GgmlType::Q5_1 => matmul_with(dot_i8::Q5_1::kernels(), b),
-            GgmlType::Q4K | GgmlType::Q5K => prepared_k::matmul(ty, b),
+            GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => prepared_k::matmul(ty, b),
             _ => return false,
         }
     }

@@ -1,26 +1,26 @@
-//! Batched products of the relaxed build for Q4_K and Q5_K, every batch of two vectors or more:
-//! the weight rows are unpacked two at a time (`prepare`: weights to unsigned bytes, each
-//! sub-block's scale in all eight i16 lanes, the minimums ready for the activations' `bsums`,
-//! `d` and `dmin` to f32) into a small scratch on the stack, a run of [`MAX_SUPERS`]
-//! super-blocks at a time, then the pair of rows is multiplied with every tile of four vectors
-//! of the batch (`dot_tile`). The kernel of one tile (`dot_i8::dot_q4_k::<4>`) unpacks each
-//! row anew for each tile of four vectors and loads each vector's activations for each row;
-//! here a row is unpacked once per batch and each load of activations serves two rows.
-//! `quant::tests::bench_matvec` in Node 24's V8 (as Chromium's; matmul of 16 vectors, 576x1536,
-//! GMAC/s): Q4_K 30.0 -> 33.4, Q5_K 24.3 -> 32.7. Gemma 3 270M Q4_K_M (its 640-column
-//! matrices are Q5_0 and Q8_0; the 1,024- and 2,048-column ones Q4_K, and Q6_K for half of the
-//! FFN's down projections), prefill of the 148-token
-//! prompt on one thread, interleaved rounds: Chromium 242.9/241.6 -> 257.5/257.4 tok/s,
-//! wasmtime 184.7/212.1/212.6 -> 235.8/227.1/223.6. (The sums of each sub-block still go
-//! through i16 and one `i32x4.dot_i16x8_s` per sub-block for its scale: five operations per 32
-//! weights and vector where the legacy types' tiles take two.)
+//! Batched products of the relaxed build for Q4_K, Q5_K and Q6_K, every batch of two vectors
+//! or more: the weight rows are unpacked two at a time (`prepare`, `prepare_q6k`: weights to
+//! unsigned bytes, each sub-block's scale in all eight i16 lanes, Q4_K/Q5_K's minimums ready for
+//! the activations' `bsums`, `d` and `dmin` to f32) into a small scratch on the stack, a run of
+//! [`MAX_SUPERS`] super-blocks at a time, then the pair of rows is multiplied with every tile
+//! of four vectors of the batch (`dot_tile`, `dot_tile_q6k`). The kernel of one tile
+//! (`dot_i8::dot_q4_k::<4>` and the others) unpacks each row anew for each tile of four vectors
+//! and loads each vector's activations for each row; here a row is unpacked once per batch and
+//! each load of activations serves two rows. `quant::tests::bench_matvec` in Node 24's V8 (as
+//! Chromium's; matmul of 16 vectors, 576x1536, GMAC/s): Q4_K 30.0 -> 33.4, Q5_K 24.3 -> 32.7,
+//! Q6_K 22.5 -> 29.1. Gemma 3 270M Q4_K_M (its 640-column matrices are Q5_0 and Q8_0; the
+//! 1,024- and 2,048-column ones Q4_K, and Q6_K for half of the FFN's down projections), before
+//! Q6_K took this path, prefill of the 148-token prompt on one thread, interleaved rounds:
+//! Chromium 242.9/241.6 -> 257.5/257.4 tok/s, wasmtime 184.7/212.1/212.6 -> 235.8/227.1/223.6.
+//! (Each sub-block's sums still go through i16 and one `i32x4.dot_i16x8_s` for its scale: five
+//! operations per 32 weights and vector, where the legacy types' tiles take two.)
 //!
-//! Per row and vector `dot_tile` does the same integer operations, lane by lane, and the same
-//! float operations in the same order as `simd128::dot_k4` (each sub-block's products summed
-//! in i16 pairs by the relaxed dot, then times its scale into i32 by `i32x4.dot_i16x8_s`; per
-//! super-block `f32(sumi)·(d_y·d) - f32(Σ m·bsum)·(d_y·dmin)` added to four lanes carried from
-//! one run of a row to the next), so a batch gives the same bits as one vector at a time
-//! through `matvec`.
+//! Per row and vector the tiles do the same integer operations, lane by lane, and the same
+//! float operations in the same order as `simd128::dot_k4` and `dot_q6k` (each sub-block's
+//! products summed in i16 pairs by the relaxed dot, then times its scale into i32 by
+//! `i32x4.dot_i16x8_s`; per super-block the f32 terms of those kernels added to four lanes
+//! carried from one run of a row to the next), so a batch gives the same bits as one vector at
+//! a time through `matvec`.
 
 // See the parent module for why the loops over `T` index arrays in lockstep.
 #![allow(clippy::needless_range_loop)]
@@ -28,7 +28,7 @@
 use core::arch::wasm32::*;
 
 use super::super::GgmlType;
-use super::dot_i8::{Masks, dot32_scaled, q4k_weights, q5k_weights};
+use super::dot_i8::{Masks, dot16x2_scaled, dot32_scaled, q4k_weights, q5k_weights};
 use super::prepared::{Batch, row_pairs};
 use super::*;
 
@@ -48,11 +48,13 @@ struct Prepared {
     /// Super-block `b`'s sub-block `s` (weights `32s..32s + 32`) as unsigned bytes:
     /// `weights[16b + 2s..16b + 2s + 2]`.
     weights: [v128; 16 * MAX_SUPERS],
-    /// Super-block `b`'s sub-block scales, each in all eight i16 lanes: `scales[8b + s]`.
-    scales: [v128; 8 * MAX_SUPERS],
-    /// Super-block `b`'s minimums as `scales_mins_k4` gives them: `mins[2b..2b + 2]`.
+    /// Super-block `b`'s sub-block scales, each in all eight i16 lanes: `scales[16b + s]` (Q4_K,
+    /// Q5_K: 8 sub-blocks of 32; Q6_K: 16 of 16).
+    scales: [v128; 16 * MAX_SUPERS],
+    /// Super-block `b`'s `mins[2b..2b + 2]`: Q4_K/Q5_K's minimums as `scales_mins_k4` gives
+    /// them; Q6_K's 16 scales as two i16x8 (for its `-32`, taken off through the bsums).
     mins: [v128; 2 * MAX_SUPERS],
-    /// Super-block `b`'s `d` and `dmin`.
+    /// Super-block `b`'s `d` and `dmin` (Q6_K: `d` and 0).
     d: [[f32; 2]; MAX_SUPERS],
 }
 
@@ -66,7 +68,7 @@ impl Prepared {
             n_supers: 0,
             last: true,
             weights: [zero; 16 * MAX_SUPERS],
-            scales: [zero; 8 * MAX_SUPERS],
+            scales: [zero; 16 * MAX_SUPERS],
             mins: [zero; 2 * MAX_SUPERS],
             d: [[0.0; 2]; MAX_SUPERS],
         }
@@ -95,7 +97,7 @@ fn prepare<K: PrepareK>(row: &[u8], start: usize, p: &mut Prepared) {
             let (scales, mins) = scales_mins_k4(blk.add(4));
             p.mins[2 * b..2 * b + 2].copy_from_slice(&mins);
             for s in 0..8 {
-                p.scales[8 * b + s] = i16x8_splat(scales[s] as i16);
+                p.scales[16 * b + s] = i16x8_splat(scales[s] as i16);
             }
             for j in 0..4 {
                 let [first, second] = K::weights(blk, j, &m);
@@ -106,12 +108,59 @@ fn prepare<K: PrepareK>(row: &[u8], start: usize, p: &mut Prepared) {
     }
 }
 
-/// `Σ row·x` of the two rows in `p` (the run's super-blocks) with each of the four vectors `xs`:
-/// `[row][vector]`, the same bits per row and vector as `simd128::dot_k4` (see the module
-/// doc). A row of several runs keeps the sums in `carry` from one run to the next (the result
-/// counts after its last run). (One copy for both types: the unpacked rows are alike.)
+/// [`prepare`] of a Q6_K row (quants repacked at load, `k_quants::repack_q6k`; 210-byte
+/// super-blocks): weights `32j..32j + 32` as `weights[16b + 2j..16b + 2j + 2]` (each byte 0..64,
+/// as `q6k_quarters` gives them), sub-block `s`'s scale splat in `scales[16b + s]`.
 #[inline(never)]
-fn dot_tile(p: [&Prepared; 2], xs: &[ActRow<'_>; 4], carry: &mut [[v128; 4]; 2]) -> [[f32; 4]; 2] {
+fn prepare_q6k(row: &[u8], start: usize, p: &mut Prepared) {
+    debug_assert!(row.len().is_multiple_of(Q6K_BYTES));
+    let row_supers = row.len() / Q6K_BYTES;
+    assert!(start < row_supers && start.is_multiple_of(MAX_SUPERS));
+    let n_supers = (row_supers - start).min(MAX_SUPERS);
+    let run = &row[start * Q6K_BYTES..(start + n_supers) * Q6K_BYTES];
+    p.first = start;
+    p.n_supers = n_supers;
+    p.last = start + n_supers == row_supers;
+    for (b, blk) in run.chunks_exact(Q6K_BYTES).enumerate() {
+        let blk = blk.as_ptr();
+        // SAFETY: `blk` is a whole super-block (quants at 0..192, scales at 192..208, d at
+        // 208..210); the stores stay inside `p`'s arrays (b < MAX_SUPERS).
+        unsafe {
+            p.d[b] = [f16_ptr(blk.add(208)), 0.0];
+            let scales8 = load(blk.add(192));
+            p.mins[2 * b] = i16x8_extend_low_i8x16(scales8);
+            p.mins[2 * b + 1] = i16x8_extend_high_i8x16(scales8);
+            for s in 0..16 {
+                p.scales[16 * b + s] = i16x8_splat(*blk.add(192 + s).cast::<i8>() as i16);
+            }
+            for h in 0..2 {
+                let (first, second) = (
+                    q6k_quarters(blk.add(96 * h)),
+                    q6k_quarters(blk.add(96 * h + 48)),
+                );
+                for k in 0..4 {
+                    p.weights[16 * b + 8 * h + 2 * k] = first[k];
+                    p.weights[16 * b + 8 * h + 2 * k + 1] = second[k];
+                }
+            }
+        }
+    }
+}
+
+/// Q6_K's super-block in bytes.
+const Q6K_BYTES: usize = 210;
+
+/// The frame of the tiles' products: each super-block `b` of the run (`at`: its index in the
+/// row) through `block(b, at, acc)`, the activations checked for them first; the sums start
+/// from `carry` after a row's first run and go back to it before its last; returns them added
+/// up (`hsum_f32`), `[row][vector]`.
+#[inline(always)]
+fn super_blocks(
+    p: [&Prepared; 2],
+    xs: &[ActRow<'_>; 4],
+    carry: &mut [[v128; 4]; 2],
+    mut block: impl FnMut(usize, usize, &mut [[v128; 4]; 2]),
+) -> [[f32; 4]; 2] {
     let (first, n_supers) = (p[0].first, p[0].n_supers);
     assert!(p[1].first == first && p[1].n_supers == n_supers);
     check_activations_k(xs, first + n_supers);
@@ -120,9 +169,77 @@ fn dot_tile(p: [&Prepared; 2], xs: &[ActRow<'_>; 4], carry: &mut [[v128; 4]; 2])
         _ => *carry,
     };
     for b in 0..n_supers {
-        let at = first + b;
-        // SAFETY: b < n_supers <= MAX_SUPERS, so the prepared rows' indices are in bounds;
-        // super-block `at`'s activations were checked above.
+        block(b, first + b, &mut acc);
+    }
+    if !p[0].last {
+        *carry = acc;
+    }
+    acc.map(|a| a.map(hsum_f32))
+}
+
+/// [`dot_tile`] of Q6_K rows (`prepare_q6k`), the same bits per row and vector as
+/// `simd128::dot_q6k`: each 32 weights' products summed in i16 pairs, each 16 times its scale
+/// into i32 (`dot_i8::dot16x2_scaled`), the `-32` taken off per super-block as
+/// `32·Σ sc·bsum`, then `f32(sum)·(d·d_y)` added to four lanes.
+#[inline(never)]
+fn dot_tile_q6k(
+    p: [&Prepared; 2],
+    xs: &[ActRow<'_>; 4],
+    carry: &mut [[v128; 4]; 2],
+) -> [[f32; 4]; 2] {
+    super_blocks(p, xs, carry, |b, at, acc| {
+        // SAFETY: b < MAX_SUPERS, so the prepared rows' indices are in bounds; super-block
+        // `at`'s activations were checked (`super_blocks`).
+        unsafe {
+            let y = |t: usize| xs[t].quants.as_ptr().add(256 * at);
+            let mut sumi = [[i32x4_splat(0); 4]; 2];
+            // (the bound hidden from LLVM, as in `dot_tile`)
+            for j in 0..core::hint::black_box(8) {
+                for r in 0..2 {
+                    let i = 16 * b + 2 * j;
+                    let w = [
+                        *p[r].weights.get_unchecked(i),
+                        *p[r].weights.get_unchecked(i + 1),
+                    ];
+                    let s = [
+                        *p[r].scales.get_unchecked(i),
+                        *p[r].scales.get_unchecked(i + 1),
+                    ];
+                    for t in 0..4 {
+                        sumi[r][t] = dot16x2_scaled(w, y(t).add(32 * j), s, sumi[r][t]);
+                    }
+                }
+            }
+            for t in 0..4 {
+                let bsums = xs[t].bsums.as_ptr().add(16 * at);
+                let dy = *xs[t].scales.get_unchecked(at);
+                for r in 0..2 {
+                    let scales = &p[r].mins[2 * b..2 * b + 2];
+                    let offset = i32x4_add(
+                        i32x4_dot_i16x8(load(bsums), scales[0]),
+                        i32x4_dot_i16x8(load(bsums.add(8)), scales[1]),
+                    );
+                    let sum = i32x4_sub(sumi[r][t], i32x4_shl(offset, 5));
+                    let d = p[r].d[b][0];
+                    acc[r][t] = f32x4_add(
+                        acc[r][t],
+                        f32x4_mul(f32x4_convert_i32x4(sum), f32x4_splat(d * dy)),
+                    );
+                }
+            }
+        }
+    })
+}
+
+/// `Σ row·x` of the two rows in `p` (the run's super-blocks) with each of the four vectors `xs`:
+/// `[row][vector]`, the same bits per row and vector as `simd128::dot_k4` (see the module
+/// doc). A row of several runs keeps the sums in `carry` from one run to the next (the result
+/// counts after its last run). (One copy for both types: the unpacked rows are alike.)
+#[inline(never)]
+fn dot_tile(p: [&Prepared; 2], xs: &[ActRow<'_>; 4], carry: &mut [[v128; 4]; 2]) -> [[f32; 4]; 2] {
+    super_blocks(p, xs, carry, |b, at, acc| {
+        // SAFETY: b < MAX_SUPERS, so the prepared rows' indices are in bounds; super-block
+        // `at`'s activations were checked (`super_blocks`).
         unsafe {
             let y = |t: usize| xs[t].quants.as_ptr().add(256 * at);
             let mut sumi = [[i32x4_splat(0); 4]; 2];
@@ -137,7 +254,7 @@ fn dot_tile(p: [&Prepared; 2], xs: &[ActRow<'_>; 4], carry: &mut [[v128; 4]; 2])
                     ]
                 };
                 for r in 0..2 {
-                    let (w, scale) = (w(r), *p[r].scales.get_unchecked(8 * b + s));
+                    let (w, scale) = (w(r), *p[r].scales.get_unchecked(16 * b + s));
                     for t in 0..4 {
                         sumi[r][t] = dot32_scaled(w, y(t).add(32 * s), scale, sumi[r][t]);
                     }
@@ -160,11 +277,7 @@ fn dot_tile(p: [&Prepared; 2], xs: &[ActRow<'_>; 4], carry: &mut [[v128; 4]; 2])
                 }
             }
         }
-    }
-    if !p[0].last {
-        *carry = acc;
-    }
-    acc.map(|a| a.map(hsum_f32))
+    })
 }
 
 /// `prepared::matmul`'s products for Q4_K and Q5_K (`ty`), through `prepared::row_pairs`.
@@ -172,26 +285,28 @@ fn dot_tile(p: [&Prepared; 2], xs: &[ActRow<'_>; 4], carry: &mut [[v128; 4]; 2])
 /// # Safety
 /// As `prepared::matmul`.
 pub(super) unsafe fn matmul(ty: GgmlType, b: Batch<'_>) {
-    let (bytes, prepare_row) = match ty {
-        GgmlType::Q4K => (
-            Q4K::BYTES,
-            Q4K::prepare_row as fn(&[u8], usize, &mut Prepared),
-        ),
-        _ => (
-            Q5K::BYTES,
-            Q5K::prepare_row as fn(&[u8], usize, &mut Prepared),
-        ),
+    let kernels: Kernels = match ty {
+        GgmlType::Q4K => (Q4K::BYTES, Q4K::prepare_row, dot_tile),
+        GgmlType::Q5K => (Q5K::BYTES, Q5K::prepare_row, dot_tile),
+        _ => (Q6K_BYTES, prepare_q6k, dot_tile_q6k),
     };
     // SAFETY: passed on.
-    unsafe { matmul_with(bytes, prepare_row, b) }
+    unsafe { matmul_with(kernels, b) }
 }
+
+/// A type's super-block size, unpacking and product.
+type Kernels = (
+    usize,
+    fn(&[u8], usize, &mut Prepared),
+    fn([&Prepared; 2], &[ActRow<'_>; 4], &mut [[v128; 4]; 2]) -> [[f32; 4]; 2],
+);
 
 /// [`matmul`] for one type. (One copy for both: the unpacking is called once per row and run.)
 ///
 /// # Safety
 /// As [`matmul`].
 #[inline(never)]
-unsafe fn matmul_with(bytes: usize, prepare_row: fn(&[u8], usize, &mut Prepared), b: Batch<'_>) {
+unsafe fn matmul_with((bytes, prepare_row, dot): Kernels, b: Batch<'_>) {
     let n_vecs = b.xs.n_vecs();
     let n_supers = b.rb / bytes;
     let mut p = [Prepared::new(), Prepared::new()];
@@ -206,7 +321,7 @@ unsafe fn matmul_with(bytes: usize, prepare_row: fn(&[u8], usize, &mut Prepared)
             |p| p.last,
             // a tile of 2 or 3 vectors runs as 4 with its last vector repeated
             |i| core::array::from_fn(|t| b.xs.row((4 * i + t).min(n_vecs - 1))),
-            dot_tile,
+            dot,
         )
     };
 }
