@@ -728,7 +728,7 @@ pub unsafe fn matmul_strided(
     let n_rows = rows.len();
     let n_vecs = xs.n_vecs();
     let w = &w[rows.start * rb..rows.end * rb];
-    // The relaxed build unpacks each row of a legacy type, Q4_K or Q5_K once for a whole batch;
+    // The relaxed build unpacks each row of a legacy type or a K-quant once for a whole batch;
     // both builds convert each F16 row to f32 once for a whole batch.
     // SAFETY: this function's contract, passed on.
     #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
