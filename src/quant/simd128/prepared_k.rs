@@ -61,6 +61,20 @@ struct Prepared {
 const _: () = assert!(core::mem::offset_of!(Prepared, weights).is_multiple_of(64));
 
 impl Prepared {
+    /// Starts the run of `row` (whole super-blocks of `bytes`) at super-block `start` (a
+    /// multiple of [`MAX_SUPERS`]): sets `first`, `n_supers` and `last`, and returns the run's
+    /// bytes.
+    fn begin_run<'r>(&mut self, row: &'r [u8], bytes: usize, start: usize) -> &'r [u8] {
+        debug_assert!(row.len().is_multiple_of(bytes));
+        let row_supers = row.len() / bytes;
+        assert!(start < row_supers && start.is_multiple_of(MAX_SUPERS));
+        let n_supers = (row_supers - start).min(MAX_SUPERS);
+        self.first = start;
+        self.n_supers = n_supers;
+        self.last = start + n_supers == row_supers;
+        &row[start * bytes..(start + n_supers) * bytes]
+    }
+
     const fn new() -> Prepared {
         let zero = f32x4(0.0, 0.0, 0.0, 0.0);
         Prepared {
@@ -79,14 +93,7 @@ impl Prepared {
 /// `start` (a multiple of [`MAX_SUPERS`]) into `p`.
 #[inline(always)]
 fn prepare<K: PrepareK>(row: &[u8], start: usize, p: &mut Prepared) {
-    debug_assert!(row.len().is_multiple_of(K::BYTES));
-    let row_supers = row.len() / K::BYTES;
-    assert!(start < row_supers && start.is_multiple_of(MAX_SUPERS));
-    let n_supers = (row_supers - start).min(MAX_SUPERS);
-    let run = &row[start * K::BYTES..(start + n_supers) * K::BYTES];
-    p.first = start;
-    p.n_supers = n_supers;
-    p.last = start + n_supers == row_supers;
+    let run = p.begin_run(row, K::BYTES, start);
     let m = Masks::opaque();
     for (b, blk) in run.chunks_exact(K::BYTES).enumerate() {
         let blk = blk.as_ptr();
@@ -113,14 +120,7 @@ fn prepare<K: PrepareK>(row: &[u8], start: usize, p: &mut Prepared) {
 /// as `q6k_quarters` gives them), sub-block `s`'s scale splat in `scales[16b + s]`.
 #[inline(never)]
 fn prepare_q6k(row: &[u8], start: usize, p: &mut Prepared) {
-    debug_assert!(row.len().is_multiple_of(Q6K_BYTES));
-    let row_supers = row.len() / Q6K_BYTES;
-    assert!(start < row_supers && start.is_multiple_of(MAX_SUPERS));
-    let n_supers = (row_supers - start).min(MAX_SUPERS);
-    let run = &row[start * Q6K_BYTES..(start + n_supers) * Q6K_BYTES];
-    p.first = start;
-    p.n_supers = n_supers;
-    p.last = start + n_supers == row_supers;
+    let run = p.begin_run(row, Q6K_BYTES, start);
     for (b, blk) in run.chunks_exact(Q6K_BYTES).enumerate() {
         let blk = blk.as_ptr();
         // SAFETY: `blk` is a whole super-block (quants at 0..192, scales at 192..208, d at
@@ -301,7 +301,8 @@ type Kernels = (
     fn([&Prepared; 2], &[ActRow<'_>; 4], &mut [[v128; 4]; 2]) -> [[f32; 4]; 2],
 );
 
-/// [`matmul`] for one type. (One copy for both: the unpacking is called once per row and run.)
+/// [`matmul`] for one type. (One copy for the three types: the unpacking is called once per row
+/// and run, the product once per tile.)
 ///
 /// # Safety
 /// As [`matmul`].
@@ -310,7 +311,6 @@ unsafe fn matmul_with((bytes, prepare_row, dot): Kernels, b: Batch<'_>) {
     let n_vecs = b.xs.n_vecs();
     let n_supers = b.rb / bytes;
     let mut p = [Prepared::new(), Prepared::new()];
-
     // SAFETY: passed on (this function's contract).
     unsafe {
         row_pairs(
