@@ -47,7 +47,7 @@
 //!   quants `q` as `max(q, 0)` then `max(-q, 0)` (both below 128), so that Q8_0's signed weight
 //!   bytes can be the signed operand of the relaxed dot as they are ([`split_quants`]).
 //!
-//! - the relaxed build's Q8_0/Q8_1 batches (two vectors or more) also have `tiles`
+//! - the SIMD builds' Q8_0/Q8_1 batches (two vectors or more) also have `tiles`
 //!   `[n_vecs.div_ceil(4)][n_cols.div_ceil(128)]` of [`TileGroup`]: the vectors four at a time,
 //!   each group of four blocks with its quants in the order of the prepared batch kernels
 //!   (`simd128/prepared.rs`) and the blocks' scales, sums and quant sums beside them.
@@ -159,20 +159,33 @@ fn split_quants(quants: &[Quant], split: &mut [Quant]) {
     }
 }
 
-/// Whether the build keeps `tiles` for Q8_0/Q8_1 batches (the relaxed build; the host's tests,
+/// Whether the build keeps `tiles` for Q8_0/Q8_1 batches (the SIMD builds; the host's tests,
 /// which check their layout).
-const TILED: bool = SPLIT || cfg!(test);
+const TILED: bool = cfg!(any(
+    test,
+    all(target_arch = "wasm32", target_feature = "simd128")
+));
 
-/// Four vectors' (a tile's) blocks `4g..4g + 4` of a Q8_0/Q8_1 batch, as the relaxed build's
-/// prepared batch kernels read them (`simd128/prepared.rs`): one 16-byte load of `quants`
-/// holds four values of each of the four blocks of one vector, so the four i32 lanes of a
-/// relaxed dot product with weights in the same order are the four blocks' sums, and a group
-/// needs no shuffles. Vectors past the batch and blocks past the row are zeros.
+/// Values of one block in one 16-byte load of a [`TileGroup`]'s quants: four i8 (relaxed
+/// build), two i16.
+pub(crate) const TILE_VALUES: usize = 4 / size_of::<Quant>();
+
+/// Loads ("chunks") of one vector's quants per [`TileGroup`]: 8 of i8, 16 of i16.
+pub(crate) const TILE_CHUNKS: usize = 32 / TILE_VALUES;
+
+/// Four vectors' (a tile's) blocks `4g..4g + 4` of a Q8_0/Q8_1 batch, as the prepared batch
+/// kernels read them (`simd128/prepared.rs`): one 16-byte load of `quants` holds
+/// [`TILE_VALUES`] values of each of the four blocks of one vector, so the four i32 lanes of a
+/// dot product with weights in the same order (the relaxed build's i8 dot, SIMD128's
+/// `i32x4.dot_i16x8_s`) are the four blocks' sums, and a group needs no shuffles. Chunk `c`
+/// holds each block's values at positions `TILE_VALUES·c..` of [`tile_order`]. Vectors past
+/// the batch and blocks past the row are zeros.
 #[derive(Clone, Copy)]
 #[repr(C, align(16))]
 pub(crate) struct TileGroup {
-    /// `quants[c][t][4k + j]`: vector `t`'s quant `4c + j` of block `4g + k`.
-    pub quants: [[[i8; 16]; 4]; 8],
+    /// `quants[c][t][TILE_VALUES·k + j]`: vector `t`'s quant at position `TILE_VALUES·c + j`
+    /// ([`tile_order`]) of block `4g + k`.
+    pub quants: [[[Quant; 4 * TILE_VALUES]; 4]; TILE_CHUNKS],
     /// `scales[t][k]`: vector `t`'s `d` of block `4g + k`.
     pub scales: [[f32; 4]; 4],
     /// `sums[t][k]`: Q8_1's `s` (0 for Q8_0).
@@ -181,12 +194,27 @@ pub(crate) struct TileGroup {
     pub bsums: [[i32; 4]; 4],
 }
 
-const _: () =
-    assert!(size_of::<TileGroup>() == 704 && core::mem::offset_of!(TileGroup, scales) == 512);
+const _: () = assert!(
+    size_of::<TileGroup>() == 512 * size_of::<Quant>() + 192
+        && core::mem::offset_of!(TileGroup, scales) == 512 * size_of::<Quant>()
+);
+
+/// The index within a vector's `quants` of the value at position `p` (0..32) of block `b` in
+/// a [`TileGroup`]'s order. Relaxed build: natural order (chunk `c` holds values `4c..4c + 4`
+/// of each block, where its prepared weights put them). i16 builds: the stored order itself,
+/// pair-interleaved (chunk `c` holds stored quants `2c` and `2c + 1` of each block: an i32 lane
+/// of the four i16x8 that `dot_i16`'s `Legacy::weights` unpack a block into).
+#[inline(always)]
+pub(crate) const fn tile_order(kind: ActivationKind, b: usize, p: usize) -> usize {
+    match size_of::<Quant>() {
+        1 => stored_index(kind, 32 * b + p),
+        _ => 32 * b + p,
+    }
+}
 
 impl TileGroup {
     const ZERO: TileGroup = TileGroup {
-        quants: [[[0; 16]; 4]; 8],
+        quants: [[[0; 4 * TILE_VALUES]; 4]; TILE_CHUNKS],
         scales: [[0.0; 4]; 4],
         sums: [[0.0; 4]; 4],
         bsums: [[0; 4]; 4],
@@ -300,7 +328,7 @@ impl ActivationBuf {
 
     /// Tile `i` (vectors `4i..4i + 4`) of a Q8_0/Q8_1 batch: its `n_cols.div_ceil(128)` groups.
     /// Empty where the buffer keeps no tiles (one vector, another kind, a build without).
-    #[cfg(any(test, all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
+    #[cfg(any(test, all(target_arch = "wasm32", target_feature = "simd128")))]
     pub(crate) fn tile(&self, i: usize) -> &[TileGroup] {
         let groups = self.n_cols.div_ceil(128);
         match self.tiles.len() {
@@ -391,11 +419,9 @@ fn fill_tiles(kind: ActivationKind, x: ActRow<'_>, v: usize, tiles: &mut [TileGr
     let t = v % 4;
     for (b, &d) in x.scales.iter().enumerate() {
         let (tg, k) = (&mut tiles[b / 4], b % 4);
-        for i in 0..32 {
-            // i8 already in the relaxed build; the i16 builds' quants are in -127..=127
-            #[allow(clippy::unnecessary_cast)]
-            let q = x.quants[stored_index(kind, 32 * b + i)] as i8;
-            tg.quants[i / 4][t][4 * k + i % 4] = q;
+        for p in 0..32 {
+            let (c, j) = (p / TILE_VALUES, p % TILE_VALUES);
+            tg.quants[c][t][TILE_VALUES * k + j] = x.quants[tile_order(kind, b, p)];
         }
         tg.scales[t][k] = d;
         tg.sums[t][k] = x.sums.get(b).copied().unwrap_or(0.0);

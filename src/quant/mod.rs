@@ -272,7 +272,7 @@ impl<'a> Out<'a> {
     }
 
     /// Vector `t`'s products alone.
-    #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     fn vector_at(&self, t: usize) -> Out<'_> {
         assert!(t < self.vecs, "Out::vector_at out of bounds");
         // SAFETY: vector t's elements are among ours (`strided`'s contract), borrowed with us.
@@ -728,10 +728,10 @@ pub unsafe fn matmul_strided(
     let n_rows = rows.len();
     let n_vecs = xs.n_vecs();
     let w = &w[rows.start * rb..rows.end * rb];
-    // The relaxed build unpacks each row of a legacy type or a K-quant once for a whole batch;
-    // both builds convert each F16 row to f32 once for a whole batch.
+    // Both builds unpack each row of a legacy type (the relaxed build also each K-quant row)
+    // once for a whole batch, and convert each F16 row to f32 once for a whole batch.
     // SAFETY: this function's contract, passed on.
-    #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     if unsafe { simd128::matmul_prepared(ty, w, rb, xs, n_rows, y, y_stride) } {
         return;
     }

@@ -1311,9 +1311,7 @@ use dot_i8 as build;
 pub(super) use dot_i8::{FORCE_DOTS, dot_lowering};
 mod f16_batch;
 pub(super) use f16_batch::matmul as matmul_f16;
-#[cfg(target_feature = "relaxed-simd")]
 mod prepared;
-#[cfg(target_feature = "relaxed-simd")]
 pub(super) use prepared::matmul as matmul_prepared;
 #[cfg(target_feature = "relaxed-simd")]
 mod prepared_k;
@@ -1323,10 +1321,10 @@ pub(super) use build::{dot_q4_k, dot_q5_k, dot_q6_k};
 /// One vector's entry point of a legacy type (`dot_q4_0::<1>`, ...).
 type DotOne = fn(&[u8], usize, &[ActRow<'_>; 1], Out<'_>);
 
-/// [`dot_legacy`] of the relaxed build's Q4_0, Q4_1, Q5_0 and Q5_1, whose batches take the
-/// prepared rows (`prepared::matmul`, every batch of two vectors or more): their entry points
-/// serve one vector, so a tile (no caller's) runs vector by vector through `one`, the same
-/// bits, and the kernel's tile of four is not compiled (16 KB).
+/// [`dot_legacy`] of the types whose batches take the prepared rows (`prepared::matmul`,
+/// every batch of two vectors or more: Q4_0, Q4_1, Q5_0 and Q5_1, and the SIMD128 build's
+/// Q8_0): their entry points serve one vector, so a tile (no caller's) runs vector by vector
+/// through `one`, the same bits, and the kernel's tile of four is not compiled.
 #[inline(always)]
 fn dot_one_vector<L: Legacy, const T: usize>(
     w: &[u8],
@@ -1335,14 +1333,12 @@ fn dot_one_vector<L: Legacy, const T: usize>(
     y: Out<'_>,
     one: DotOne,
 ) {
-    #[cfg(target_feature = "relaxed-simd")]
     if T > 1 {
         for t in 0..T.min(y.vecs) {
             one(w, rb, &[xs[t]], y.vector_at(t));
         }
         return;
     }
-    let _ = one;
     dot_legacy::<L, T>(w, rb, xs, y)
 }
 
@@ -1365,5 +1361,9 @@ pub(super) fn dot_q5_1<const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T]
 }
 #[inline(never)]
 pub(super) fn dot_q8_0<const T: usize>(w: &[u8], rb: usize, xs: &[ActRow<'_>; T], y: Out<'_>) {
-    dot_legacy::<build::Q8_0, T>(w, rb, xs, y)
+    // the relaxed build's Q8_0 batches take `dot_legacy`'s tiles (split activations)
+    #[cfg(target_feature = "relaxed-simd")]
+    dot_legacy::<build::Q8_0, T>(w, rb, xs, y);
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    dot_one_vector::<build::Q8_0, T>(w, rb, xs, y, dot_q8_0::<1>);
 }

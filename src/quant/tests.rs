@@ -14,7 +14,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 use std::println;
 
-use super::activation::ActRow;
+use super::activation::{ActRow, TILE_VALUES, tile_order};
 use super::*;
 use crate::testutil::Rng;
 
@@ -586,8 +586,8 @@ fn integer_activations_carry_the_sums_of_each_16_quants() {
     }
 }
 
-/// A Q8_0/Q8_1 batch's tiles (the relaxed build's prepared kernels read them) hold each
-/// vector's blocks in four-value runs, block `4g + k` in lane `k`, with its scale, sum and the
+/// A Q8_0/Q8_1 batch's tiles (the prepared kernels read them) hold each vector's blocks in
+/// runs of `TILE_VALUES` (in `tile_order`), block `4g + k` in lane `k`, with its scale, sum and the
 /// sum of its quants; zeros past the row's blocks and the batch's vectors (7 vectors of 5
 /// blocks: a tile of three and a group of one). One vector keeps no tiles.
 #[test]
@@ -608,7 +608,9 @@ fn batch_tiles_hold_each_block_in_its_lane() {
                 for (t, k) in (0..4).flat_map(|t| (0..4).map(move |k| (t, k))) {
                     let (v, b) = (4 * tile + t, 4 * g + k);
                     let what = alloc::format!("{} vector {v} block {b}", ty.name());
-                    let quants = (0..32).map(|i| tg.quants[i / 4][t][4 * k + i % 4] as i32);
+                    let (chunk, lane) =
+                        (|p| p / TILE_VALUES, |p| TILE_VALUES * k + p % TILE_VALUES);
+                    let quants = (0..32).map(|p| tg.quants[chunk(p)][t][lane(p)] as i32);
                     let (lane, bsum) = (tg.scales[t][k], tg.bsums[t][k]);
                     if v >= n_vecs || b >= n / 32 {
                         assert!(quants.into_iter().all(|q| q == 0), "{what}");
@@ -616,8 +618,15 @@ fn batch_tiles_hold_each_block_in_its_lane() {
                         continue;
                     }
                     let row = buf.row(v);
-                    let want = (0..32).map(|i| row.quants[stored_index(kind, 32 * b + i)] as i32);
+                    let want = (0..32).map(|p| row.quants[tile_order(kind, b, p)] as i32);
                     assert!(quants.eq(want), "{what}");
+                    // each of the block's 32 quants once
+                    let mut at: Vec<usize> = (0..32).map(|p| tile_order(kind, b, p)).collect();
+                    let mut stored: Vec<usize> =
+                        (0..32).map(|i| stored_index(kind, 32 * b + i)).collect();
+                    at.sort_unstable();
+                    stored.sort_unstable();
+                    assert_eq!(at, stored, "{what}");
                     assert_eq!(lane, row.scales[b], "{what}");
                     assert_eq!(tg.sums[t][k], row.sums.get(b).copied().unwrap_or(0.0));
                     assert_eq!(bsum, row.bsums[2 * b] as i32 + row.bsums[2 * b + 1] as i32);
@@ -1100,11 +1109,11 @@ fn each_page_ahead_is_touched_once() {
 
 /// Every product of a batch equals the single-vector product bit for bit: per vector the
 /// kernels do the same operations in the same order whatever the tile size (batches of 2, 3, 6
-/// and 7 vectors end in tiles padded to 4; the relaxed build's Q4_0/Q4_1/Q5_0/Q5_1 and K-quant batches go
-/// through prepared rows; F16 rows converted once per batch of up to 32 vectors, two rows at a
-/// time with a lone last one (7 rows), with a tail of 4 columns past the groups of 8). Also rows
-/// longer than a run of prepared blocks (the relaxed build unpacks 256 blocks of a row at a
-/// time, each vector's sums carried between runs): 261 blocks end in a group of four and a lone
+/// and 7 vectors end in tiles padded to 4; Q4_0/Q4_1/Q5_0/Q5_1 batches, SIMD128's Q8_0 and the
+/// relaxed build's K-quants go through prepared rows; F16 rows converted once per batch of up
+/// to 32 vectors, two rows at a time with a lone last one (7 rows), with a tail of 4 columns
+/// past the groups of 8). Also rows longer than a run of prepared blocks (256 blocks of a row
+/// at a time, each vector's sums carried between runs): 261 blocks end in a group of four and a lone
 /// block, 514 in three runs, the last a pair; the relaxed build's K-quant rows go in runs of
 /// 32 super-blocks: 33 end in a run of one, 65 in three runs.
 #[test]

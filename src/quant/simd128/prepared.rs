@@ -1,15 +1,16 @@
-//! Batched products of the relaxed build for Q4_0, Q4_1, Q5_0 and Q5_1, every batch of two
-//! vectors or more: the weight rows are unpacked two at a time (`prepare`: weights to bytes in
-//! the order of the activations' tiles, f16 scales and minimums to f32) into a small scratch on
-//! the stack, a run of [`MAX_BLOCKS`] blocks at a time, then the pair of rows is multiplied with
-//! every tile of four vectors of the batch (`dot_tile`, from the activations' `TileGroup`s).
-//! Without it the unpacking and the scale conversion, a quarter of the instructions of
-//! `dot_legacy`'s group, are repeated for each tile (eight times per row in a prefill batch of
-//! 32).
+//! Batched products for the legacy types, every batch of two vectors or more (both builds:
+//! Q4_0, Q4_1, Q5_0 and Q5_1; the SIMD128 build also Q8_0): the weight rows are unpacked two at
+//! a time (`prepare`: weights in the order of the activations' tiles, f16 scales and minimums
+//! to f32) into a small scratch on the stack, a run of [`MAX_BLOCKS`] blocks at a time, then the
+//! pair of rows is multiplied with every tile of four vectors of the batch (`dot_tile`, from the
+//! activations' `TileGroup`s). Without it the unpacking and the scale conversion, a quarter of
+//! the instructions of `dot_legacy`'s group, are repeated for each tile (eight times per row in
+//! a prefill batch of 32).
 //!
-//! In a `TileGroup` one 16-byte load holds four values of each of four blocks, so one relaxed dot
-//! product sums four blocks at once, lane by lane, and a group of four blocks is eight dots into
-//! one i32x4 per row and vector, its eight chunks loaded once for both rows. Against one row at
+//! In a `TileGroup` one 16-byte load holds four i8 (relaxed build) or two i16 (SIMD128) values
+//! of each of four blocks, so one dot product (the relaxed i8 dot, `i32x4.dot_i16x8_s`) sums
+//! four blocks at once, lane by lane, and a group of four blocks is 8 (16) dots into one i32x4
+//! per row and vector, its chunks loaded once for both rows. Relaxed build, against one row at
 //! a time over pair-ordered activations (each pair's dots into its own i32x4, then shuffled
 //! together), `quant::tests::bench_matvec` in Node 24's V8 (AVX-VNNI, as Chromium's; matmul of
 //! 16 vectors, 576x1536, GMAC/s): Q4_0 38.4 -> 51.5, Q4_1 38.1 -> 47.8-50.9, Q5_0 36.2 -> 48.1,
@@ -19,8 +20,18 @@
 //! tok/s, on two 360.4-382.8 -> 468.5-490.2, the 968-token prompt on one thread 176.2-177.6 ->
 //! 210.2-212.4; wasmtime (`narrow`), one thread, 186.0-189.4 -> 210.0-213.2.
 //!
+//! The SIMD128 build (Safari's and Firefox's), against `dot_legacy`'s tile of one row and four
+//! vectors, which unpacked each row once per tile and summed each block's dots horizontally:
+//! `bench_matvec` in Node 24, matmul x16 576x1536, GMAC/s: Q8_0 10.8 -> 23.9, Q4_0 10.8 ->
+//! 24.4, Q4_1 10.6 -> 22.7, Q5_0 9.9 -> 19.7, Q5_1 9.7 -> 19.2. The SIMD128 module in Chromium
+//! (two interleaved rounds, one thread unless said): SmolLM2-135M Q4_1 prefill of the 148-token
+//! prompt 91.5/93.6 -> 165.3/167.2 tok/s, two threads 173.9/176.3 -> 278.5/300.1, the
+//! 968-token prompt 79.8 -> 126.8; Gemma 3 270M Q4_K_M (Q5_0 and Q8_0 projections)
+//! 103.5/105.6 -> 155.6/163.4.
+//!
 //! Per row and vector, `dot_tile` adds the same exact i32 sum of each block and then does the
-//! same float operations in the same order as `dot_legacy` (`legacy_group_pairs`, each
+//! same float operations in the same order as `dot_legacy` (`legacy_group_pairs`,
+//! `legacy_group_transposed`: `acc + f32(sum)·(d·d_x)`, then `+ m·s`, lane k block k; each
 //! vector's sums carried from one run of a row to the next), so a batch gives the same bits as
 //! one vector at a time through `matvec`. So `dot_legacy` serves one vector only for these
 //! types: its tiles of four are not compiled (`simd128::dot_q4_0` and the others).
@@ -30,8 +41,9 @@
 
 use core::arch::wasm32::*;
 
-use super::super::activation::{ActivationKind, TileGroup};
+use super::super::activation::{ActivationKind, TILE_CHUNKS, TileGroup};
 use super::super::{ActivationBuf, GgmlType, Out};
+#[cfg(target_feature = "relaxed-simd")]
 use super::prepared_k;
 use super::*;
 
@@ -52,10 +64,11 @@ struct Prepared {
     n_blocks: usize,
     /// Whether the run ends the row.
     last: bool,
-    /// Group `g`'s (blocks `4g..4g + 4`) 128 weights as unsigned bytes in the order of a
-    /// [`TileGroup`]'s quants: `weights[8g + c]` holds weights `4c..4c + 4` of each of the four
-    /// blocks (past the row's blocks anything below 128: the activations there are zeros).
-    weights: [v128; 2 * MAX_BLOCKS],
+    /// Group `g`'s (blocks `4g..4g + 4`) 128 weights in the order of a [`TileGroup`]'s quants
+    /// (relaxed build: unsigned bytes, SIMD128: i16): `weights[TILE_CHUNKS·g + c]` holds chunk
+    /// `c` of each of the four blocks (past the row's blocks anything below 128: the
+    /// activations there are zeros).
+    weights: [v128; TILE_CHUNKS * MAX_BLOCKS / 4],
     /// Group `g`'s four weight scales, 0 without.
     scales: [v128; MAX_BLOCKS / 4],
     /// Group `g`'s four minimums, 0 without.
@@ -71,7 +84,7 @@ impl Prepared {
             first: 0,
             n_blocks: 0,
             last: true,
-            weights: [zero; 2 * MAX_BLOCKS],
+            weights: [zero; TILE_CHUNKS * MAX_BLOCKS / 4],
             scales: [zero; MAX_BLOCKS / 4],
             mins: [zero; MAX_BLOCKS / 4],
         }
@@ -79,9 +92,7 @@ impl Prepared {
 }
 
 /// Unpacks the run of `row` (whole blocks of `L`) that starts at block `start` (a multiple of
-/// [`MAX_BLOCKS`]) into `p`: each pair of blocks as `Legacy::weights` gives it (runs of 8 taken
-/// in turn from its two blocks, so i32 lane `2i + h` of a dot holds values `8i + 4h..` of block
-/// `h`), the group's two pairs then interleaved by 32-bit lanes into a [`TileGroup`]'s order.
+/// [`MAX_BLOCKS`]) into `p`, group by group ([`group_weights`]).
 #[inline(always)]
 fn prepare<L: Legacy<Weights = [v128; 4]>>(row: &[u8], start: usize, p: &mut Prepared) {
     debug_assert!(row.len().is_multiple_of(L::BYTES));
@@ -103,19 +114,77 @@ fn prepare<L: Legacy<Weights = [v128; 4]>>(row: &[u8], start: usize, p: &mut Pre
             let [d, m] = gather_scales::<L>(blk, count, &c.f16);
             p.scales[g] = d;
             p.mins[g] = m;
-            // (a missing second pair: zeros; a lone last block's partner: its copy, against
-            // the activations' zeros)
-            let a = pair_weights::<L>(blk, 0, count, &c.masks);
-            let b = match count {
-                3 | 4 => pair_weights::<L>(blk, 1, count, &c.masks),
-                _ => [i32x4_splat(0); 4],
-            };
-            for i in 0..4 {
-                p.weights[8 * g + 2 * i] = i32x4_shuffle::<0, 2, 4, 6>(a[i], b[i]);
-                p.weights[8 * g + 2 * i + 1] = i32x4_shuffle::<1, 3, 5, 7>(a[i], b[i]);
-            }
+            let chunks = group_weights::<L>(blk, count, &c.masks);
+            p.weights[TILE_CHUNKS * g..][..TILE_CHUNKS].copy_from_slice(&chunks);
         }
     }
+}
+
+/// The relaxed build's [`prepare`] of the group of `count` blocks at `blk`: each pair of
+/// blocks as `Legacy::weights` gives it (runs of 8 taken in turn from its two blocks, so i32
+/// lane `2i + h` of a dot holds values `8i + 4h..` of block `h`), the group's two pairs then
+/// interleaved by 32-bit lanes into a [`TileGroup`]'s order.
+///
+/// # Safety
+/// The group's `count` blocks must be readable.
+#[cfg(target_feature = "relaxed-simd")]
+#[inline(always)]
+unsafe fn group_weights<L: Legacy<Weights = [v128; 4]>>(
+    blk: *const u8,
+    count: usize,
+    masks: &build::Masks,
+) -> [v128; TILE_CHUNKS] {
+    // SAFETY: by the caller.
+    unsafe {
+        // (a missing second pair: zeros; a lone last block's partner: its copy, against the
+        // activations' zeros)
+        let a = pair_weights::<L>(blk, 0, count, masks);
+        let b = match count {
+            3 | 4 => pair_weights::<L>(blk, 1, count, masks),
+            _ => [i32x4_splat(0); 4],
+        };
+        core::array::from_fn(|c| match c % 2 {
+            0 => i32x4_shuffle::<0, 2, 4, 6>(a[c / 2], b[c / 2]),
+            _ => i32x4_shuffle::<1, 3, 5, 7>(a[c / 2], b[c / 2]),
+        })
+    }
+}
+
+/// The SIMD128 build's [`prepare`] of the group of `count` blocks at `blk`: each block as
+/// `Legacy::weights` gives it (four i16x8 in the activations' stored order, signed), the four
+/// blocks then transposed by 32-bit lanes, so chunk `4v + j` holds i32 lane `j` (two weights)
+/// of each block's vector `v` (missing blocks: zeros).
+///
+/// # Safety
+/// The group's `count` blocks must be readable.
+#[cfg(not(target_feature = "relaxed-simd"))]
+#[inline(always)]
+unsafe fn group_weights<L: Legacy<Weights = [v128; 4]>>(
+    blk: *const u8,
+    count: usize,
+    masks: &build::Masks,
+) -> [v128; TILE_CHUNKS] {
+    // SAFETY: by the caller (blocks k < count only).
+    let w: [[v128; 4]; 4] = core::array::from_fn(|k| match k < count {
+        true => unsafe { L::weights(blk, count, k, masks) },
+        false => [i32x4_splat(0); 4],
+    });
+    let mut out = [i32x4_splat(0); TILE_CHUNKS];
+    for v in 0..4 {
+        let ab = [
+            i32x4_shuffle::<0, 4, 1, 5>(w[0][v], w[1][v]),
+            i32x4_shuffle::<2, 6, 3, 7>(w[0][v], w[1][v]),
+        ];
+        let cd = [
+            i32x4_shuffle::<0, 4, 1, 5>(w[2][v], w[3][v]),
+            i32x4_shuffle::<2, 6, 3, 7>(w[2][v], w[3][v]),
+        ];
+        for h in 0..2 {
+            out[4 * v + 2 * h] = i32x4_shuffle::<0, 1, 4, 5>(ab[h], cd[h]);
+            out[4 * v + 2 * h + 1] = i32x4_shuffle::<2, 3, 6, 7>(ab[h], cd[h]);
+        }
+    }
+    out
 }
 
 /// `Σ row·x` of the two rows in `p` (the run's blocks) with each of the four vectors of the
@@ -145,7 +214,7 @@ fn dot_tile<L: Prepare>(
         // SAFETY: g < n_blocks.div_ceil(4), so 8g + 7 < 2 * MAX_BLOCKS and g < MAX_BLOCKS / 4;
         // the activations' loads are inside `tg`.
         unsafe {
-            let w = |r: usize, c: usize| *p[r].weights.get_unchecked(8 * g + c);
+            let w = |r: usize, c: usize| *p[r].weights.get_unchecked(TILE_CHUNKS * g + c);
             let y = |c: usize, t: usize| load(tg.quants[c][t].as_ptr());
             // dots[r][t]: lane k the i32 sum of block 4g + k of row r with vector t. The chunk
             // loops' bounds are hidden from LLVM: unrolled, it hoisted all sixteen weight
@@ -153,9 +222,23 @@ fn dot_tile<L: Prepare>(
             // of them on the stack (bench_matvec, Node 24: Q4_0 41.5, Q4_1 39.9 GMAC/s, against
             // 51.5 and 47.8 with the loop).
             let mut dots = [[i32x4_splat(0); 4]; 2];
+            #[cfg(not(target_feature = "relaxed-simd"))]
+            {
+                let _ = narrow;
+                for c in 0..core::hint::black_box(TILE_CHUNKS) {
+                    let w = [w(0, c), w(1, c)];
+                    for t in 0..4 {
+                        let y = y(c, t);
+                        for r in 0..2 {
+                            dots[r][t] = i32x4_add(dots[r][t], i32x4_dot_i16x8(w[r], y));
+                        }
+                    }
+                }
+            }
+            #[cfg(target_feature = "relaxed-simd")]
             if narrow {
                 let run = L::NARROW_RUN;
-                for part in 0..8 / run {
+                for part in 0..TILE_CHUNKS / run {
                     let mut h = [[i16x8_splat(0); 4]; 2];
                     for c in run * part..run * part + core::hint::black_box(run) {
                         let w = [w(0, c), w(1, c)];
@@ -175,7 +258,7 @@ fn dot_tile<L: Prepare>(
                     }
                 }
             } else {
-                for c in 0..core::hint::black_box(8) {
+                for c in 0..core::hint::black_box(TILE_CHUNKS) {
                     let w = [w(0, c), w(1, c)];
                     for t in 0..4 {
                         let y = y(c, t);
@@ -241,10 +324,13 @@ pub(in crate::quant) unsafe fn matmul(
     // SAFETY: passed on.
     unsafe {
         match ty {
-            GgmlType::Q4_0 => matmul_with(dot_i8::Q4_0::kernels(), b),
-            GgmlType::Q4_1 => matmul_with(dot_i8::Q4_1::kernels(), b),
-            GgmlType::Q5_0 => matmul_with(dot_i8::Q5_0::kernels(), b),
-            GgmlType::Q5_1 => matmul_with(dot_i8::Q5_1::kernels(), b),
+            GgmlType::Q4_0 => matmul_with(build::Q4_0::kernels(), b),
+            GgmlType::Q4_1 => matmul_with(build::Q4_1::kernels(), b),
+            GgmlType::Q5_0 => matmul_with(build::Q5_0::kernels(), b),
+            GgmlType::Q5_1 => matmul_with(build::Q5_1::kernels(), b),
+            #[cfg(not(target_feature = "relaxed-simd"))]
+            GgmlType::Q8_0 => matmul_with(build::Q8_0::kernels(), b),
+            #[cfg(target_feature = "relaxed-simd")]
             GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => prepared_k::matmul(ty, b),
             _ => return false,
         }
@@ -288,7 +374,7 @@ type DotTile = fn([&Prepared; 2], &[TileGroup], &mut [[v128; 4]; 2], bool) -> [[
 unsafe fn matmul_with(k: Kernels, b: Batch<'_>) {
     let n_blocks = b.rb / k.bytes;
     assert!(b.xs.kind() == Some(k.kind) && b.xs.n_cols() == 32 * n_blocks);
-    let narrow = dot_i8::narrow_dots();
+    let narrow = build::narrow_dots();
     let mut p = [Prepared::new(), Prepared::new()];
     // SAFETY: passed on (this function's contract).
     unsafe {
@@ -369,6 +455,7 @@ trait Prepare: Legacy<Weights = [v128; 4]> {
     /// where it sums in i16: an i16 lane adds two products per chunk of a weight below 16 (4-bit
     /// types) or 32 (5-bit) and an activation of at most 127 in size: 8 chunks of 4-bit weights
     /// come to at most 30,480, 4 chunks of 5-bit ones to 31,496.
+    #[cfg(target_feature = "relaxed-simd")]
     const NARROW_RUN: usize;
     fn kernels() -> Kernels {
         Kernels {
@@ -394,6 +481,7 @@ trait Prepare: Legacy<Weights = [v128; 4]> {
 macro_rules! prepare_impls {
     ($($L:ty: $run:expr),*) => {$(
         impl Prepare for $L {
+            #[cfg(target_feature = "relaxed-simd")]
             const NARROW_RUN: usize = $run;
             #[inline(never)]
             fn prepare_row(row: &[u8], start: usize, p: &mut Prepared) {
@@ -411,4 +499,7 @@ macro_rules! prepare_impls {
         }
     )*};
 }
-prepare_impls!(dot_i8::Q4_0: 8, dot_i8::Q4_1: 8, dot_i8::Q5_0: 4, dot_i8::Q5_1: 4);
+// (NARROW_RUN: the relaxed build's; SIMD128's Q8_0 never sums in i16)
+prepare_impls!(build::Q4_0: 8, build::Q4_1: 8, build::Q5_0: 4, build::Q5_1: 4);
+#[cfg(not(target_feature = "relaxed-simd"))]
+prepare_impls!(build::Q8_0: 0);
