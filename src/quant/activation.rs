@@ -419,9 +419,11 @@ fn fill_tiles(kind: ActivationKind, x: ActRow<'_>, v: usize, tiles: &mut [TileGr
     let t = v % 4;
     for (b, &d) in x.scales.iter().enumerate() {
         let (tg, k) = (&mut tiles[b / 4], b % 4);
-        for p in 0..32 {
-            let (c, j) = (p / TILE_VALUES, p % TILE_VALUES);
-            tg.quants[c][t][TILE_VALUES * k + j] = x.quants[tile_order(kind, b, p)];
+        for (c, chunk) in tg.quants.iter_mut().enumerate() {
+            // a chunk's values of one block lie side by side in `quants` (`tile_order`)
+            let at = tile_order(kind, b, TILE_VALUES * c);
+            chunk[t][TILE_VALUES * k..][..TILE_VALUES]
+                .copy_from_slice(&x.quants[at..at + TILE_VALUES]);
         }
         tg.scales[t][k] = d;
         tg.sums[t][k] = x.sums.get(b).copied().unwrap_or(0.0);
