@@ -1313,7 +1313,6 @@ mod f16_batch;
 pub(super) use f16_batch::matmul as matmul_f16;
 mod prepared;
 pub(super) use prepared::matmul as matmul_prepared;
-#[cfg(target_feature = "relaxed-simd")]
 mod prepared_k;
 
 pub(super) use build::{dot_q4_k, dot_q5_k, dot_q6_k};
@@ -1321,10 +1320,26 @@ pub(super) use build::{dot_q4_k, dot_q5_k, dot_q6_k};
 /// One vector's entry point of a legacy type (`dot_q4_0::<1>`, ...).
 type DotOne = fn(&[u8], usize, &[ActRow<'_>; 1], Out<'_>);
 
-/// [`dot_legacy`] of the types whose batches take the prepared rows (`prepared::matmul`,
-/// every batch of two vectors or more: Q4_0, Q4_1, Q5_0 and Q5_1, and the SIMD128 build's
-/// Q8_0): their entry points serve one vector, so a tile (no caller's) runs vector by vector
-/// through `one`, the same bits, and the kernel's tile of four is not compiled.
+/// A tile of `T` vectors through `one` (the kernel of one vector), vector by vector: the entry
+/// point of a type whose batches take the prepared rows (`prepared::matmul`, every batch of two
+/// vectors or more: Q4_0, Q4_1, Q5_0, Q5_1, the K-quants, and the SIMD128 build's Q8_0) serves
+/// one vector, so a tile (no caller's) gets the same bits and the kernel's tile of four is not
+/// compiled.
+#[inline(always)]
+pub(super) fn vector_by_vector<const T: usize>(
+    w: &[u8],
+    rb: usize,
+    xs: &[ActRow<'_>; T],
+    y: Out<'_>,
+    one: DotOne,
+) {
+    for t in 0..T.min(y.vecs) {
+        one(w, rb, &[xs[t]], y.vector_at(t));
+    }
+}
+
+/// [`dot_legacy`] of one vector for the types whose batches take the prepared rows
+/// ([`vector_by_vector`]).
 #[inline(always)]
 fn dot_one_vector<L: Legacy, const T: usize>(
     w: &[u8],
@@ -1333,13 +1348,10 @@ fn dot_one_vector<L: Legacy, const T: usize>(
     y: Out<'_>,
     one: DotOne,
 ) {
-    if T > 1 {
-        for t in 0..T.min(y.vecs) {
-            one(w, rb, &[xs[t]], y.vector_at(t));
-        }
-        return;
+    match T {
+        1 => dot_legacy::<L, T>(w, rb, xs, y),
+        _ => vector_by_vector(w, rb, xs, y, one),
     }
-    dot_legacy::<L, T>(w, rb, xs, y)
 }
 
 // One entry point per legacy type over `dot_legacy` (deliberately alike: see the module doc).

@@ -326,6 +326,101 @@ fn dot64(w: [[v128; 4]; 2], y: *const i16, acc: v128) -> v128 {
     unsafe { i32x4_add(acc, i32x4_add(dot32(w[0], y), dot32(w[1], y.add(32)))) }
 }
 
+/// Weights `64j..64j + 64` of the Q4_K super-block at `blk` times their sub-block scales
+/// (`scales`: the super-block's eight), as `dot64` takes them: `[0]` weights `64j..64j + 32`,
+/// `[1]` the next 32, each as four i16x8 in the activations' stored order (exact: |q·sc| <=
+/// 15·63).
+///
+/// # Safety
+/// `blk` is a whole 144-byte super-block (nibbles at 16..144), `j < 4`.
+#[inline(always)]
+pub(super) unsafe fn q4k_chunk(
+    blk: *const u8,
+    scales: &[u8; 8],
+    j: usize,
+    m: &Masks,
+) -> [[v128; 4]; 2] {
+    let low4 = m.low4;
+    // SAFETY: by the caller.
+    let [qa, qb] = unsafe { k4_nibbles(blk, 16, j) };
+    let s_low = u16x8_splat(scales[2 * j] as u16);
+    let s_high = u16x8_splat(scales[2 * j + 1] as u16);
+    [
+        [
+            i16x8_mul(v128_and(qa, low4), s_low),
+            i16x8_mul(v128_and(u16x8_shr(qa, 8), low4), s_low),
+            i16x8_mul(v128_and(qb, low4), s_low),
+            i16x8_mul(v128_and(u16x8_shr(qb, 8), low4), s_low),
+        ],
+        [
+            i16x8_mul(v128_and(u16x8_shr(qa, 4), low4), s_high),
+            i16x8_mul(u16x8_shr(qa, 12), s_high),
+            i16x8_mul(v128_and(u16x8_shr(qb, 4), low4), s_high),
+            i16x8_mul(u16x8_shr(qb, 12), s_high),
+        ],
+    ]
+}
+
+/// [`q4k_chunk`] of a Q5_K super-block (176 bytes: fifth bits at 16..48, nibbles at 48..176;
+/// exact: |q·sc| <= 31·63).
+///
+/// # Safety
+/// `blk` is a whole 176-byte super-block, `j < 4`.
+#[inline(always)]
+pub(super) unsafe fn q5k_chunk(
+    blk: *const u8,
+    scales: &[u8; 8],
+    j: usize,
+    m: &Masks,
+) -> [[v128; 4]; 2] {
+    let Masks { low4, bit4, .. } = *m;
+    // SAFETY: by the caller.
+    let ([qa, qb], [ha, hb]) = unsafe { (k4_nibbles(blk, 48, j), q5k_fifth_bits(blk)) };
+    // Shifted so that bits 0/1 of each byte are bits 2j/2j + 1 (of the low and the high byte of
+    // each u16 lane alike).
+    let (ha, hb) = (u16x8_shr(ha, 2 * j as u32), u16x8_shr(hb, 2 * j as u32));
+    let s_low = u16x8_splat(scales[2 * j] as u16);
+    let s_high = u16x8_splat(scales[2 * j + 1] as u16);
+    let even = |q: v128, h: v128, shift: u32| {
+        v128_or(
+            v128_and(u16x8_shr(q, shift), low4),
+            v128_and(i16x8_shl(h, 4 - shift / 4), bit4),
+        )
+    };
+    [
+        [
+            i16x8_mul(even(qa, ha, 0), s_low),
+            i16x8_mul(
+                v128_or(
+                    v128_and(u16x8_shr(qa, 8), low4),
+                    v128_and(u16x8_shr(ha, 4), bit4),
+                ),
+                s_low,
+            ),
+            i16x8_mul(even(qb, hb, 0), s_low),
+            i16x8_mul(
+                v128_or(
+                    v128_and(u16x8_shr(qb, 8), low4),
+                    v128_and(u16x8_shr(hb, 4), bit4),
+                ),
+                s_low,
+            ),
+        ],
+        [
+            i16x8_mul(even(qa, ha, 4), s_high),
+            i16x8_mul(
+                v128_or(u16x8_shr(qa, 12), v128_and(u16x8_shr(ha, 5), bit4)),
+                s_high,
+            ),
+            i16x8_mul(even(qb, hb, 4), s_high),
+            i16x8_mul(
+                v128_or(u16x8_shr(qb, 12), v128_and(u16x8_shr(hb, 5), bit4)),
+                s_high,
+            ),
+        ],
+    ]
+}
+
 // Q4_K and Q5_K over `dot_k4`: alike on purpose but for the fifth bit (see the module doc).
 #[inline(never)]
 pub(in crate::quant) fn dot_q4_k<const T: usize>(
@@ -334,32 +429,17 @@ pub(in crate::quant) fn dot_q4_k<const T: usize>(
     xs: &[ActRow<'_>; T],
     y: Out<'_>,
 ) {
-    let Masks { low4, .. } = Masks::opaque();
+    if T > 1 {
+        return vector_by_vector(w, rb, xs, y, dot_q4_k::<1>);
+    }
+    let m = Masks::opaque();
+    // SAFETY: dot_k4 passes a whole 144-byte super-block and j < 4.
     dot_k4::<144, T, _>(
         w,
         rb,
         xs,
         y,
-        |blk, scales, j| {
-            // SAFETY: dot_k4 passes a whole 144-byte super-block (nibbles at 16..144).
-            let [qa, qb] = unsafe { k4_nibbles(blk, 16, j) };
-            let s_low = u16x8_splat(scales[2 * j] as u16);
-            let s_high = u16x8_splat(scales[2 * j + 1] as u16);
-            [
-                [
-                    i16x8_mul(v128_and(qa, low4), s_low),
-                    i16x8_mul(v128_and(u16x8_shr(qa, 8), low4), s_low),
-                    i16x8_mul(v128_and(qb, low4), s_low),
-                    i16x8_mul(v128_and(u16x8_shr(qb, 8), low4), s_low),
-                ],
-                [
-                    i16x8_mul(v128_and(u16x8_shr(qa, 4), low4), s_high),
-                    i16x8_mul(u16x8_shr(qa, 12), s_high),
-                    i16x8_mul(v128_and(u16x8_shr(qb, 4), low4), s_high),
-                    i16x8_mul(u16x8_shr(qb, 12), s_high),
-                ],
-            ]
-        },
+        |blk, scales, j| unsafe { q4k_chunk(blk, scales, j, &m) },
         dot64,
     )
 }
@@ -371,60 +451,17 @@ pub(in crate::quant) fn dot_q5_k<const T: usize>(
     xs: &[ActRow<'_>; T],
     y: Out<'_>,
 ) {
-    let Masks { low4, bit4, .. } = Masks::opaque();
+    if T > 1 {
+        return vector_by_vector(w, rb, xs, y, dot_q5_k::<1>);
+    }
+    let m = Masks::opaque();
+    // SAFETY: dot_k4 passes a whole 176-byte super-block and j < 4.
     dot_k4::<176, T, _>(
         w,
         rb,
         xs,
         y,
-        |blk, scales, j| {
-            // SAFETY: dot_k4 passes a whole 176-byte super-block (fifth bits at 16..48, nibbles
-            // at 48..176).
-            let ([qa, qb], [ha, hb]) = unsafe { (k4_nibbles(blk, 48, j), q5k_fifth_bits(blk)) };
-            // Shifted so that bits 0/1 of each byte are bits 2j/2j + 1 (of the low and the high
-            // byte of each u16 lane alike).
-            let (ha, hb) = (u16x8_shr(ha, 2 * j as u32), u16x8_shr(hb, 2 * j as u32));
-            let s_low = u16x8_splat(scales[2 * j] as u16);
-            let s_high = u16x8_splat(scales[2 * j + 1] as u16);
-            let even = |q: v128, h: v128, shift: u32| {
-                v128_or(
-                    v128_and(u16x8_shr(q, shift), low4),
-                    v128_and(i16x8_shl(h, 4 - shift / 4), bit4),
-                )
-            };
-            [
-                [
-                    i16x8_mul(even(qa, ha, 0), s_low),
-                    i16x8_mul(
-                        v128_or(
-                            v128_and(u16x8_shr(qa, 8), low4),
-                            v128_and(u16x8_shr(ha, 4), bit4),
-                        ),
-                        s_low,
-                    ),
-                    i16x8_mul(even(qb, hb, 0), s_low),
-                    i16x8_mul(
-                        v128_or(
-                            v128_and(u16x8_shr(qb, 8), low4),
-                            v128_and(u16x8_shr(hb, 4), bit4),
-                        ),
-                        s_low,
-                    ),
-                ],
-                [
-                    i16x8_mul(even(qa, ha, 4), s_high),
-                    i16x8_mul(
-                        v128_or(u16x8_shr(qa, 12), v128_and(u16x8_shr(ha, 5), bit4)),
-                        s_high,
-                    ),
-                    i16x8_mul(even(qb, hb, 4), s_high),
-                    i16x8_mul(
-                        v128_or(u16x8_shr(qb, 12), v128_and(u16x8_shr(hb, 5), bit4)),
-                        s_high,
-                    ),
-                ],
-            ]
-        },
+        |blk, scales, j| unsafe { q5k_chunk(blk, scales, j, &m) },
         dot64,
     )
 }
@@ -448,40 +485,59 @@ unsafe fn q6_chunk<const L16: usize, const T: usize>(
     y: &[*const i16; T],
     sumi: &mut [v128; T],
 ) {
-    let low_byte = u16x8_splat(0x00ff);
     // SAFETY: the group's 48 bytes lie in the block's quants (0..192); activation offsets < 256.
     unsafe {
-        let quads = q6k_quarters(blk.add(96 * h + 48 * L16));
-        // quad k is sub-block 8h + L16 + 2k: lane L16 + 2k of `scales` (the half's 8 scales)
-        let s = if L16 == 0 {
-            [
-                broadcast_i16::<0>(scales),
-                broadcast_i16::<2>(scales),
-                broadcast_i16::<4>(scales),
-                broadcast_i16::<6>(scales),
-            ]
-        } else {
-            [
-                broadcast_i16::<1>(scales),
-                broadcast_i16::<3>(scales),
-                broadcast_i16::<5>(scales),
-                broadcast_i16::<7>(scales),
-            ]
-        };
+        let w = q6k_scaled::<L16>(blk, h, scales);
         for k in 0..4 {
-            // 16 weights 128h + 32k + 16·L16 + (0..16), all with scale s[k]
-            let even = i16x8_mul(v128_and(quads[k], low_byte), s[k]);
-            let odd = i16x8_mul(u16x8_shr(quads[k], 8), s[k]);
             for t in 0..T {
                 let y = y[t].add(128 * h + 32 * k + 16 * L16);
                 let p = i32x4_add(
-                    i32x4_dot_i16x8(even, load(y)),
-                    i32x4_dot_i16x8(odd, load(y.add(8))),
+                    i32x4_dot_i16x8(w[k][0], load(y)),
+                    i32x4_dot_i16x8(w[k][1], load(y.add(8))),
                 );
                 sumi[t] = i32x4_add(sumi[t], p);
             }
         }
     }
+}
+
+/// The 64 weights of [`q6_chunk`] (`128h + 32k + 16·L16 + (0..16)`: `[k]`, evens then odds in
+/// the activations' stored order) times their sub-block scales (`scales`: the half's eight, as
+/// i16), unsigned 0..64 before (exact: |q·sc| <= 63·128).
+///
+/// # Safety
+/// `blk` is a whole 210-byte super-block, `h < 2`.
+#[inline(always)]
+pub(super) unsafe fn q6k_scaled<const L16: usize>(
+    blk: *const u8,
+    h: usize,
+    scales: v128,
+) -> [[v128; 2]; 4] {
+    let low_byte = u16x8_splat(0x00ff);
+    // SAFETY: the group's 48 bytes lie in the block's quants (0..192).
+    let quads = unsafe { q6k_quarters(blk.add(96 * h + 48 * L16)) };
+    // quad k is sub-block 8h + L16 + 2k: lane L16 + 2k of `scales` (the half's 8 scales)
+    let s = if L16 == 0 {
+        [
+            broadcast_i16::<0>(scales),
+            broadcast_i16::<2>(scales),
+            broadcast_i16::<4>(scales),
+            broadcast_i16::<6>(scales),
+        ]
+    } else {
+        [
+            broadcast_i16::<1>(scales),
+            broadcast_i16::<3>(scales),
+            broadcast_i16::<5>(scales),
+            broadcast_i16::<7>(scales),
+        ]
+    };
+    core::array::from_fn(|k| {
+        [
+            i16x8_mul(v128_and(quads[k], low_byte), s[k]),
+            i16x8_mul(u16x8_shr(quads[k], 8), s[k]),
+        ]
+    })
 }
 
 /// Q6_K over `dot_q6k`: each half as four chunks of 16 weights from each quarter.
@@ -492,6 +548,9 @@ pub(in crate::quant) fn dot_q6_k<const T: usize>(
     xs: &[ActRow<'_>; T],
     y: Out<'_>,
 ) {
+    if T > 1 {
+        return vector_by_vector(w, rb, xs, y, dot_q6_k::<1>);
+    }
     dot_q6k(w, rb, xs, y, |blk, h, scales, y, sumi| {
         let mut scratch = [i32x4_splat(0); T];
         // SAFETY: dot_q6k passes a whole super-block and its vectors' activations.

@@ -529,6 +529,9 @@ pub(in crate::quant) fn dot_q4_k<const T: usize>(
     xs: &[ActRow<'_>; T],
     y: Out<'_>,
 ) {
+    if T > 1 {
+        return vector_by_vector(w, rb, xs, y, dot_q4_k::<1>);
+    }
     let m = Masks::opaque();
     dot_k4::<144, T, _>(
         w,
@@ -573,6 +576,9 @@ pub(in crate::quant) fn dot_q5_k<const T: usize>(
     xs: &[ActRow<'_>; T],
     y: Out<'_>,
 ) {
+    if T > 1 {
+        return vector_by_vector(w, rb, xs, y, dot_q5_k::<1>);
+    }
     let m = Masks::opaque();
     dot_k4::<176, T, _>(
         w,
@@ -615,6 +621,9 @@ pub(in crate::quant) fn dot_q6_k<const T: usize>(
     xs: &[ActRow<'_>; T],
     y: Out<'_>,
 ) {
+    if T > 1 {
+        return vector_by_vector(w, rb, xs, y, dot_q6_k::<1>);
+    }
     dot_q6k(w, rb, xs, y, |blk, h, scales, y, sumi| {
         let mut scratch = [i32x4_splat(0); T];
         // SAFETY: dot_q6k passes a whole super-block (its repacked quants at 0..192) and its

@@ -43,7 +43,6 @@ use core::arch::wasm32::*;
 
 use super::super::activation::{ActivationKind, TILE_CHUNKS, TileGroup};
 use super::super::{ActivationBuf, GgmlType, Out};
-#[cfg(target_feature = "relaxed-simd")]
 use super::prepared_k;
 use super::*;
 
@@ -330,7 +329,6 @@ pub(in crate::quant) unsafe fn matmul(
             GgmlType::Q5_1 => matmul_with(build::Q5_1::kernels(), b),
             #[cfg(not(target_feature = "relaxed-simd"))]
             GgmlType::Q8_0 => matmul_with(build::Q8_0::kernels(), b),
-            #[cfg(target_feature = "relaxed-simd")]
             GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => prepared_k::matmul(ty, b),
             _ => return false,
         }

@@ -1,26 +1,33 @@
-//! Batched products of the relaxed build for Q4_K, Q5_K and Q6_K, every batch of two vectors
-//! or more: the weight rows are unpacked two at a time (`prepare`, `prepare_q6k`: weights to
-//! unsigned bytes, each sub-block's scale in all eight i16 lanes, Q4_K/Q5_K's minimums ready for
-//! the activations' `bsums`, `d` and `dmin` to f32) into a small scratch on the stack, a run of
-//! [`MAX_SUPERS`] super-blocks at a time, then the pair of rows is multiplied with every tile
-//! of four vectors of the batch (`dot_tile`, `dot_tile_q6k`). The kernel of one tile
-//! (`dot_i8::dot_q4_k::<4>` and the others) unpacks each row anew for each tile of four vectors
-//! and loads each vector's activations for each row; here a row is unpacked once per batch and
-//! each load of activations serves two rows. `quant::tests::bench_matvec` in Node 24's V8 (as
-//! Chromium's; matmul of 16 vectors, 576x1536, GMAC/s): Q4_K 30.0 -> 33.4, Q5_K 24.3 -> 32.7,
-//! Q6_K 22.5 -> 29.1. Gemma 3 270M Q4_K_M (its 640-column matrices are Q5_0 and Q8_0; the
-//! 1,024- and 2,048-column ones Q4_K, and Q6_K for half of the FFN's down projections), before
-//! Q6_K took this path, prefill of the 148-token prompt on one thread, interleaved rounds:
-//! Chromium 242.9/241.6 -> 257.5/257.4 tok/s, wasmtime 184.7/212.1/212.6 -> 235.8/227.1/223.6.
-//! (Each sub-block's sums still go through i16 and one `i32x4.dot_i16x8_s` for its scale: five
-//! operations per 32 weights and vector, where the legacy types' tiles take two.)
+//! Batched products for Q4_K, Q5_K and Q6_K, every batch of two vectors or more, in both
+//! builds: the weight rows are unpacked two at a time (`prepare`, `prepare_q6k`, `d` and `dmin`
+//! to f32, Q4_K/Q5_K's minimums ready for the activations' `bsums`) into a small scratch on the
+//! stack, a run of [`MAX_SUPERS`] super-blocks at a time, then the pair of rows is multiplied
+//! with every tile of four vectors of the batch (`dot_tile`, `dot_tile_q6k`). The kernel of one
+//! tile (`dot_q4_k::<4>` and the others) unpacks each row anew for each tile of four vectors and
+//! loads each vector's activations for each row; here a row is unpacked once per batch and each
+//! load of activations serves two rows.
+//!
+//! - Relaxed build: weights as unsigned bytes and each sub-block's scale in all eight i16 lanes;
+//!   each sub-block's products summed in i16 pairs by the relaxed dot, then times its scale
+//!   into i32 by `i32x4.dot_i16x8_s` (five operations per 32 weights and vector, where the
+//!   legacy types' tiles take two). `quant::tests::bench_matvec` in Node 24's V8 (as
+//!   Chromium's; matmul of 16 vectors, 576x1536, GMAC/s): Q4_K 30.0 -> 33.4, Q5_K 24.3 ->
+//!   32.7, Q6_K 22.5 -> 29.1. Gemma 3 270M Q4_K_M (its 640-column matrices are Q5_0 and Q8_0;
+//!   the 1,024- and 2,048-column ones Q4_K, and Q6_K for half of the FFN's down projections),
+//!   before Q6_K took this path, prefill of the 148-token prompt on one thread, interleaved
+//!   rounds: Chromium 242.9/241.6 -> 257.5/257.4 tok/s, wasmtime 184.7/212.1/212.6 ->
+//!   235.8/227.1/223.6.
+//! - SIMD128: the weights times their sub-block scales in i16 (`dot_i16::q4k_chunk`,
+//!   `q5k_chunk`, `q6k_scaled`: exact), so a super-block is 32 `i32x4.dot_i16x8_s` and adds
+//!   per row and vector, as a legacy tile's four blocks are. `bench_matvec` in Node 24 (matmul
+//!   x16, GMAC/s): Q4_K 18.7 -> 23.8, Q5_K 15.6 -> 22.0-22.4, Q6_K 16.1 -> 23.7. Gemma 3 270M
+//!   Q4_K_M, the SIMD128 module in Chromium, one thread, two interleaved rounds: prefill
+//!   156.3/151.2 -> 178.6/184.4 tok/s.
 //!
 //! Per row and vector the tiles do the same integer operations, lane by lane, and the same
-//! float operations in the same order as `simd128::dot_k4` and `dot_q6k` (each sub-block's
-//! products summed in i16 pairs by the relaxed dot, then times its scale into i32 by
-//! `i32x4.dot_i16x8_s`; per super-block the f32 terms of those kernels added to four lanes
-//! carried from one run of a row to the next), so a batch gives the same bits as one vector at
-//! a time through `matvec`.
+//! float operations in the same order as `simd128::dot_k4` and `dot_q6k` (per super-block the
+//! f32 terms of those kernels added to four lanes carried from one run of a row to the next),
+//! so a batch gives the same bits as one vector at a time through `matvec`.
 
 // See the parent module for why the loops over `T` index arrays in lockstep.
 #![allow(clippy::needless_range_loop)]
@@ -28,7 +35,11 @@
 use core::arch::wasm32::*;
 
 use super::super::GgmlType;
-use super::dot_i8::{Masks, dot16x2_scaled, dot32_scaled, q4k_weights, q5k_weights};
+use super::build::Masks;
+#[cfg(target_feature = "relaxed-simd")]
+use super::dot_i8::{dot16x2_scaled, dot32_scaled, q4k_weights, q5k_weights};
+#[cfg(not(target_feature = "relaxed-simd"))]
+use super::dot_i16::{q4k_chunk, q5k_chunk, q6k_scaled};
 use super::prepared::{Batch, row_pairs};
 use super::*;
 
@@ -45,11 +56,14 @@ struct Prepared {
     n_supers: usize,
     /// Whether the run ends the row.
     last: bool,
-    /// Super-block `b`'s sub-block `s` (weights `32s..32s + 32`) as unsigned bytes:
-    /// `weights[16b + 2s..16b + 2s + 2]`.
-    weights: [v128; 16 * MAX_SUPERS],
+    /// Super-block `b`'s weights. Relaxed build: sub-block `s` (weights `32s..32s + 32`) as
+    /// unsigned bytes, `weights[16b + 2s..16b + 2s + 2]`. SIMD128: the weights times their
+    /// sub-block scales as i16 in the activations' stored order, `weights[32b + c]` those of
+    /// activations `8c..8c + 8`.
+    weights: [v128; WEIGHT_VECS * MAX_SUPERS],
     /// Super-block `b`'s sub-block scales, each in all eight i16 lanes: `scales[16b + s]` (Q4_K,
-    /// Q5_K: 8 sub-blocks of 32; Q6_K: 16 of 16).
+    /// Q5_K: 8 sub-blocks of 32; Q6_K: 16 of 16). (Relaxed build.)
+    #[cfg(target_feature = "relaxed-simd")]
     scales: [v128; 16 * MAX_SUPERS],
     /// Super-block `b`'s `mins[2b..2b + 2]`: Q4_K/Q5_K's minimums as `scales_mins_k4` gives
     /// them; Q6_K's 16 scales as two i16x8 (for its `-32`, taken off through the bsums).
@@ -57,6 +71,9 @@ struct Prepared {
     /// Super-block `b`'s `d` and `dmin` (Q6_K: `d` and 0).
     d: [[f32; 2]; MAX_SUPERS],
 }
+
+/// A super-block's vectors of weights in a [`Prepared`]: 256 bytes (relaxed build), 256 i16.
+const WEIGHT_VECS: usize = 16 * size_of::<Quant>();
 
 const _: () = assert!(core::mem::offset_of!(Prepared, weights).is_multiple_of(64));
 
@@ -81,7 +98,8 @@ impl Prepared {
             first: 0,
             n_supers: 0,
             last: true,
-            weights: [zero; 16 * MAX_SUPERS],
+            weights: [zero; WEIGHT_VECS * MAX_SUPERS],
+            #[cfg(target_feature = "relaxed-simd")]
             scales: [zero; 16 * MAX_SUPERS],
             mins: [zero; 2 * MAX_SUPERS],
             d: [[0.0; 2]; MAX_SUPERS],
@@ -103,21 +121,32 @@ fn prepare<K: PrepareK>(row: &[u8], start: usize, p: &mut Prepared) {
             p.d[b] = [f16_ptr(blk), f16_ptr(blk.add(2))];
             let (scales, mins) = scales_mins_k4(blk.add(4));
             p.mins[2 * b..2 * b + 2].copy_from_slice(&mins);
-            for s in 0..8 {
-                p.scales[16 * b + s] = i16x8_splat(scales[s] as i16);
+            #[cfg(target_feature = "relaxed-simd")]
+            {
+                for s in 0..8 {
+                    p.scales[16 * b + s] = i16x8_splat(scales[s] as i16);
+                }
+                for j in 0..4 {
+                    let [first, second] = K::weights(blk, j, &m);
+                    p.weights[16 * b + 4 * j..16 * b + 4 * j + 2].copy_from_slice(&first);
+                    p.weights[16 * b + 4 * j + 2..16 * b + 4 * j + 4].copy_from_slice(&second);
+                }
             }
+            #[cfg(not(target_feature = "relaxed-simd"))]
             for j in 0..4 {
-                let [first, second] = K::weights(blk, j, &m);
-                p.weights[16 * b + 4 * j..16 * b + 4 * j + 2].copy_from_slice(&first);
-                p.weights[16 * b + 4 * j + 2..16 * b + 4 * j + 4].copy_from_slice(&second);
+                // weights 64j..64j + 64: activations 64j + 8i for vector i of the eight
+                let [first, second] = K::chunk(blk, &scales, j, &m);
+                p.weights[32 * b + 8 * j..32 * b + 8 * j + 4].copy_from_slice(&first);
+                p.weights[32 * b + 8 * j + 4..32 * b + 8 * j + 8].copy_from_slice(&second);
             }
         }
     }
 }
 
 /// [`prepare`] of a Q6_K row (quants repacked at load, `k_quants::repack_q6k`; 210-byte
-/// super-blocks): weights `32j..32j + 32` as `weights[16b + 2j..16b + 2j + 2]` (each byte 0..64,
-/// as `q6k_quarters` gives them), sub-block `s`'s scale splat in `scales[16b + s]`.
+/// super-blocks). Relaxed build: weights `32j..32j + 32` as `weights[16b + 2j..16b + 2j + 2]`
+/// (each byte 0..64, as `q6k_quarters` gives them), sub-block `s`'s scale splat in
+/// `scales[16b + s]`. SIMD128: as `dot_i16::q6k_scaled` gives them.
 #[inline(never)]
 fn prepare_q6k(row: &[u8], start: usize, p: &mut Prepared) {
     let run = p.begin_run(row, Q6K_BYTES, start);
@@ -130,17 +159,34 @@ fn prepare_q6k(row: &[u8], start: usize, p: &mut Prepared) {
             let scales8 = load(blk.add(192));
             p.mins[2 * b] = i16x8_extend_low_i8x16(scales8);
             p.mins[2 * b + 1] = i16x8_extend_high_i8x16(scales8);
-            for s in 0..16 {
-                p.scales[16 * b + s] = i16x8_splat(*blk.add(192 + s).cast::<i8>() as i16);
+            #[cfg(target_feature = "relaxed-simd")]
+            {
+                for s in 0..16 {
+                    p.scales[16 * b + s] = i16x8_splat(*blk.add(192 + s).cast::<i8>() as i16);
+                }
+                for h in 0..2 {
+                    let (first, second) = (
+                        q6k_quarters(blk.add(96 * h)),
+                        q6k_quarters(blk.add(96 * h + 48)),
+                    );
+                    for k in 0..4 {
+                        p.weights[16 * b + 8 * h + 2 * k] = first[k];
+                        p.weights[16 * b + 8 * h + 2 * k + 1] = second[k];
+                    }
+                }
             }
+            #[cfg(not(target_feature = "relaxed-simd"))]
             for h in 0..2 {
+                // weights 128h + 32k + 16·L16 + (0..16): activations at 8·(16h + 4k + 2·L16)
+                let scales = p.mins[2 * b + h];
                 let (first, second) = (
-                    q6k_quarters(blk.add(96 * h)),
-                    q6k_quarters(blk.add(96 * h + 48)),
+                    q6k_scaled::<0>(blk, h, scales),
+                    q6k_scaled::<1>(blk, h, scales),
                 );
                 for k in 0..4 {
-                    p.weights[16 * b + 8 * h + 2 * k] = first[k];
-                    p.weights[16 * b + 8 * h + 2 * k + 1] = second[k];
+                    let at = 32 * b + 16 * h + 4 * k;
+                    p.weights[at..at + 2].copy_from_slice(&first[k]);
+                    p.weights[at + 2..at + 4].copy_from_slice(&second[k]);
                 }
             }
         }
@@ -191,25 +237,31 @@ fn dot_tile_q6k(
         // SAFETY: b < MAX_SUPERS, so the prepared rows' indices are in bounds; super-block
         // `at`'s activations were checked (`super_blocks`).
         unsafe {
-            let y = |t: usize| xs[t].quants.as_ptr().add(256 * at);
-            let mut sumi = [[i32x4_splat(0); 4]; 2];
-            // (the bound hidden from LLVM, as in `dot_tile`)
-            for j in 0..core::hint::black_box(8) {
-                for r in 0..2 {
-                    let i = 16 * b + 2 * j;
-                    let w = [
-                        *p[r].weights.get_unchecked(i),
-                        *p[r].weights.get_unchecked(i + 1),
-                    ];
-                    let s = [
-                        *p[r].scales.get_unchecked(i),
-                        *p[r].scales.get_unchecked(i + 1),
-                    ];
-                    for t in 0..4 {
-                        sumi[r][t] = dot16x2_scaled(w, y(t).add(32 * j), s, sumi[r][t]);
+            #[cfg(target_feature = "relaxed-simd")]
+            let sumi = {
+                let y = |t: usize| xs[t].quants.as_ptr().add(256 * at);
+                let mut sumi = [[i32x4_splat(0); 4]; 2];
+                // (the bound hidden from LLVM, as in `dot_tile`)
+                for j in 0..core::hint::black_box(8) {
+                    for r in 0..2 {
+                        let i = 16 * b + 2 * j;
+                        let w = [
+                            *p[r].weights.get_unchecked(i),
+                            *p[r].weights.get_unchecked(i + 1),
+                        ];
+                        let s = [
+                            *p[r].scales.get_unchecked(i),
+                            *p[r].scales.get_unchecked(i + 1),
+                        ];
+                        for t in 0..4 {
+                            sumi[r][t] = dot16x2_scaled(w, y(t).add(32 * j), s, sumi[r][t]);
+                        }
                     }
                 }
-            }
+                sumi
+            };
+            #[cfg(not(target_feature = "relaxed-simd"))]
+            let sumi = scaled_sums(p, xs, b, at);
             for t in 0..4 {
                 let bsums = xs[t].bsums.as_ptr().add(16 * at);
                 let dy = *xs[t].scales.get_unchecked(at);
@@ -241,25 +293,31 @@ fn dot_tile(p: [&Prepared; 2], xs: &[ActRow<'_>; 4], carry: &mut [[v128; 4]; 2])
         // SAFETY: b < MAX_SUPERS, so the prepared rows' indices are in bounds; super-block
         // `at`'s activations were checked (`super_blocks`).
         unsafe {
-            let y = |t: usize| xs[t].quants.as_ptr().add(256 * at);
-            let mut sumi = [[i32x4_splat(0); 4]; 2];
-            // The sub-block loop's bound is hidden from LLVM, which would otherwise unroll it
-            // and reorder the eight sums one after another (see `prepared::dot_tile`).
-            for s in 0..core::hint::black_box(8) {
-                let w = |r: usize| {
-                    let at = 16 * b + 2 * s;
-                    [
-                        *p[r].weights.get_unchecked(at),
-                        *p[r].weights.get_unchecked(at + 1),
-                    ]
-                };
-                for r in 0..2 {
-                    let (w, scale) = (w(r), *p[r].scales.get_unchecked(16 * b + s));
-                    for t in 0..4 {
-                        sumi[r][t] = dot32_scaled(w, y(t).add(32 * s), scale, sumi[r][t]);
+            #[cfg(target_feature = "relaxed-simd")]
+            let sumi = {
+                let y = |t: usize| xs[t].quants.as_ptr().add(256 * at);
+                let mut sumi = [[i32x4_splat(0); 4]; 2];
+                // The sub-block loop's bound is hidden from LLVM, which would otherwise unroll
+                // it and reorder the eight sums one after another (see `prepared::dot_tile`).
+                for s in 0..core::hint::black_box(8) {
+                    let w = |r: usize| {
+                        let at = 16 * b + 2 * s;
+                        [
+                            *p[r].weights.get_unchecked(at),
+                            *p[r].weights.get_unchecked(at + 1),
+                        ]
+                    };
+                    for r in 0..2 {
+                        let (w, scale) = (w(r), *p[r].scales.get_unchecked(16 * b + s));
+                        for t in 0..4 {
+                            sumi[r][t] = dot32_scaled(w, y(t).add(32 * s), scale, sumi[r][t]);
+                        }
                     }
                 }
-            }
+                sumi
+            };
+            #[cfg(not(target_feature = "relaxed-simd"))]
+            let sumi = scaled_sums(p, xs, b, at);
             for t in 0..4 {
                 let bsums = xs[t].bsums.as_ptr().add(16 * at);
                 let dy = *xs[t].scales.get_unchecked(at);
@@ -278,6 +336,42 @@ fn dot_tile(p: [&Prepared; 2], xs: &[ActRow<'_>; 4], carry: &mut [[v128; 4]; 2])
             }
         }
     })
+}
+
+/// The SIMD128 build's integer sums of super-block `b` of the two prepared rows (`at` in the
+/// row) with each of the four vectors: `[row][vector]`, lane `l` the products of positions
+/// `2l` and `2l + 1` of each eight, as `dot_i16::dot64` and `q6_chunk` add them (the same exact
+/// sums, whatever the order).
+///
+/// # Safety
+/// `b < MAX_SUPERS`; the vectors hold super-block `at` (`super_blocks` checked them).
+#[cfg(not(target_feature = "relaxed-simd"))]
+#[inline(always)]
+unsafe fn scaled_sums(
+    p: [&Prepared; 2],
+    xs: &[ActRow<'_>; 4],
+    b: usize,
+    at: usize,
+) -> [[v128; 4]; 2] {
+    // SAFETY: by the caller: 32b + c < 32·MAX_SUPERS, activations 256·at + 8c.. of each vector.
+    unsafe {
+        let y = |c: usize, t: usize| load(xs[t].quants.as_ptr().add(256 * at + 8 * c));
+        let mut sumi = [[i32x4_splat(0); 4]; 2];
+        // (the bound hidden from LLVM, as in `prepared::dot_tile`)
+        for c in 0..core::hint::black_box(WEIGHT_VECS) {
+            let w = [
+                *p[0].weights.get_unchecked(32 * b + c),
+                *p[1].weights.get_unchecked(32 * b + c),
+            ];
+            for t in 0..4 {
+                let y = y(c, t);
+                for r in 0..2 {
+                    sumi[r][t] = i32x4_add(sumi[r][t], i32x4_dot_i16x8(w[r], y));
+                }
+            }
+        }
+        sumi
+    }
 }
 
 /// `prepared::matmul`'s products for Q4_K and Q5_K (`ty`), through `prepared::row_pairs`.
@@ -339,19 +433,39 @@ trait PrepareK {
     ///
     /// # Safety
     /// The super-block's `BYTES` must be readable.
+    #[cfg(target_feature = "relaxed-simd")]
     unsafe fn weights(blk: *const u8, j: usize, m: &Masks) -> [[v128; 2]; 2];
+    /// Weights `64j..64j + 64` of the super-block at `blk` times their sub-block scales, as
+    /// `dot_i16::q4k_chunk` gives them.
+    ///
+    /// # Safety
+    /// The super-block's `BYTES` must be readable, `j < 4`.
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    unsafe fn chunk(blk: *const u8, scales: &[u8; 8], j: usize, m: &Masks) -> [[v128; 4]; 2];
     fn prepare_row(row: &[u8], start: usize, p: &mut Prepared);
 }
 
 // One impl per type (deliberately alike: see the module doc of `simd128`).
 macro_rules! prepare_k_impls {
-    ($($K:ty: $bytes:expr, $weights:path),*) => {$(
+    ($($K:ty: $bytes:expr, $weights:path, $chunk:path),*) => {$(
         impl PrepareK for $K {
             const BYTES: usize = $bytes;
+            #[cfg(target_feature = "relaxed-simd")]
             #[inline(always)]
             unsafe fn weights(blk: *const u8, j: usize, m: &Masks) -> [[v128; 2]; 2] {
                 // SAFETY: by the caller.
                 unsafe { $weights(blk, j, m) }
+            }
+            #[cfg(not(target_feature = "relaxed-simd"))]
+            #[inline(always)]
+            unsafe fn chunk(
+                blk: *const u8,
+                scales: &[u8; 8],
+                j: usize,
+                m: &Masks,
+            ) -> [[v128; 4]; 2] {
+                // SAFETY: by the caller.
+                unsafe { $chunk(blk, scales, j, m) }
             }
             #[inline(never)]
             fn prepare_row(row: &[u8], start: usize, p: &mut Prepared) {
@@ -360,4 +474,7 @@ macro_rules! prepare_k_impls {
         }
     )*};
 }
-prepare_k_impls!(Q4K: 144, q4k_weights, Q5K: 176, q5k_weights);
+prepare_k_impls!(
+    Q4K: 144, q4k_weights, q4k_chunk,
+    Q5K: 176, q5k_weights, q5k_chunk
+);
