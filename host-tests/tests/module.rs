@@ -53,10 +53,12 @@ use wasmparser::{Operator, Parser, Payload, TypeRef, ValType};
 /// function pointers, the loop over pairs of rows shared): +8.1 KB, 741,034 -> 749,133 bytes;
 /// 732 KiB until session 39 had every K-quant batch take the prepared rows in both builds, so
 /// no K-quant kernel keeps a tile of four (`simd128::vector_by_vector`): -6.3 KB, 749,235 ->
-/// 742,951 bytes (the SIMD128 modules, now also with prepared rows, 733,811); now 726 KiB.
+/// 742,951 bytes (the SIMD128 modules, now also with prepared rows, 733,811), 726 KiB until
+/// the same session had a batch's activations rounded across the pool (`quant::BatchFill`):
+/// +0.9 KB, 743,890 bytes; now 727 KiB.
 /// The sizes are printed by these tests, by `cargo xtask dist` and (with gzip) by `cargo xtask
 /// bench`.
-const SIZE_BUDGET: usize = 726 * 1024;
+const SIZE_BUDGET: usize = 727 * 1024;
 
 #[derive(Debug, PartialEq, Clone)]
 struct Sig {

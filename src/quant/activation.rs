@@ -57,9 +57,12 @@
 
 use alloc::vec::Vec;
 
+use core::ops::Range;
+
 use super::half::{f16_to_f32, f32_to_f16, round_to_bf16, round_to_f16};
 use super::{GgmlType, vec_dot_kind};
 use crate::error::{Result, Status};
+use crate::pool::Disjoint;
 use crate::{bail, err};
 
 /// The format an activation vector is rounded to before a product (ggml's vec_dot_type).
@@ -463,6 +466,21 @@ pub fn quantize_activations(
     n_cols: usize,
     out: &mut ActivationBuf,
 ) -> Result<()> {
+    let batch = start_batch(ty, xs, n_cols, out)?;
+    // SAFETY: one thread, all the vectors.
+    unsafe { batch.fill(0..batch.n_vecs) };
+    Ok(())
+}
+
+/// [`quantize_activations`] in two steps, so that several threads can round one batch: sizes
+/// `out` for the batch (the only step that allocates or fails) and returns what
+/// [`BatchFill::fill`] writes through. Until every vector is filled `out` holds anything.
+pub fn start_batch<'a>(
+    ty: GgmlType,
+    xs: &'a [f32],
+    n_cols: usize,
+    out: &'a mut ActivationBuf,
+) -> Result<BatchFill<'a>> {
     let Some(kind) = vec_dot_kind(ty) else {
         bail!(
             Status::Unsupported,
@@ -482,29 +500,103 @@ pub fn quantize_activations(
     }
     let n_vecs = xs.len() / n_cols;
     out.resize(kind, n_cols, n_vecs)?;
-    let n = xs.len();
-    match kind {
-        ActivationKind::F32 => out.values[..n].copy_from_slice(xs),
-        ActivationKind::F16 => round_slice_to_f16(&mut out.values[..n], xs),
-        ActivationKind::BF16 => {
-            for (o, &x) in out.values[..n].iter_mut().zip(xs) {
-                *o = round_to_bf16(x);
+    Ok(BatchFill {
+        kind,
+        n_cols,
+        n_vecs,
+        xs,
+        values: Disjoint::new(&mut out.values),
+        quants: Disjoint::new(&mut out.quants),
+        scales: Disjoint::new(&mut out.scales),
+        sums: Disjoint::new(&mut out.sums),
+        bsums: Disjoint::new(&mut out.bsums),
+        split: Disjoint::new(&mut out.split),
+        tiles: Disjoint::new(&mut out.tiles),
+    })
+}
+
+/// A batch being rounded into an [`ActivationBuf`] ([`start_batch`]): each call of
+/// [`BatchFill::fill`] writes its vectors' parts of the buffer's arrays (each array holds the
+/// vectors one after another, the tiles four vectors at a time), so threads may fill disjoint
+/// ranges of whole tiles at once.
+pub struct BatchFill<'a> {
+    kind: ActivationKind,
+    n_cols: usize,
+    n_vecs: usize,
+    xs: &'a [f32],
+    values: Disjoint<'a, f32>,
+    quants: Disjoint<'a, Quant>,
+    scales: Disjoint<'a, f32>,
+    sums: Disjoint<'a, f32>,
+    bsums: Disjoint<'a, i16>,
+    split: Disjoint<'a, Quant>,
+    tiles: Disjoint<'a, TileGroup>,
+}
+
+impl BatchFill<'_> {
+    /// Vectors in the batch.
+    pub fn n_vecs(&self) -> usize {
+        self.n_vecs
+    }
+
+    /// Rounds vectors `vecs` (`vecs.start` a multiple of [`BatchFill::TILE`]) into the buffer.
+    ///
+    /// # Safety
+    /// No other thread fills a vector of the same tiles (`v / TILE`) at the same time.
+    pub unsafe fn fill(&self, vecs: Range<usize>) {
+        let (kind, n_cols) = (self.kind, self.n_cols);
+        assert!(vecs.start.is_multiple_of(Self::TILE) && vecs.end <= self.n_vecs);
+        let span = |per_vec: usize| vecs.start * per_vec..vecs.end * per_vec;
+        let xs = &self.xs[span(n_cols)];
+        // SAFETY (each `slice`): these vectors' parts of the arrays, which no other thread
+        // touches (the caller's contract; every part lies inside its array, sized by `resize`).
+        unsafe {
+            if kind.is_float() {
+                let values = self.values.slice(span(n_cols));
+                match kind {
+                    ActivationKind::F16 => round_slice_to_f16(values, xs),
+                    ActivationKind::BF16 => {
+                        for (o, &x) in values.iter_mut().zip(xs) {
+                            *o = round_to_bf16(x);
+                        }
+                    }
+                    _ => values.copy_from_slice(xs),
+                }
+                return;
             }
-        }
-        ActivationKind::Q8_0 | ActivationKind::Q8_1 => {
+            let nb = n_cols / kind.block();
             let nq = quants_len(kind, n_cols);
-            let nb = n_cols / 32;
-            for v in 0..n_vecs {
-                let quants = &mut out.quants[v * nq..(v + 1) * nq];
+            let quants = self.quants.slice(span(nq));
+            let scales = self.scales.slice(span(nb));
+            let bsums = self.bsums.slice(span(n_cols / 16));
+            if kind == ActivationKind::Q8K {
+                let blocks = xs.as_chunks::<256>().0;
+                let quants = quants.as_chunks_mut::<256>().0;
+                let bsums = bsums.as_chunks_mut::<16>().0;
+                for (b, ((x, q), bs)) in blocks.iter().zip(quants).zip(bsums).enumerate() {
+                    scales[b] = quantize_q8_k_block(x, q, bs);
+                }
+                return;
+            }
+            let sums = match kind {
+                ActivationKind::Q8_1 => self.sums.slice(span(nb)),
+                _ => Default::default(),
+            };
+            let split = match has_split(kind) {
+                true => self.split.slice(span(2 * nq)),
+                false => Default::default(),
+            };
+            for v in 0..vecs.len() {
+                let quants = &mut quants[v * nq..(v + 1) * nq];
                 let x = xs[v * n_cols..(v + 1) * n_cols].as_chunks::<32>().0;
-                let bsums = out.bsums[v * (n_cols / 16)..(v + 1) * (n_cols / 16)]
+                let bsums = bsums[v * (n_cols / 16)..(v + 1) * (n_cols / 16)]
                     .as_chunks_mut::<2>()
                     .0;
                 for (b, (x, bs)) in x.iter().zip(bsums).enumerate() {
                     let (d, s) = quantize_q8_0_block(x, quants, b, bs);
-                    out.scales[v * nb + b] = d;
+                    scales[v * nb + b] = d;
                     if kind == ActivationKind::Q8_1 {
-                        out.sums[v * nb + b] = s;
+                        sums[v * nb + b] = s;
                     }
                 }
                 // the zero partner of a lone last block, if the layout has one
@@ -512,30 +604,33 @@ pub fn quantize_activations(
                     quants[stored_index(kind, i)] = 0;
                 }
                 if has_split(kind) {
-                    split_quants(quants, &mut out.split[2 * v * nq..2 * (v + 1) * nq]);
+                    split_quants(quants, &mut split[2 * v * nq..2 * (v + 1) * nq]);
                 }
             }
-            if has_tiles(kind, n_vecs) {
-                // out of the buffer while its rows are read (a move: no allocation)
-                let mut tiles = core::mem::take(&mut out.tiles);
+            if has_tiles(kind, self.n_vecs) {
                 let groups = n_cols.div_ceil(128);
-                for v in 0..n_vecs {
-                    let tile = &mut tiles[v / 4 * groups..(v / 4 + 1) * groups];
-                    fill_tiles(kind, out.row(v), v, tile);
+                let first = vecs.start / Self::TILE;
+                let tiles = self
+                    .tiles
+                    .slice(first * groups..vecs.end.div_ceil(Self::TILE) * groups);
+                for v in 0..vecs.len() {
+                    let row = ActRow {
+                        values: &[],
+                        quants: &quants[v * nq..(v + 1) * nq],
+                        scales: &scales[v * nb..(v + 1) * nb],
+                        sums: sums.get(v * nb..(v + 1) * nb).unwrap_or(&[]),
+                        bsums: &bsums[v * (n_cols / 16)..(v + 1) * (n_cols / 16)],
+                        split: &[],
+                    };
+                    let tile = v / Self::TILE * groups;
+                    fill_tiles(kind, row, v, &mut tiles[tile..tile + groups]);
                 }
-                out.tiles = tiles;
-            }
-        }
-        ActivationKind::Q8K => {
-            let blocks = xs.as_chunks::<256>().0;
-            let quants = out.quants[..n].as_chunks_mut::<256>().0;
-            let bsums = out.bsums[..n / 16].as_chunks_mut::<16>().0;
-            for (b, ((x, q), bs)) in blocks.iter().zip(quants).zip(bsums).enumerate() {
-                out.scales[b] = quantize_q8_k_block(x, q, bs);
             }
         }
     }
-    Ok(())
+
+    /// Vectors per tile: a range that [`BatchFill::fill`] writes starts at a multiple of this.
+    pub const TILE: usize = 4;
 }
 
 /// `out[i] = round_to_f16(xs[i])`; the SIMD twin gives the same bits for every input.

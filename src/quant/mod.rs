@@ -176,7 +176,8 @@ use core::marker::PhantomData;
 use core::ops::Range;
 
 pub use activation::{
-    ActivationBuf, ActivationKind, quantize_activation, quantize_activations, stored_index,
+    ActivationBuf, ActivationKind, BatchFill, quantize_activation, quantize_activations,
+    start_batch, stored_index,
 };
 pub use grouped::group_rows;
 pub use half::{
