@@ -1,5 +1,8 @@
 //! wasm SIMD128 kernels: one weight row times `T` activation vectors (`T` = 1 for a
 //! matrix-vector product, up to 4 for a batch, so a decoded weight block is used `T` times).
+//! The integer types' batches (all of them but the relaxed build's Q8_0) take the prepared
+//! rows instead (`prepared.rs`, `prepared_k.rs`: two rows at a time against tiles of four
+//! vectors), so their entry points serve one vector ([`vector_by_vector`]).
 //!
 //! Two builds, one of these two integer kernel files each (the float kernels are shared):
 //!

@@ -2,10 +2,10 @@
 //! builds: the weight rows are unpacked two at a time (`prepare`, `prepare_q6k`, `d` and `dmin`
 //! to f32, Q4_K/Q5_K's minimums ready for the activations' `bsums`) into a small scratch on the
 //! stack, a run of [`MAX_SUPERS`] super-blocks at a time, then the pair of rows is multiplied
-//! with every tile of four vectors of the batch (`dot_tile`, `dot_tile_q6k`). The kernel of one
-//! tile (`dot_q4_k::<4>` and the others) unpacks each row anew for each tile of four vectors and
-//! loads each vector's activations for each row; here a row is unpacked once per batch and each
-//! load of activations serves two rows.
+//! with every tile of four vectors of the batch (`dot_tile`, `dot_tile_q6k`). The kernels' own
+//! tile of four vectors (`dot_q4_k::<4>` and the others, no longer compiled) unpacked each row
+//! anew for each tile and loaded each vector's activations for each row; here a row is unpacked
+//! once per batch and each load of activations serves two rows.
 //!
 //! - Relaxed build: weights as unsigned bytes and each sub-block's scale in all eight i16 lanes;
 //!   each sub-block's products summed in i16 pairs by the relaxed dot, then times its scale
