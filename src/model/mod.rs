@@ -320,22 +320,22 @@ impl Scratch {
                 &mut self.xb[t * dim..(t + 1) * dim],
                 &self.x[t * dim..(t + 1) * dim],
             );
-            match w {
-                Some(w) => rmsnorm(xb, x, w, eps),
-                None => xb.copy_from_slice(x),
-            }
+            norm_row(xb, x, w, eps);
         }
     }
 
     /// x += [post_norm *] W y [* residual_scale] over the first `n` positions, y being the
     /// attention's (or convolution's) output (W = Wo or out_proj) or the gated feed-forward
-    /// (W = Wdown): the end of a block. W y goes through xb.
+    /// (W = Wdown): the end of a block. W y goes through xb, which then holds the next step's
+    /// input, `norm_rows` of x with `next_norm`. The steps after the product go token by token
+    /// across the pool ([`residual_kernel`]).
     fn add_block_output(
         &mut self,
         w: &Matrix<'_>,
         y: BlockOutput,
         n: usize,
         post_norm: Option<&[f32]>,
+        next_norm: Option<&[f32]>,
         cfg: &Config,
     ) -> Result<()> {
         let dim = w.rows;
@@ -344,14 +344,94 @@ impl Scratch {
             BlockOutput::FeedForward => &self.gate[..n * w.cols],
         };
         matmul_group(&mut [(w, &mut self.xb[..n * dim])], y, n, &mut self.acts)?;
-        if let Some(norm) = post_norm {
-            for xb in self.xb[..n * dim].chunks_exact_mut(dim) {
-                rmsnorm_in_place(xb, norm, cfg.rms_eps);
-            }
-        }
-        let (x, xb) = (&mut self.x[..n * dim], &self.xb[..n * dim]);
-        ops::axpy(x, cfg.residual_scale, xb);
+        let args = ResidualArgs {
+            x: Disjoint::new(&mut self.x[..n * dim]),
+            xb: Disjoint::new(&mut self.xb[..n * dim]),
+            dim,
+            post_norm,
+            scale: cfg.residual_scale,
+            next_norm,
+            eps: cfg.rms_eps,
+        };
+        per_token(&args, n, residual_kernel);
         Ok(())
+    }
+
+    /// `gate = act(gate) * up` over the first `n` positions (`ffn` wide), token by token across
+    /// the pool.
+    fn gate_rows(&mut self, n: usize, ffn: usize, act: &GateActivation) {
+        let args = GateArgs {
+            gate: Disjoint::new(&mut self.gate[..n * ffn]),
+            up: &self.up[..n * ffn],
+            ffn,
+            act,
+        };
+        per_token(&args, n, gate_kernel);
+    }
+}
+
+/// `xb = rmsnorm(x) * w`, or `xb = x` without a norm.
+fn norm_row(xb: &mut [f32], x: &[f32], w: Option<&[f32]>, eps: f32) {
+    match w {
+        Some(w) => rmsnorm(xb, x, w, eps),
+        None => xb.copy_from_slice(x),
+    }
+}
+
+/// Runs `f` over a batch's `n` tokens: one token per claim across the pool, or on this thread
+/// for one token (decode: a job would cost more than the row). Each token's row is computed
+/// the same way wherever it runs, so the bits do not depend on the thread count. (On the
+/// driver alone, the gate and the norms were time the helpers spent waiting: in a two-thread
+/// prefill in wasmtime, SmolLM2-135M Q4_1, the helper's `helper_loop` went from 4.0 % of the
+/// samples to 2.2 %; a serial step weighs more the more threads share the rest.)
+fn per_token<T: Sync>(args: &T, n: usize, f: fn(&T, Range<usize>)) {
+    match n {
+        1 => f(args, 0..1),
+        _ => pool::par_for(args, n, 1, f),
+    }
+}
+
+/// What [`Scratch::add_block_output`] does after its product, per token: `(n, dim)` each.
+struct ResidualArgs<'a> {
+    x: Disjoint<'a, f32>,
+    xb: Disjoint<'a, f32>,
+    dim: usize,
+    post_norm: Option<&'a [f32]>,
+    scale: f32,
+    next_norm: Option<&'a [f32]>,
+    eps: f32,
+}
+
+fn residual_kernel(a: &ResidualArgs<'_>, tokens: Range<usize>) {
+    for t in tokens {
+        let row = t * a.dim..(t + 1) * a.dim;
+        // SAFETY: token t's rows belong to this item alone.
+        let (x, xb) = unsafe { (a.x.slice(row.clone()), a.xb.slice(row)) };
+        if let Some(norm) = a.post_norm {
+            rmsnorm_in_place(xb, norm, a.eps);
+        }
+        ops::axpy(x, a.scale, xb);
+        norm_row(xb, x, a.next_norm, a.eps);
+    }
+}
+
+/// What [`Scratch::gate_rows`] does, per token: `gate` and `up` `(n, ffn)`.
+struct GateArgs<'a> {
+    gate: Disjoint<'a, f32>,
+    up: &'a [f32],
+    ffn: usize,
+    act: &'a GateActivation,
+}
+
+fn gate_kernel(a: &GateArgs<'_>, tokens: Range<usize>) {
+    for t in tokens {
+        let row = t * a.ffn..(t + 1) * a.ffn;
+        // SAFETY: token t's row belongs to this item alone.
+        let gate = unsafe { a.gate.slice(row.clone()) };
+        match a.act {
+            GateActivation::Silu => ops::swiglu_in_place(gate, &a.up[row]),
+            GateActivation::Gelu(table) => table.geglu_in_place(gate, &a.up[row]),
+        }
     }
 }
 
@@ -1058,9 +1138,10 @@ impl<'a> Model<'a> {
                 x.iter_mut().for_each(|v| *v *= cfg.embed_scale);
             }
         }
+        // Each block's end leaves the next one's input in xb (`add_block_output`).
+        let first_norm = self.layers.first().and_then(|l| l.attn_norm.as_deref());
+        self.scratch.norm_rows(0..n, dim, first_norm, cfg.rms_eps);
         for l in 0..cfg.n_layers {
-            let s = &mut self.scratch;
-            s.norm_rows(0..n, dim, self.layers[l].attn_norm.as_deref(), cfg.rms_eps);
             match self.layers[l].kind {
                 LayerKind::Conv => self.convolve(l, n, pos0)?,
                 LayerKind::DeltaNet => self.delta_net(l, n, pos0)?,
@@ -1070,8 +1151,8 @@ impl<'a> Model<'a> {
             let s = &mut self.scratch;
             let post_norm = layer.post_attn_norm.as_deref();
             let wo = layer.mixer.output();
-            s.add_block_output(wo, BlockOutput::Attention, n, post_norm, &cfg)?;
-            s.norm_rows(0..n, dim, layer.ffn_norm.as_deref(), cfg.rms_eps);
+            let ffn_norm = layer.ffn_norm.as_deref();
+            s.add_block_output(wo, BlockOutput::Attention, n, post_norm, ffn_norm, &cfg)?;
             matmul_group(
                 &mut [
                     (&layer.w_gate, &mut s.gate[..n * ffn]),
@@ -1081,25 +1162,31 @@ impl<'a> Model<'a> {
                 n,
                 &mut s.acts,
             )?;
-            match &self.gate_activation {
-                GateActivation::Silu => {
-                    ops::swiglu_in_place(&mut s.gate[..n * ffn], &s.up[..n * ffn])
-                }
-                GateActivation::Gelu(table) => {
-                    table.geglu_in_place(&mut s.gate[..n * ffn], &s.up[..n * ffn])
-                }
-            }
+            s.gate_rows(n, ffn, &self.gate_activation);
             let post_norm = layer.post_ffn_norm.as_deref();
-            s.add_block_output(&layer.w_down, BlockOutput::FeedForward, n, post_norm, &cfg)?;
+            // the next layer's attention norm, after the last the output norm
+            let next_norm = match self.layers.get(l + 1) {
+                Some(next) => next.attn_norm.as_deref(),
+                None => Some(&self.output_norm[..]),
+            };
+            let w_down = &layer.w_down;
+            s.add_block_output(
+                w_down,
+                BlockOutput::FeedForward,
+                n,
+                post_norm,
+                next_norm,
+                &cfg,
+            )?;
         }
         self.pos += n;
         if !all_logits && !last_logits {
             return Ok(());
         }
         // Final norm and the output projection: every position when asked, else the last.
+        // (xb holds every position's output norm: the last block's end)
         let first = if all_logits { 0 } else { n - 1 };
         let s = &mut self.scratch;
-        s.norm_rows(first..n, dim, Some(&self.output_norm), cfg.rms_eps);
         let vocab = cfg.vocab;
         for t in first..n {
             matmul_group(
