@@ -55,10 +55,12 @@ use wasmparser::{Operator, Parser, Payload, TypeRef, ValType};
 /// no K-quant kernel keeps a tile of four (`simd128::vector_by_vector`): -6.3 KB, 749,235 ->
 /// 742,951 bytes (the SIMD128 modules, now also with prepared rows, 733,811), 726 KiB until
 /// the same session had a batch's activations rounded across the pool (`quant::BatchFill`):
-/// +0.9 KB, 743,890 bytes; now 727 KiB.
+/// +0.9 KB, 743,890 bytes; 727 KiB until session 40 had a batch's steps between its matrix
+/// products run on the pool too (the gate, residuals and norms, q/k/v's biases, norms, RoPE
+/// and cache stores; exp's constants opaque: -0.6 KB): +1.1 KB, 745,022 bytes; now 728 KiB.
 /// The sizes are printed by these tests, by `cargo xtask dist` and (with gzip) by `cargo xtask
 /// bench`.
-const SIZE_BUDGET: usize = 727 * 1024;
+const SIZE_BUDGET: usize = 728 * 1024;
 
 #[derive(Debug, PartialEq, Clone)]
 struct Sig {

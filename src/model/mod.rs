@@ -378,6 +378,77 @@ fn norm_row(xb: &mut [f32], x: &[f32], w: Option<&[f32]>, eps: f32) {
     }
 }
 
+/// What [`Model::attend`] does to each token's q, k and v between their products and the
+/// attention: the biases, the heads' norms and RoPE, then k and v into the layer's cache rings
+/// (each token its own slot: a ring holds at least a batch).
+struct QkvArgs<'a> {
+    /// (n, q_dim), (n, kv_dim), (n, kv_dim)
+    q: Disjoint<'a, f32>,
+    k: Disjoint<'a, f32>,
+    v: Disjoint<'a, f32>,
+    q_dim: usize,
+    kv_dim: usize,
+    hd: usize,
+    bias: &'a [Option<Vec<f32>>; 3],
+    qk_norm: Option<&'a [Vec<f32>; 2]>,
+    rope: Option<&'a RopeTable>,
+    eps: f32,
+    pos0: usize,
+    /// Every layer's rings; this layer's start at `at`, `(n_kv_heads, slots, hd)`.
+    keys: Disjoint<'a, KvHalf>,
+    values: Disjoint<'a, KvHalf>,
+    at: usize,
+    slots: usize,
+    /// (n): a token's first key and value of which one is outside the f16 range (the token's
+    /// cache rows then stay partly written).
+    overflow: Disjoint<'a, Option<(f32, f32)>>,
+}
+
+fn qkv_kernel(a: &QkvArgs<'_>, tokens: Range<usize>) {
+    'tokens: for t in tokens {
+        // SAFETY: token t's rows, its ring slot and its overflow entry belong to this item
+        // alone (distinct tokens have distinct slots: a ring holds at least a batch).
+        let (q, k, v) = unsafe {
+            (
+                a.q.slice(t * a.q_dim..(t + 1) * a.q_dim),
+                a.k.slice(t * a.kv_dim..(t + 1) * a.kv_dim),
+                a.v.slice(t * a.kv_dim..(t + 1) * a.kv_dim),
+            )
+        };
+        for (y, b) in [&mut *q, &mut *k, &mut *v].into_iter().zip(a.bias) {
+            if let Some(b) = b {
+                ops::axpy(y, 1.0, b);
+            }
+        }
+        if let Some([nq, nk]) = a.qk_norm {
+            for head in q.chunks_exact_mut(a.hd) {
+                rmsnorm_in_place(head, nq, a.eps);
+            }
+            for head in k.chunks_exact_mut(a.hd) {
+                rmsnorm_in_place(head, nk, a.eps);
+            }
+        }
+        if let Some(rope) = a.rope {
+            rope.apply(q, a.hd, a.pos0 + t);
+            rope.apply(k, a.hd, a.pos0 + t);
+        }
+        let slot = (a.pos0 + t) % a.slots;
+        for (h, (k, v)) in k.chunks_exact(a.hd).zip(v.chunks_exact(a.hd)).enumerate() {
+            let at = a.at + (h * a.slots + slot) * a.hd;
+            // SAFETY: as above.
+            let (kc, vc) = unsafe { (a.keys.slice(at..at + a.hd), a.values.slice(at..at + a.hd)) };
+            for i in 0..a.hd {
+                let (Some(kh), Some(vh)) = (KvHalf::new(k[i]), KvHalf::new(v[i])) else {
+                    // SAFETY: as above.
+                    unsafe { a.overflow.slice(t..t + 1)[0] = Some((k[i], v[i])) };
+                    continue 'tokens;
+                };
+                (kc[i], vc[i]) = (kh, vh);
+            }
+        }
+    }
+}
+
 /// Runs `f` over a batch's `n` tokens: one token per claim across the pool, or on this thread
 /// for one token (decode: a job would cost more than the row). Each token's row is computed
 /// the same way wherever it runs, so the bits do not depend on the thread count. (On the
@@ -1238,55 +1309,43 @@ impl<'a> Model<'a> {
                 s.q.copy_within(from..from + hd, to);
             }
         }
-        for t in 0..n {
-            let (q, k, v) = (
-                &mut s.q[t * q_dim..(t + 1) * q_dim],
-                &mut s.k[t * kv_dim..(t + 1) * kv_dim],
-                &mut s.v[t * kv_dim..(t + 1) * kv_dim],
-            );
-            for (y, b) in [&mut *q, &mut *k, &mut *v].into_iter().zip(&a.bias) {
-                if let Some(b) = b {
-                    ops::axpy(y, 1.0, b);
-                }
-            }
-            if let Some([nq, nk]) = &a.qk_norm {
-                for head in q.chunks_exact_mut(hd) {
-                    rmsnorm_in_place(head, nq, cfg.rms_eps);
-                }
-                for head in k.chunks_exact_mut(hd) {
-                    rmsnorm_in_place(head, nk, cfg.rms_eps);
-                }
-            }
-            let rope = match (layer.kind, &self.rope_local) {
+        let c = &self.cache[l];
+        // From here the cache rings change: a batch that fails part way leaves `written` past
+        // `pos`, and `truncate` rebuilds what it must.
+        self.written = self.written.max(pos0 + n);
+        let mut overflow = [None; MAX_BATCH];
+        let args = QkvArgs {
+            q: Disjoint::new(&mut s.q[..n * q_dim]),
+            k: Disjoint::new(&mut s.k[..n * kv_dim]),
+            v: Disjoint::new(&mut s.v[..n * kv_dim]),
+            q_dim,
+            kv_dim,
+            hd,
+            bias: &a.bias,
+            qk_norm: a.qk_norm.as_ref(),
+            rope: a.rope.then_some(match (layer.kind, &self.rope_local) {
                 (LayerKind::Local, Some(r)) => r,
                 _ => &self.rope,
-            };
-            if a.rope {
-                rope.apply(q, hd, pos0 + t);
-                rope.apply(k, hd, pos0 + t);
-            }
-            let c = &self.cache[l];
-            let slot = (pos0 + t) % c.slots;
-            self.written = self.written.max(pos0 + t + 1);
-            for (h, (k, v)) in k.chunks_exact(hd).zip(v.chunks_exact(hd)).enumerate() {
-                let at = c.at + (h * c.slots + slot) * hd;
-                let kc = &mut self.keys[at..][..hd];
-                let vc = &mut self.values[at..][..hd];
-                for i in 0..hd {
-                    let (Some(kh), Some(vh)) = (KvHalf::new(k[i]), KvHalf::new(v[i])) else {
-                        bail!(
-                            Status::BadFormat,
-                            "layer {}: a key or value of position {} is {} or {}, outside the \
-                             f16 range of the KV cache (|x| < 65520, as llama.cpp's cache)",
-                            l,
-                            pos0 + t,
-                            Shortest::from(k[i]),
-                            Shortest::from(v[i])
-                        );
-                    };
-                    (kc[i], vc[i]) = (kh, vh);
-                }
-            }
+            }),
+            eps: cfg.rms_eps,
+            pos0,
+            keys: Disjoint::new(&mut self.keys[..]),
+            values: Disjoint::new(&mut self.values[..]),
+            at: c.at,
+            slots: c.slots,
+            overflow: Disjoint::new(&mut overflow[..n]),
+        };
+        per_token(&args, n, qkv_kernel);
+        if let Some((t, (k, v))) = (0..n).find_map(|t| Some((t, overflow[t]?))) {
+            bail!(
+                Status::BadFormat,
+                "layer {}: a key or value of position {} is {} or {}, outside the f16 range of \
+                 the KV cache (|x| < 65520, as llama.cpp's cache)",
+                l,
+                pos0 + t,
+                Shortest::from(k),
+                Shortest::from(v)
+            );
         }
         let gated = a.gated;
         self.attention(l, n, pos0);
