@@ -378,6 +378,19 @@ fn norm_row(xb: &mut [f32], x: &[f32], w: Option<&[f32]>, eps: f32) {
     }
 }
 
+/// Runs `f` over a batch's `n` tokens: one token per claim across the pool, or on this thread
+/// for one token (decode: a job would cost more than the row). Each token's row is computed
+/// the same way wherever it runs, so the bits do not depend on the thread count. (On the
+/// driver alone, the gate and the norms were time the helpers spent waiting: in a two-thread
+/// prefill in wasmtime, SmolLM2-135M Q4_1, the helper's `helper_loop` went from 4.0 % of the
+/// samples to 2.2 %; a serial step weighs more the more threads share the rest.)
+fn per_token<T: Sync>(args: &T, n: usize, f: fn(&T, Range<usize>)) {
+    match n {
+        1 => f(args, 0..1),
+        _ => pool::par_for(args, n, 1, f),
+    }
+}
+
 /// What [`Model::attend`] does to each token's q, k and v between their products and the
 /// attention: the biases, the heads' norms and RoPE, then k and v into the layer's cache rings
 /// (each token its own slot: a ring holds at least a batch).
@@ -446,19 +459,6 @@ fn qkv_kernel(a: &QkvArgs<'_>, tokens: Range<usize>) {
                 (kc[i], vc[i]) = (kh, vh);
             }
         }
-    }
-}
-
-/// Runs `f` over a batch's `n` tokens: one token per claim across the pool, or on this thread
-/// for one token (decode: a job would cost more than the row). Each token's row is computed
-/// the same way wherever it runs, so the bits do not depend on the thread count. (On the
-/// driver alone, the gate and the norms were time the helpers spent waiting: in a two-thread
-/// prefill in wasmtime, SmolLM2-135M Q4_1, the helper's `helper_loop` went from 4.0 % of the
-/// samples to 2.2 %; a serial step weighs more the more threads share the rest.)
-fn per_token<T: Sync>(args: &T, n: usize, f: fn(&T, Range<usize>)) {
-    match n {
-        1 => f(args, 0..1),
-        _ => pool::par_for(args, n, 1, f),
     }
 }
 
