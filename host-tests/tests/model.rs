@@ -281,6 +281,36 @@ fn non_finite_weights_and_scales_are_refused_naming_the_tensor() {
     }
 }
 
+/// A key or value past the f16 cache's range fails the batch with BAD_FORMAT naming the
+/// layer and the batch's first such position, however many threads store the cache rows
+/// (`model::qkv_kernel`), and the module goes on: the same file undamaged runs after it.
+#[test]
+fn a_key_past_the_f16_cache_range_is_named_on_every_thread_count() {
+    let file = read("models/tiny/tiny-llama-Q4_0.gguf");
+    let g = wasmind::gguf::Gguf::parse(&file).unwrap();
+    let t = g.tensor("blk.0.attn_k.weight").unwrap();
+    let (at, len) = (t.file_offset, t.data.len());
+    let mut bad = file.clone();
+    // every Q4_0 block's scale the largest f16: the keys overflow at every position
+    for block in bad[at..at + len].chunks_exact_mut(18) {
+        block[..2].copy_from_slice(&0x7bffu16.to_le_bytes());
+    }
+    for threads in [0, 2, 3] {
+        let mut w = Wasmind::with_build(Build::current().unwrap(), threads).unwrap();
+        w.load_model_bytes(&bad, 64).unwrap();
+        let e = w
+            .prefill(&[1, 2, 3, 4, 5, 6, 7, 8])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("(-3)") && e.contains("layer 0: a key or value of position 0 is"),
+            "threads {threads}: {e}"
+        );
+        w.load_model_bytes(&file, 64).unwrap();
+        w.prefill(&[1, 2, 3, 4, 5, 6, 7, 8]).unwrap();
+    }
+}
+
 #[test]
 fn full_context_is_a_clear_status() {
     let mut w = Wasmind::single_threaded().unwrap();
