@@ -341,6 +341,7 @@ fn fuzz(args: &[String]) -> Result<(), String> {
             }
         }
     }
+    require_cargo_fuzz()?;
     let root = workspace_root();
     let fuzz_dir = root.join("host-tests/fuzz");
     let shared = root.join("../shared");
@@ -387,10 +388,32 @@ fn fuzz(args: &[String]) -> Result<(), String> {
         )
         .map_err(|e| {
             format!(
-                "{e}\n(needs `rustup toolchain install nightly` and `cargo install cargo-fuzz`; \
-                 a crash input is in host-tests/fuzz/artifacts/{name})"
+                "{e}\n(an input that crashed or timed out is in host-tests/fuzz/artifacts/{name})"
             )
         })?;
+    }
+    Ok(())
+}
+
+/// What `cargo xtask fuzz` needs beyond the stable toolchain, each checked before any fuzzing,
+/// so that a missing tool is named as such rather than reported like a failed run.
+fn require_cargo_fuzz() -> Result<(), String> {
+    let works = |args: &[&str]| {
+        Command::new("cargo")
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !works(&["+nightly", "--version"]) {
+        return Err(
+            "fuzz: the nightly toolchain is not installed; run `rustup toolchain install nightly`"
+                .into(),
+        );
+    }
+    if !works(&["+nightly", "fuzz", "--version"]) {
+        return Err("fuzz: cargo-fuzz is not installed; run `cargo install cargo-fuzz`".into());
     }
     Ok(())
 }
