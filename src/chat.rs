@@ -571,7 +571,7 @@ impl Chat {
 mod tests {
     use super::*;
     use crate::gguf::Gguf;
-    use crate::testutil::read_shared as read;
+    use crate::testutil::read_fixture as read;
     use alloc::vec;
 
     fn tokenizer(p: &str) -> Tokenizer {

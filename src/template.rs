@@ -830,9 +830,16 @@ mod tests {
     use super::*;
     use std::path::PathBuf;
 
+    /// A reference file: llama.cpp's renderings in the fixtures (`reference/templates.json`) or
+    /// this repository's extra ones (`host-tests/testdata/...`).
     fn reference(p: &str) -> serde_json::Value {
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(p);
-        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let bytes = match p.starts_with("host-tests/") {
+            true => {
+                let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(p);
+                std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            }
+            false => crate::testutil::read_fixture(p),
+        };
         serde_json::from_slice(&bytes).unwrap()
     }
 
@@ -888,7 +895,7 @@ mod tests {
 
     #[test]
     fn templates_render_as_llama_cpp() {
-        let n = check_file("../shared/reference/templates.json");
+        let n = check_file("reference/templates.json");
         std::println!("{n} renderings byte-identical to llama.cpp's");
         assert_eq!(n, 22 * 6 * 2);
     }
@@ -933,7 +940,7 @@ mod tests {
     /// Rendering `..k` and then `k..` gives the whole, for every split of every conversation.
     #[test]
     fn rendering_in_pieces_equals_the_whole() {
-        let r = reference("../shared/reference/templates.json");
+        let r = reference("reference/templates.json");
         for t in Template::all() {
             for row in r["templates"]["chatml"].as_array().unwrap() {
                 let msgs = messages(&row["messages"]);
@@ -952,7 +959,7 @@ mod tests {
     /// rendering of the whole conversation (except hunyuan-dense; see the module notes).
     #[test]
     fn a_conversation_held_in_the_cache_renders_as_the_whole() {
-        let r = reference("../shared/reference/templates.json");
+        let r = reference("reference/templates.json");
         let mut checked = 0;
         for t in Template::all().filter(|t| t.name() != "hunyuan-dense") {
             let s = t.spec();

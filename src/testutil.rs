@@ -1,39 +1,44 @@
 //! Test helpers shared by the unit tests (compiled for `cargo test` only).
 //!
-//! The fixtures are the project's shared material in `../shared` beside the checkout (models,
-//! llama.cpp's and model2vec's reference outputs); tests never copy them into the repository.
-//! A missing file fails the test with its path and where it comes from.
+//! The fixtures (tiny models, vocabularies, Model2Vec folders, llama.cpp's and model2vec's
+//! reference outputs) are in `target/fixtures/`, made and checked by sha256 by
+//! `cargo xtask fixtures` (`host-tests/fixtures/fixtures.py`, which `cargo xtask test` runs
+//! first); `WASMIND_FIXTURES` names another folder. A missing file fails the test with its path
+//! and the command that makes it.
 
 use std::path::PathBuf;
 use std::string::String;
 use std::vec::Vec;
 
-/// `../shared` beside the checkout. Taken at run time from `CARGO_MANIFEST_DIR` when cargo sets
-/// it (so a binary reused from another checkout's target dir reads this checkout's fixtures).
-pub fn shared_dir() -> PathBuf {
+/// The fixtures folder: `$WASMIND_FIXTURES`, else `target/fixtures` of this checkout. The
+/// checkout is taken at run time from `CARGO_MANIFEST_DIR` when cargo sets it (so a binary reused
+/// from another checkout's target dir reads this checkout's fixtures).
+pub fn fixtures_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("WASMIND_FIXTURES") {
+        return PathBuf::from(dir);
+    }
     let root = std::env::var_os("CARGO_MANIFEST_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
-    root.join("../shared")
+    root.join("target/fixtures")
 }
 
-/// The path of `rel` inside `../shared` (e.g. `models/tiny/tiny-llama-F32.gguf`).
-pub fn shared(rel: &str) -> PathBuf {
-    shared_dir().join(rel)
+/// The path of fixture `rel` (e.g. `models/tiny/tiny-llama-F32.gguf`).
+pub fn fixture(rel: &str) -> PathBuf {
+    fixtures_dir().join(rel)
 }
 
-/// The bytes of `../shared/<rel>`, or a panic that says what is missing and where it comes from.
-pub fn read_shared(rel: &str) -> Vec<u8> {
-    let path = shared(rel);
+/// The bytes of fixture `rel`, or a panic that names the file and how to make it.
+pub fn read_fixture(rel: &str) -> Vec<u8> {
+    let path = fixture(rel);
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}", missing(&path, &e)))
 }
 
 /// The message for a missing fixture.
 pub fn missing(path: &std::path::Path, e: &std::io::Error) -> String {
     std::format!(
-        "test fixture {}: {e}. The unit tests read the project's shared models and references \
-         from ../shared beside the checkout (see ../shared/README.md and the README's 'Tests' \
-         section).",
+        "test fixture {}: {e}. Run `cargo xtask fixtures` (`cargo xtask test` runs it first): it \
+         makes every file the tests read, sha256-checked (host-tests/fixtures/manifest.tsv).",
         path.display()
     )
 }

@@ -1,6 +1,6 @@
 // The semantic-search page: sentence vectors of a small corpus (corpus.json), and of the query
 // as it is typed; the top five by cosine (the vectors are unit length: a dot product). The
-// embedder: m2v-minilm-256 (Model2Vec), or ?embedder=URL (a Model2Vec folder or an encoder .gguf).
+// embedder: potion-base-8M (Model2Vec), or ?embedder=URL (a Model2Vec folder or an encoder .gguf).
 // State for tests: window.wasmindSearch = { ready, query, results: [{ text, score }], error }.
 import { Wasmind } from '../index.js';
 
@@ -15,7 +15,7 @@ try {
   const t0 = performance.now();
   const docs = await (await fetch('corpus.json')).json();
   const ai = await Wasmind.create({ threads: params.threads ? Number(params.threads) : undefined });
-  await ai.loadEmbedder(params.embedder ?? '/models/m2v-minilm-256/');
+  await ai.loadEmbedder(params.embedder ?? '/models/potion-base-8M/');
   const vectors = await ai.embed(docs);
   $('count').textContent = docs.length;
   $('status').textContent = `${docs.length} sentences embedded in ${(performance.now() - t0).toFixed(0)} ms ` +

@@ -1,8 +1,7 @@
 // A small static server for the demo: serves the repository root (so /glue/ and /dist/) with
 // the two headers that make a page cross-origin isolated (COOP same-origin, COEP require-corp).
-// `?isolated=0` on a request leaves them out, to see the single-threaded fallback. `files` maps
-// extra URL paths to files outside the root (the CLI maps the default model there when it is only
-// in ../shared/models).
+// `?isolated=0` on a request leaves them out, to see the single-threaded fallback. `files` and
+// `mounts` map extra URL paths to files and folders outside the root (the tests' fixtures).
 //   cargo xtask serve [--no-isolation] [--port N]   (= node glue/demo/serve.js …), then open
 //   http://localhost:8080/glue/demo/chat.html (chat), search.html (semantic search), or / (pool self-test)
 import { createServer } from 'node:http';
@@ -16,6 +15,8 @@ const TYPES = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript', '
   '.wasm': 'application/wasm', '.json': 'application/json', '.css': 'text/css', '.txt': 'text/plain' };
 
 export const DEFAULT_MODEL = '/models/SmolLM2-135M-Instruct.Q4_1.gguf';
+/** The search demo's default embedder (glue/demo/search.js): `python3 models/fetch.py --model potion-base-8m`. */
+export const DEFAULT_EMBEDDER = '/models/potion-base-8M/';
 
 /** `files`: URL path -> file; `mounts`: URL prefix (ending in '/') -> folder (ending in the
  *  separator); `pages`: URL path -> HTML text. Everything else comes from `root`. `isolation`
@@ -55,19 +56,16 @@ export function serve({ port = 8080, host = '127.0.0.1', root = ROOT, files = {}
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  // `cargo xtask serve [--no-isolation] [--port N]` runs this. The demo models come from
-  // models/ or, when they are not there, ../shared/models/.
+  // `cargo xtask serve [--no-isolation] [--port N]` runs this, after fetching the demo models
+  // into models/ (models/fetch.py) when they are not there.
   const args = process.argv.slice(2);
   const isolation = !args.includes('--no-isolation');
   const portAt = args.indexOf('--port');
   const port = Number(portAt >= 0 ? args[portAt + 1] : args.find((a) => /^\d+$/.test(a)) ?? 8080);
-  const shared = (p) => fileURLToPath(new URL(`../../../shared${p}`, import.meta.url));
-  const files = !existsSync(join(ROOT, DEFAULT_MODEL)) && existsSync(shared(DEFAULT_MODEL)) ? { [DEFAULT_MODEL]: shared(DEFAULT_MODEL) } : {};
-  const mounts = {};
-  for (const dir of ['/models/m2v-minilm-256/']) {
-    if (!existsSync(join(ROOT, dir)) && existsSync(shared(dir))) mounts[dir] = shared(dir);
+  for (const [path, fetch] of [[DEFAULT_MODEL, 'python3 models/fetch.py'], [DEFAULT_EMBEDDER, 'python3 models/fetch.py --model potion-base-8m']]) {
+    if (!existsSync(join(ROOT, path))) console.warn(`${path.slice(1)} is missing: the demo that loads it will fail (${fetch}, or cargo xtask serve, fetches it)`);
   }
-  const server = await serve({ port, files, mounts, isolation });
+  const server = await serve({ port, isolation });
   const base = `http://localhost:${server.address().port}/glue/demo/`;
   console.log(`${isolation ? 'cross-origin isolated (COOP/COEP): threaded module' : 'not isolated (--no-isolation): single-threaded module'}`);
   console.log(`${base}chat.html    chat (?model=URL&threads=N&ctx=N&temp=T)`);

@@ -9,11 +9,8 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { load } from '../wasmind.js';
 import { serve } from '../demo/serve.js';
-
-const skip = process.env.WASMIND_SKIP_BROWSER === '1' && 'WASMIND_SKIP_BROWSER=1';
-const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
-const FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-  '--disable-component-update', '--disable-sync'];
+import { skip, CHROMIUM, FLAGS } from './harness.mjs';
+import { fixture } from './reference.mjs';
 const JOBS = 2000, SEED = 7, THREADS = 4;
 
 test('demo page in Chromium: isolated, threaded pool, same checksum; fallback without COOP/COEP', { skip, timeout: 300000 }, async (t) => {
@@ -73,13 +70,13 @@ test('demo page in Chromium: isolated, threaded pool, same checksum; fallback wi
   }
 });
 
-// The chat page: the model from ../shared/models served at the page's default URL, greedy,
+// The chat page: the model from the fixtures served at the page's default URL, greedy,
 // threaded in an isolated page (and stoppable), single-threaded without COOP/COEP.
 test('chat page in Chromium: greedy answer, Stop ends a reply, single-threaded fallback', { skip, timeout: 300000 }, async (t) => {
   const { chromium } = await import('playwright-core');
   const { fileURLToPath } = await import('node:url');
   const { DEFAULT_MODEL } = await import('../demo/serve.js');
-  const model = fileURLToPath(new URL(`../../../shared${DEFAULT_MODEL}`, import.meta.url));
+  const model = fileURLToPath(fixture(DEFAULT_MODEL.slice(1)));
   const server = await serve({ port: 0, files: { [DEFAULT_MODEL]: model } });
   const browser = await chromium.launch({ executablePath: CHROMIUM, args: FLAGS });
   try {

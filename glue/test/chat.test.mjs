@@ -5,12 +5,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
+import { fixture } from './reference.mjs';
 import { Worker } from 'node:worker_threads';
 import { load, memoryFor } from '../wasmind.js';
 
-const shared = (p) => new URL(`../../../shared/${p}`, import.meta.url);
-const model = readFileSync(shared('models/SmolLM2-135M-Instruct.Q4_1.gguf'));
-const reference = JSON.parse(readFileSync(shared('reference/smollm2-q4_1.json')));
+const model = readFileSync(fixture('models/SmolLM2-135M-Instruct.Q4_1.gguf'));
+const reference = JSON.parse(readFileSync(fixture('reference/smollm2-q4_1.json')));
 const DECISIVE = 0.5, REPLY_TOKENS = 12;
 
 async function withModule(threads, fn) {
@@ -55,7 +55,7 @@ for (const threads of [0, 2]) {
 }
 
 test('setTemplate picks a template by name and lists the names on an unknown one', () => withModule(0, (wm) => {
-  wm.loadModel(readFileSync(shared('models/vocab/vocab-bpe-smollm.gguf')));
+  wm.loadModel(readFileSync(fixture('models/vocab/vocab-bpe-smollm.gguf')));
   wm.setTemplate('gemma');
   assert.equal(wm.modelInfo().chat_template, 'gemma');
   assert.throws(() => wm.setTemplate('nope'), /known: chatml, llama3, gemma/);
@@ -91,10 +91,10 @@ test('the stop flag, set from another thread, ends a reply; the next reply runs'
 }));
 
 test('Model2Vec vectors equal the Python package\'s (single-threaded and 2 threads)', async () => {
-  const dir = 'models/m2v-minilm-256';
-  const files = { safetensors: readFileSync(shared(`${dir}/model.safetensors`)),
-    tokenizer: readFileSync(shared(`${dir}/tokenizer.json`)), config: readFileSync(shared(`${dir}/config.json`)) };
-  const ref = JSON.parse(readFileSync(shared('reference/m2v-minilm-256.json')));
+  const dir = 'models/potion-base-8M';
+  const files = { safetensors: readFileSync(fixture(`${dir}/model.safetensors`)),
+    tokenizer: readFileSync(fixture(`${dir}/tokenizer.json`)), config: readFileSync(fixture(`${dir}/config.json`)) };
+  const ref = JSON.parse(readFileSync(fixture('reference/potion-base-8M.json')));
   const rows = ref.rows.slice(0, 120);
   for (const threads of [0, 2]) {
     await withModule(threads, (wm) => {

@@ -3,10 +3,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
+import { fixture } from './reference.mjs';
 import { load } from '../wasmind.js';
 
-const shared = (p) => new URL(`../../../shared/${p}`, import.meta.url);
-const model = readFileSync(shared('models/SmolLM2-135M-Instruct.Q4_1.gguf'));
+const model = readFileSync(fixture('models/SmolLM2-135M-Instruct.Q4_1.gguf'));
 
 test('setGrammar: schema, json and GBNF replies; errors name the position', async () => {
   const wm = await load({ threaded: false });

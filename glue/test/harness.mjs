@@ -4,12 +4,19 @@
 // can cut a download in the middle, and can swap the file behind a URL; and a sampler of a
 // worker's V8 heap through the DevTools protocol (Runtime.getHeapUsage: heap + ArrayBuffer
 // backing stores), since a Worker has no performance.memory.
-import { existsSync, statSync, createReadStream } from 'node:fs';
+import { existsSync, statSync, createReadStream, appendFileSync } from 'node:fs';
+import { basename } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { serve } from '../demo/serve.js';
-import { MODEL_PATH, shared } from './reference.mjs';
+import { MODEL_PATH, fixture } from './reference.mjs';
 
+/** The Chromium tests skip only where WASMIND_SKIP_BROWSER=1 (a machine that cannot install
+ *  Chromium); the skip goes into $WASMIND_SKIP_LOG too, which `cargo xtask test` lists in its
+ *  summary, so it is never a silent `ok`. */
 export const skip = process.env.WASMIND_SKIP_BROWSER === '1' && 'WASMIND_SKIP_BROWSER=1';
+if (skip && process.env.WASMIND_SKIP_LOG) {
+  appendFileSync(process.env.WASMIND_SKIP_LOG, `glue/test/${basename(process.argv[1] ?? '?')}: the Chromium tests (WASMIND_SKIP_BROWSER=1)\n`);
+}
 export const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
 export const FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
   '--disable-component-update', '--disable-sync'];
@@ -25,8 +32,8 @@ export const TEST_PAGE = `<!doctype html><meta charset="utf-8"><title>wasmind pa
  *  half the file and drop the connection), `swap[path] = file` (serve another file there). */
 export async function testServer(extra = {}) {
   const counts = {}, cut = new Set(), swap = {};
-  const m2v = fileURLToPath(shared('models/m2v-minilm-256/'));
-  const tiny = fileURLToPath(shared('models/tiny/'));
+  const m2v = fileURLToPath(fixture('models/potion-base-8M/'));
+  const tiny = fileURLToPath(fixture('models/tiny/'));
   const bert = fileURLToPath(new URL('../../host-tests/testdata/bert/', import.meta.url));
   const sendFile = (req, res, headers, file, { half = false, length = true } = {}) => {
     const size = statSync(file).size;
@@ -53,7 +60,7 @@ export async function testServer(extra = {}) {
     return false;
   };
   const server = await serve({ port: 0, files: { '/models/SmolLM2-135M-Instruct.Q4_1.gguf': MODEL_FILE },
-    mounts: { '/models/m2v-minilm-256/': m2v, '/models/tiny/': tiny, '/models/bert/': bert }, pages: { '/test.html': TEST_PAGE }, intercept, ...extra });
+    mounts: { '/models/potion-base-8M/': m2v, '/models/tiny/': tiny, '/models/bert/': bert }, pages: { '/test.html': TEST_PAGE }, intercept, ...extra });
   const origin = `http://127.0.0.1:${server.address().port}`;
   return { server, origin, counts, cut, swap, tiny };
 }

@@ -11,7 +11,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { shared } from './reference.mjs';
+import { fixture } from './reference.mjs';
 import { skip, inChromium } from './harness.mjs';
 
 const FLOAT_TOLERANCE = 0.15;
@@ -20,7 +20,7 @@ const DECISIVE_MARGIN = 0.5;
 /** llama.cpp's logits for the tiny models: `{ tokens, models: { file: { top5, last4_logits,
  *  top5_logits or margins } } }`. */
 const references = ['tiny-reference.json', 'tiny-arch-reference.json']
-  .map((f) => JSON.parse(readFileSync(shared(`models/tiny/${f}`))));
+  .map((f) => JSON.parse(readFileSync(fixture(`models/tiny/${f}`))));
 
 /** `(agree, decisive, maxDiff)` of `rows` (one logit row per id) against `want`: the argmax at
  *  every position where llama.cpp's top two logits are at least DECISIVE_MARGIN apart, and the

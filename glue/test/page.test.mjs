@@ -177,7 +177,7 @@ for (const isolated of [true, false]) {
       const ref = m2v();
       const rows = ref.rows.slice(0, 60);
       const vectors = await page.evaluate(async (texts) => {
-        const { dim } = await ai.loadEmbedder('/models/m2v-minilm-256/');
+        const { dim } = await ai.loadEmbedder('/models/potion-base-8M/');
         const vs = await ai.embed(texts);
         return { dim, vs: vs.map((v) => [...v]), one: [...(await ai.embed(texts[0]))] };
       }, rows.map((r) => r.text));

@@ -4,10 +4,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
+import { fixture } from './reference.mjs';
 import { load } from '../wasmind.js';
 
-const tiny = (f) => readFileSync(new URL(`../../../shared/models/tiny/${f}`, import.meta.url));
-const ids = JSON.parse(readFileSync(new URL('../../../shared/models/tiny/tiny-arch-reference.json', import.meta.url))).tokens;
+const tiny = (f) => readFileSync(fixture(`models/tiny/${f}`));
+const ids = JSON.parse(readFileSync(fixture('models/tiny/tiny-arch-reference.json'))).tokens;
 
 /** Logits after each id, one step at a time (raw exports). */
 function logits(wm, vocab) {

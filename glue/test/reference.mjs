@@ -1,14 +1,19 @@
-// The shared references and how a greedy reply is compared with llama.cpp's: token by token while
+// The fixtures, llama.cpp's references and how a greedy reply is compared with llama.cpp's: token by token while
 // llama.cpp is decisive (its top two logits ≥ 0.5 apart); free-running replies may part at a
 // near-tie. Used by the Node and the Chromium tests of the page API.
 import { readFileSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
 import assert from 'node:assert/strict';
 
-export const shared = (p) => new URL(`../../../shared/${p}`, import.meta.url);
-export const MODEL_PATH = shared('models/SmolLM2-135M-Instruct.Q4_1.gguf');
-export const EMBEDDER_DIR = shared('models/m2v-minilm-256/');
-export const smollm2 = () => JSON.parse(readFileSync(shared('reference/smollm2-q4_1.json')));
-export const m2v = () => JSON.parse(readFileSync(shared('reference/m2v-minilm-256.json')));
+/** The fixtures folder (`cargo xtask fixtures` makes it): $WASMIND_FIXTURES, else target/fixtures/. */
+const FIXTURES = process.env.WASMIND_FIXTURES ? pathToFileURL(`${process.env.WASMIND_FIXTURES}/`)
+  : new URL('../../target/fixtures/', import.meta.url);
+/** The URL of fixture `p` (e.g. `models/tiny/tiny-llama-Q8_0.gguf`). */
+export const fixture = (p) => new URL(p, FIXTURES);
+export const MODEL_PATH = fixture('models/SmolLM2-135M-Instruct.Q4_1.gguf');
+export const EMBEDDER_DIR = fixture('models/potion-base-8M/');
+export const smollm2 = () => JSON.parse(readFileSync(fixture('reference/smollm2-q4_1.json')));
+export const m2v = () => JSON.parse(readFileSync(fixture('reference/potion-base-8M.json')));
 /** The tiny BERT sentence encoders of host-tests/testdata/bert/ and llama.cpp's vectors for them. */
 export const BERT_DIR = new URL('../../host-tests/testdata/bert/', import.meta.url);
 export const bert = () => JSON.parse(readFileSync(new URL('reference.json', BERT_DIR)));

@@ -4,7 +4,7 @@ the fixtures; the suite (`cargo xtask test`) stays the gate.
 
 usage: crosscheck.py WASMIND_CLI SHARED_DIR WORK_DIR SEED PART[,PART...]
 (run it through `cargo xtask crosscheck`, which makes the Python environment and the CLI.)
-needs: llama-cpp-python==0.3.36 (the version of ../shared/reference), gguf, numpy, model2vec==0.10.0
+needs: llama-cpp-python==0.3.36 (the version of the committed references, host-tests/fixtures), gguf, numpy, model2vec==0.10.0
 
 Parts, each a line per case and a verdict:
 - shapes: tiny random-weight models of all eleven architectures (CROSSCHECK_ARCHS: some) in
@@ -24,7 +24,7 @@ Parts, each a line per case and a verdict:
   (the suite's tolerances); past them, a llama or qwen2 file (F32 too: llama.cpp rounds its
   KV cache to f16) must land no further from llama.cpp than exact float64 math on its
   dequantized weights does, or we must land as close to exact math as llama.cpp does
-  (../shared's np_forward.py: last-4 rows; an argmax of ours may differ only where llama.cpp's
+  (host-tests/fixtures/gen/references/np_forward.py: last-4 rows; an argmax of ours may differ only where llama.cpp's
   margin is inside that distance), and any other rounded one in
   a model whose logits swing with any rounding (random deep nets can: exact float math on the dequantized
   weights lands further from llama.cpp than we do), rms error <= 0.15 x the logits' spread and
@@ -36,7 +36,7 @@ Parts, each a line per case and a verdict:
   llama.cpp with an f32 KV cache).
 - vocab: the vocabulary-only GGUF files of llama.cpp's own tokenizer tests (from the
   llama-cpp-python source package: Llama 2/3 SPM and BPE, Phi-3, Qwen2, GPT-2, MPT, StarCoder,
-  Command R, ...) on the shared corpus, llama.cpp's test inputs and random strings, plain and
+  Command R, ...) on the fixtures' corpus, llama.cpp's test inputs and random strings, plain and
   with special tokens parsed. A vocabulary wasmind does not support must be refused by name.
 - templates: random conversations (roles in any order, tricky contents) through every template
   `wasmind template` knows, against llama_chat_apply_template.
@@ -44,10 +44,10 @@ Parts, each a line per case and a verdict:
   the one its family uses) take random single-turn chats (a system message or not; corpus texts
   and random strings) through `wasmind generate --chat`: the prompt ids must be llama.cpp's for
   llama_chat_apply_template's text, tokenized with special tokens parsed and its BOS rule.
-- embed: the shared Model2Vec models on random strings and long joins of corpus texts against
+- embed: the fixtures' Model2Vec models on random strings and long joins of corpus texts against
   the `model2vec` package (0.10.0, the references' version): the same pooled ids, cosine
   >= 0.99999 (computed in float64: the package's vectors are float16).
-- greedy: the real models (../shared's SmolLM2, models/'s Gemma 3 270M when fetched) on prompts
+- greedy: the real models (the fixtures' SmolLM2 and Gemma 3 270M) on prompts
   drawn from the corpus: the same prompt ids, and a greedy reply that leaves llama.cpp's only
   where its top-two margin is < 0.5 or within its own spread there (its logits for that step
   with every token run alone instead of the prompt in one batch differ by as much: Gemma 3
@@ -65,7 +65,7 @@ from llama_cpp import Llama
 
 from tinymodel import write_model
 
-CLI, SHARED, WORK, SEED, PARTS = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5].split(",")
+CLI, FIXTURES, WORK, SEED, PARTS = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5].split(",")
 os.makedirs(WORK, exist_ok=True)
 rng = random.Random(SEED)
 failures = []
@@ -174,8 +174,8 @@ def quantize(src, dst, ftype):
 
 def exact_model(path):
     """`ids -> logits` of exact float64 math on the dequantized weights of a llama or qwen2 file
-    (no RoPE scaling): ../shared's np_forward.py."""
-    src = open(os.path.join(SHARED, "reference/gen/np_forward.py")).read()
+    (no RoPE scaling): host-tests/fixtures/gen/references/np_forward.py."""
+    src = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "gen", "references", "np_forward.py")).read()
     scope = {}
     exec(src[: src.index("ref = json.load")], scope)  # its load() and forward(), not its main
     arch, kv, t = scope["load"](path)
@@ -317,7 +317,7 @@ def random_text():
 
 def vocab():
     print("\n== vocab: llama.cpp's test vocabularies")
-    corpus = json.load(open(os.path.join(SHARED, "reference/corpus.json")))
+    corpus = json.load(open(os.path.join(FIXTURES, "reference/corpus.json")))
     randoms = [random_text() for _ in range(int(os.environ.get("CROSSCHECK_TEXTS", "2000")))]
     for f in vocab_files():
         name = os.path.basename(f)
@@ -448,7 +448,7 @@ def model_with_vocab(vocab_path, arch, out):
 
 def chat():
     print("\n== chat: prompt ids of tiny models with real vocabularies")
-    corpus = [t for t in json.load(open(os.path.join(SHARED, "reference/corpus.json"))) if 0 < len(t) < 200]
+    corpus = [t for t in json.load(open(os.path.join(FIXTURES, "reference/corpus.json"))) if 0 < len(t) < 200]
     n = int(os.environ.get("CROSSCHECK_CHATS", "20"))
     for f in vocab_files():
         key = os.path.basename(f)[len("ggml-vocab-"):-len(".gguf")]
@@ -484,10 +484,10 @@ def chat():
 def embed():
     print("\n== embed: Model2Vec against the model2vec package")
     from model2vec import StaticModel
-    corpus = json.load(open(os.path.join(SHARED, "reference/corpus.json")))
+    corpus = json.load(open(os.path.join(FIXTURES, "reference/corpus.json")))
     n = int(os.environ.get("CROSSCHECK_EMBEDS", "1000"))
     texts = [random_text() for _ in range(n)] + [" ".join(rng.sample(corpus, rng.randint(2, 30))) for _ in range(n // 4)]
-    for d in sorted(glob.glob(os.path.join(SHARED, "models/m2v-*"))):
+    for d in sorted(glob.glob(os.path.join(FIXTURES, "models/m2v-*")) + glob.glob(os.path.join(FIXTURES, "models/potion-*"))):
         m = StaticModel.from_pretrained(d)
         want = m.encode(texts).astype(np.float64)  # the package computes in the file's float16
         want_ids = m.tokenize(texts)
@@ -530,8 +530,8 @@ def rounding_apart(path, seq, theirs, exact):
 
 def greedy():
     print("\n== greedy: real models, prompts from the corpus")
-    corpus = [t for t in json.load(open(os.path.join(SHARED, "reference/corpus.json"))) if 0 < len(t) < 300]
-    models = [(os.path.join(SHARED, "models/SmolLM2-135M-Instruct.Q4_1.gguf"), "chatml")]
+    corpus = [t for t in json.load(open(os.path.join(FIXTURES, "reference/corpus.json"))) if 0 < len(t) < 300]
+    models = [(os.path.join(FIXTURES, "models/SmolLM2-135M-Instruct.Q4_1.gguf"), "chatml")]
     gemma = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../models/gemma-3-270m-Q4_K_M.gguf")
     if os.path.exists(gemma):  # python3 models/fetch.py --model gemma3-270m
         models.append((gemma, "gemma"))

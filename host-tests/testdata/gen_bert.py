@@ -1,14 +1,14 @@
 """BERT sentence-embedding fixtures and llama.cpp's answers for them, in bert/:
 
 - vocab-wpm-*.gguf: vocabulary-only files of the WordPiece vocabulary of
-  ../shared/models/m2v-minilm-256 (all-MiniLM-L6-v2's, trimmed by Model2Vec to 29,525 tokens;
+  the fixture models/m2v-minilm-128-vq (all-MiniLM-L6-v2's, trimmed by Model2Vec to 29,525 tokens;
   [CLS] [SEP] [MASK] appended as control tokens, so their ids come from the keys, not llama.cpp's
   defaults), converted as llama.cpp's convert_hf_to_gguf converts one (phantom spaces: `▁word`,
   `##ing` -> `ing`), once as is (lowercase, accents stripped), once cased, once lowercase with
   accents kept;
 - tiny-bert-F16.gguf (mean pooling) and tiny-bert-cls-F16.gguf (CLS pooling): random small
   BERT encoders (seed 2026) over the first 3,000 of those tokens plus the three control ones;
-- reference.json: llama.cpp's ids of every text of ../shared/reference/vocab-reference.json
+- reference.json: llama.cpp's ids of every text of the fixture reference/vocab-reference.json
   and of some extra ones (plain, with special tokens parsed, and with [CLS]/[SEP]) under each
   vocabulary file, and for each tiny model the ids and llama.cpp's pooled, unnormalized
   embedding of some texts, from the F16 file and from its Q8_0 quantization.
@@ -24,7 +24,7 @@ from llama_cpp import Llama
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "bert")
-SHARED = os.path.join(HERE, "..", "..", "..", "shared")
+FIXTURES = os.environ.get("WASMIND_FIXTURES") or os.path.join(HERE, "..", "..", "target", "fixtures")  # cargo xtask fixtures
 assert llama_cpp.__version__ == "0.3.36", llama_cpp.__version__
 
 EXTRA_TEXTS = [
@@ -56,7 +56,7 @@ SHAPES = [
 
 
 def wordpiece_vocab():
-    t = json.load(open(os.path.join(SHARED, "models", "m2v-minilm-256", "tokenizer.json")))
+    t = json.load(open(os.path.join(FIXTURES, "models", "m2v-minilm-128-vq", "tokenizer.json")))
     inv = sorted(t["model"]["vocab"].items(), key=lambda kv: kv[1])
     assert [i for _, i in inv] == list(range(len(inv)))
     special = {a["content"] for a in t["added_tokens"] if a["special"]}
@@ -148,8 +148,8 @@ def quantize(src, dst, ftype):
 
 os.makedirs(OUT, exist_ok=True)
 tokens, special = wordpiece_vocab()
-texts = json.load(open(os.path.join(SHARED, "reference", "vocab-reference.json")))["texts"] + EXTRA_TEXTS
-ref = {"texts_from": "../shared/reference/vocab-reference.json texts, then `extra_texts`",
+texts = json.load(open(os.path.join(FIXTURES, "reference", "vocab-reference.json")))["texts"] + EXTRA_TEXTS
+ref = {"texts_from": "the fixture reference/vocab-reference.json texts, then `extra_texts`",
        "extra_texts": EXTRA_TEXTS, "vocab": {}, "models": {}}
 for name, lowercase, strip in [("uncased", None, None), ("cased", False, None), ("accents", True, False)]:
     path = os.path.join(OUT, f"vocab-wpm-{name}.gguf")

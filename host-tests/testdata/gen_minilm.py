@@ -13,10 +13,10 @@ import llama_cpp
 from llama_cpp import Llama
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SHARED = os.path.join(HERE, "..", "..", "..", "shared")
+FIXTURES = os.environ.get("WASMIND_FIXTURES") or os.path.join(HERE, "..", "..", "target", "fixtures")  # cargo xtask fixtures
 assert llama_cpp.__version__ == "0.3.36", llama_cpp.__version__
 path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "..", "models", "all-MiniLM-L6-v2-F16.gguf")
-texts = json.load(open(os.path.join(SHARED, "reference", "vocab-reference.json")))["texts"][:64] + [
+texts = json.load(open(os.path.join(FIXTURES, "reference", "vocab-reference.json")))["texts"][:64] + [
     "A man is eating food.", "A man is eating a piece of bread.", "The stock market fell sharply today.",
     "Héllo, WÖRLD! naïve café 日本語 😀", "", "word " * 700,
 ]

@@ -1,15 +1,15 @@
-"""llama.cpp's ids for pre-tokenizers that no vocabulary in ../shared has, each run on a vocabulary
+"""llama.cpp's ids for pre-tokenizers that no vocabulary fixture has, each run on a vocabulary
 that is there with its `tokenizer.ggml.pre` rewritten (as src/tokenizer/tests.rs rewrites it):
 the same merges, only the split differs.
 
 - qwen35-pre-tokenizer.json: Qwen 3.5's (`qwen35`: Qwen2's split pattern with combining marks,
-  \\p{M}, counted as letters) on ../shared/models/vocab/vocab-bpe-qwen2.gguf;
+  \\p{M}, counted as letters) on the fixture models/vocab/vocab-bpe-qwen2.gguf;
 - gpt-4o-pre-tokenizer.json: GPT-4o's (`gpt-4o`, also Phi-4-mini's and Llama 4's: letter runs
   cut where the case turns, `/` after punctuation) on vocab-bpe-llama-bpe.gguf.
 
-usage: python gen_patched_pre.py   (needs llama-cpp-python==0.3.36; reads ../../../shared)
+usage: python gen_patched_pre.py   (needs llama-cpp-python==0.3.36; reads target/fixtures)
 
-The texts are the corpus of ../shared/reference/vocab-reference.json, whose rows are kept only
+The texts are the corpus of the fixture reference/vocab-reference.json, whose rows are kept only
 where the ids differ from that file's rows for the unpatched vocabulary (the test takes the
 others from there), texts made to put what the pattern looks at everywhere it looks, and (for
 gpt-4o) random strings over an alphabet of letters of each case, marks, digits, apostrophes,
@@ -23,7 +23,7 @@ import llama_cpp
 from llama_cpp import Llama
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SHARED = os.path.join(HERE, "..", "..", "..", "shared")
+FIXTURES = os.environ.get("WASMIND_FIXTURES") or os.path.join(HERE, "..", "..", "target", "fixtures")  # cargo xtask fixtures
 assert llama_cpp.__version__ == "0.3.36", llama_cpp.__version__
 
 QWEN35_EXTRA = [
@@ -115,7 +115,7 @@ def llama_cpp_pieces(regex, texts):
 
 
 def patched_vocab(base, old, new):
-    b = open(os.path.join(SHARED, "models/vocab", base), "rb").read()
+    b = open(os.path.join(FIXTURES, "models/vocab", base), "rb").read()
     key = b"tokenizer.ggml.pre"
     at = b.index(struct.pack("<Q", len(key)) + key) + 8 + len(key) + 4  # past the value type
     n = struct.unpack("<Q", b[at:at + 8])[0]
@@ -123,7 +123,7 @@ def patched_vocab(base, old, new):
     return b[:at] + struct.pack("<Q", len(new)) + new.encode() + b[at + 8 + n:]
 
 
-ref = json.load(open(os.path.join(SHARED, "reference/vocab-reference.json")))
+ref = json.load(open(os.path.join(FIXTURES, "reference/vocab-reference.json")))
 for base, old, new, extra, regex in [
     ("vocab-bpe-qwen2.gguf", "qwen2", "qwen35", QWEN35_EXTRA, None),
     ("vocab-bpe-llama-bpe.gguf", "llama-bpe", "gpt-4o", GPT4O_EXTRA + gpt4o_random(400), GPT4O_REGEX),

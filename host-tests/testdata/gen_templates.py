@@ -1,4 +1,4 @@
-"""llama.cpp's renderings of conversations that ../shared/reference/templates.json does not hold,
+"""llama.cpp's renderings of conversations that the fixture reference/templates.json does not hold,
 for the chat templates wasmind implements, and llama.cpp's recognition of template programs.
 
 usage: python3 host-tests/testdata/gen_templates.py host-tests/testdata/templates-extra.json

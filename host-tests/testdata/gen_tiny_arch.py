@@ -1,4 +1,4 @@
-"""The suite's tiny models of the architectures ../shared has no fixture for (gemma2, granite,
+"""The suite's tiny models of the architectures the llama.cpp-made fixtures lack (gemma2, granite,
 smollm3, lfm2, exaone4, qwen35; and phi3's LongRoPE, YaRN), and llama.cpp's logits for them: arch/tiny-<arch>-F16.gguf and
 arch/reference.json.
 
@@ -19,7 +19,7 @@ factors) and partial RoPE, once above llama.cpp's 256 (its short factors); YaRN 
 on qwen3 and on gemma2 (its sliding-window layers scaled too).
 Types: F16 as committed, and (unless `types` says otherwise) Q8_0 as llama-quantize writes it
 from that F16 file (the test quantizes the F16 file at load instead: the same Q8_0 blocks).
-The reference has the shape of ../shared/models/tiny/tiny-arch-reference.json: the ids, and per
+The reference has the shape of the fixture models/tiny/tiny-arch-reference.json: the ids, and per
 file llama.cpp's top-5 and top-two margin at every position and its logits at the last 4.
 """
 import ctypes, json, os, sys

@@ -2,8 +2,9 @@
 that the reference tokenizers give them (llama.cpp for the six vocabulary-only GGUF files, Hugging
 Face `tokenizers` for the Model2Vec WordPiece tokenizer.json).
 
-usage: python3 host-tests/testdata/gen_tokenizer_fuzz.py SHARED_DIR host-tests/testdata/tokenizer-fuzz.json.zst
-       python3 host-tests/testdata/gen_tokenizer_fuzz.py SHARED_DIR /tmp/big.json.zst SEED SCALE
+usage: python3 host-tests/testdata/gen_tokenizer_fuzz.py FIXTURES_DIR host-tests/testdata/tokenizer-fuzz.json.zst
+       python3 host-tests/testdata/gen_tokenizer_fuzz.py FIXTURES_DIR /tmp/big.json.zst SEED SCALE
+(FIXTURES_DIR: target/fixtures, made by `cargo xtask fixtures`)
 The committed file is the first form (seed 14, scale 1). The second draws another seed with
 SCALE times as many random strings, for a longer hunt outside the suite:
   WASMIND_TOKENIZER_FUZZ=/tmp/big.json.zst cargo test --release -p host-tests --test tokenizer_fuzz
@@ -255,7 +256,7 @@ for f in sorted(os.listdir(os.path.join(shared, "models/vocab"))):
     print(f, len(ids), "texts", sum(map(len, ids)), "ids", len(special), "differ with special tokens parsed")
     del tok
 
-tk_rel = "models/m2v-minilm-256/tokenizer.json"
+tk_rel = "models/m2v-minilm-128-vq/tokenizer.json"  # all-MiniLM-L6-v2's WordPiece, as Model2Vec trimmed it
 tk = tokenizers.Tokenizer.from_file(os.path.join(shared, tk_rel))
 assert tk.truncation["max_length"] == 512
 wp = [e.ids for e in tk.encode_batch(texts, add_special_tokens=False)]

@@ -13,7 +13,7 @@ use host_tests::{
 
 fn smollm2(threads: u32, context: u32) -> Wasmind {
     let mut w = Wasmind::with_threads(threads).unwrap();
-    w.load_model_file(&shared(SMOLLM2), context).unwrap();
+    w.load_model_file(&fixture(SMOLLM2), context).unwrap();
     w
 }
 
@@ -412,7 +412,7 @@ fn hostile_chat_calls_fail_cleanly() {
     assert!(w.chat_start(8).unwrap().is_err());
     assert!(matches!(w.chat_next().unwrap(), Piece::End(_)));
     // A vocabulary without weights.
-    w.load_model_file(&shared("models/vocab/vocab-bpe-smollm.gguf"), 0)
+    w.load_model_file(&fixture("models/vocab/vocab-bpe-smollm.gguf"), 0)
         .unwrap();
     w.chat_add(ROLE_USER, "hi").unwrap();
     assert_eq!(w.chat_start(8).unwrap().unwrap_err().code, 5);
@@ -480,7 +480,7 @@ fn hostile_chat_calls_fail_cleanly() {
 
 #[test]
 fn echo_into_wasmind_chat_answers() {
-    // No --model: the default model from ../shared/models (tests never download).
+    // No --model: the default model in models/ (`cargo xtask fixtures` put it there).
     let out = wasmind_piped(
         &["chat", "--seed", "1", "--threads", "2"],
         b"What is the capital of France?\n",
@@ -575,7 +575,7 @@ fn wasmind_chat_skips_a_line_that_is_not_utf8() {
 
 /// `wasmind chat --model SmolLM2 args…` with `stdin` as its input, to the end.
 fn wasmind_chat(args: &[&str], stdin: &[u8]) -> std::process::Output {
-    let model = shared(SMOLLM2);
+    let model = fixture(SMOLLM2);
     let mut all = vec!["chat", "--model", model.to_str().unwrap()];
     all.extend_from_slice(args);
     wasmind_piped(&all, stdin)

@@ -43,7 +43,7 @@ fn help_on_every_command_prints_the_usage_and_runs_nothing() {
 
 #[test]
 fn unknown_options_missing_values_and_stray_arguments_are_errors() {
-    let tiny = shared("models/tiny/tiny-llama-F32.gguf");
+    let tiny = fixture("models/tiny/tiny-llama-F32.gguf");
     let tiny = tiny.to_str().unwrap();
     for (args, want) in [
         (vec!["chat", "--bogus"], "unknown option \"--bogus\""),
@@ -94,7 +94,7 @@ fn out_of_range_sampler_settings_fail_before_any_model_is_loaded() {
 /// (about 1 s on the development machine; a cached start takes a few hundredths).
 #[test]
 fn a_second_start_does_not_compile_the_module_again() {
-    let tiny = shared("models/tiny/tiny-llama-F32.gguf");
+    let tiny = fixture("models/tiny/tiny-llama-F32.gguf");
     let tiny = tiny.to_str().unwrap();
     for threads in ["0", "2"] {
         let args = ["info", "--threads", threads, "--model", tiny];

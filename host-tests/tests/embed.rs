@@ -18,7 +18,7 @@ fn parity(name: &str, threads: u32) {
     let r = json(&format!("reference/{name}.json"));
     let mut w = Wasmind::with_threads(threads).unwrap();
     let dim = w
-        .load_embedder_dir(&shared(&format!("models/{name}")))
+        .load_embedder_dir(&fixture(&format!("models/{name}")))
         .unwrap();
     assert_eq!(dim as u64, r["dim"].as_u64().unwrap());
     let mut worst = 1.0f64;
@@ -51,8 +51,13 @@ fn parity(name: &str, threads: u32) {
 }
 
 #[test]
-fn minilm_256_matches_model2vec() {
-    parity("m2v-minilm-256", 0);
+fn potion_base_8m_matches_model2vec() {
+    parity("potion-base-8M", 0);
+}
+
+#[test]
+fn potion_base_8m_f16_matches_model2vec() {
+    parity("potion-base-8M-f16", 2);
 }
 
 #[test]
@@ -199,36 +204,26 @@ fn bad_gguf_embedders_are_errors() {
     assert!(e.contains("UTF-8"), "{e}");
 }
 
-/// Where the all-MiniLM-L6-v2 file is looked for: `$WASMIND_MINILM`, then `models/` and
-/// `../shared/models/` as `all-MiniLM-L6-v2-F16.gguf` (`python3 models/fetch.py --model
-/// all-minilm-l6-v2` converts it into `models/`).
-fn minilm_file() -> Option<std::path::PathBuf> {
-    const NAME: &str = "all-MiniLM-L6-v2-F16.gguf";
-    let repo = std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+/// The all-MiniLM-L6-v2 file: `$WASMIND_MINILM`, else the fixture (`cargo xtask fixtures`
+/// converts it into `models/` with `python3 models/fetch.py --model all-minilm-l6-v2`).
+fn minilm_file() -> std::path::PathBuf {
     std::env::var_os("WASMIND_MINILM")
         .map(std::path::PathBuf::from)
-        .into_iter()
-        .chain([
-            repo.join("models").join(NAME),
-            shared(&format!("models/{NAME}")),
-        ])
-        .find(|p| p.is_file())
+        .unwrap_or_else(|| fixture("models/all-MiniLM-L6-v2-F16.gguf"))
 }
 
 /// The real all-MiniLM-L6-v2 against llama.cpp (`testdata/bert/minilm-reference.json`, made by
 /// `gen_minilm.py`): the ids of 70 texts (one cut at 512 tokens, [SEP] kept) and their unit
 /// vectors, on 2 threads; and the paraphrase pair that sentence-transformers' documentation
-/// scores 0.7553. Skipped, with a message, when the file is not there.
+/// scores 0.7553.
 #[test]
 fn all_minilm_l6_v2_matches_llama_cpp() {
-    let Some(path) = minilm_file() else {
-        println!(
-            "SKIPPED all_minilm_l6_v2_matches_llama_cpp: no all-MiniLM-L6-v2-F16.gguf in \
-             $WASMIND_MINILM, models/ or ../shared/models/ (fetch it: python3 models/fetch.py \
-             --model all-minilm-l6-v2)"
-        );
-        return;
-    };
+    let path = minilm_file();
+    assert!(
+        path.is_file(),
+        "{} is missing: run `cargo xtask fixtures`",
+        path.display()
+    );
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/bert");
     let r: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("minilm-reference.json")).unwrap()).unwrap();

@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use host_tests::{Wasmind, pack_texts};
 
-const MODELS: [&str; 2] = ["m2v-minilm-256", "m2v-minilm-128-vq"];
+const MODELS: [&str; 3] = ["potion-base-8M", "potion-base-8M-f16", "m2v-minilm-128-vq"];
 
 /// The 631 corpus texts, plus an empty text and repeats (so chunks differ in cost).
 fn texts() -> Vec<String> {
@@ -32,7 +32,7 @@ fn batch_equals_single_embed_for_any_thread_count() {
     let texts = texts();
     let refs: Vec<&[u8]> = texts.iter().map(|t| t.as_bytes()).collect();
     for name in MODELS {
-        let dir = shared(&format!("models/{name}"));
+        let dir = fixture(&format!("models/{name}"));
         // The reference: one `embed` call per text, single-threaded module.
         let mut st = Wasmind::single_threaded().unwrap();
         let dim = st.load_embedder_dir(&dir).unwrap();
@@ -111,7 +111,7 @@ fn raw_batch(w: &mut Wasmind, joined: &[u8], offsets: &[u32], dim: usize) -> (i3
 /// Both kinds of embedder: a Model2Vec directory and a BERT sentence encoder.
 #[test]
 fn bad_batches_are_errors() {
-    let dir = shared("models/m2v-minilm-128-vq");
+    let dir = fixture("models/m2v-minilm-128-vq");
     let bert =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/bert/tiny-bert-F16.gguf");
     for (threads, encoder) in [(0u32, false), (2, false), (0, true), (2, true)] {

@@ -59,8 +59,8 @@ fn a_helper_that_stalls_mid_chat_fails_the_reply_and_unload_still_works() {
     let _hang = Watchdog::new("a lost helper", Duration::from_secs(120));
     let mut w = Wasmind::threaded(2).unwrap();
     let heap0 = w.heap_in_use().unwrap();
-    w.load_model_file(&shared(SMOLLM2), 512).unwrap();
-    w.load_embedder_dir(&shared("models/m2v-minilm-256"))
+    w.load_model_file(&fixture(SMOLLM2), 512).unwrap();
+    w.load_embedder_dir(&fixture("models/potion-base-8M"))
         .unwrap();
     w.chat_add(ROLE_USER, "What is the capital of France?")
         .unwrap();

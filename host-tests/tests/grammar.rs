@@ -127,7 +127,7 @@ fn sampling(temperature: f32, seed: u32) -> Sampling {
 #[test]
 fn smollm2_schema_replies_parse_and_validate() {
     let mut w = Wasmind::with_threads(2).unwrap();
-    w.load_model_file(&shared(SMOLLM2), 2048).unwrap();
+    w.load_model_file(&fixture(SMOLLM2), 2048).unwrap();
     let schemas = schemas();
     for temperature in [0.0, 0.8] {
         let (mut n, mut tokens, mut masks) = (0, 0, 0);
@@ -156,7 +156,7 @@ fn smollm2_schema_replies_parse_and_validate() {
 /// SentencePiece vocabulary of 512 tokens added: the 256 byte tokens (so the model writes
 /// partial UTF-8 characters too), printable ASCII, `▁` words, and the ChatML control tokens.
 fn tiny_with_vocab(file: &str) -> Vec<u8> {
-    let src = std::fs::read(shared(file)).unwrap();
+    let src = read(file);
     let mut tokens: Vec<String> = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
         .iter()
         .map(|s| s.to_string())
@@ -380,7 +380,7 @@ fn tiny_models_schema_replies_parse_and_validate() {
 #[test]
 fn gbnf_grammars_json_object_mode_and_errors_through_the_abi() {
     let mut w = Wasmind::with_threads(1).unwrap();
-    w.load_model_file(&shared(SMOLLM2), 1024).unwrap();
+    w.load_model_file(&fixture(SMOLLM2), 1024).unwrap();
     w.sampler_set(&Sampling::GREEDY).unwrap();
     // A reply under grammar `g` of `kind`, and its text.
     let ask = |w: &mut Wasmind, kind: u32, g: &str, prompt: &str| -> (Reply, String) {
@@ -586,7 +586,7 @@ fn command_line_json_schema_grammar_and_json() {
 #[test]
 fn json_grammar_decode_speed() {
     let mut w = Wasmind::with_threads(2).unwrap();
-    w.load_model_file(&shared(SMOLLM2), 2048).unwrap();
+    w.load_model_file(&fixture(SMOLLM2), 2048).unwrap();
     w.sampler_set(&Sampling::GREEDY).unwrap();
     let prompt =
         "Write a JSON object describing three books with title, author, year and a list of themes.";

@@ -49,7 +49,7 @@ fn load_chat_embed_unload_cycles_give_the_memory_back() {
         let start = w.heap_in_use().unwrap();
         let mut after = Vec::new();
         for cycle in 0..cycles() {
-            w.load_model_file(&shared(SMOLLM2), 256).unwrap();
+            w.load_model_file(&fixture(SMOLLM2), 256).unwrap();
             w.sampler_set(&Sampling {
                 seed: cycle as u64,
                 ..Sampling::default()
@@ -60,7 +60,7 @@ fn load_chat_embed_unload_cycles_give_the_memory_back() {
             let reply = w.chat_reply(8, |_| {}).unwrap().unwrap();
             assert!(!reply.ids.is_empty());
             let dim = w
-                .load_embedder_dir(&shared("models/m2v-minilm-256"))
+                .load_embedder_dir(&fixture("models/potion-base-8M"))
                 .unwrap();
             w.embed(texts[0], dim).unwrap();
             w.embed_batch(&texts, dim).unwrap();
@@ -102,7 +102,7 @@ fn replies_are_the_same_for_any_thread_count_seed_and_stop() {
     let replies = setting("WASMIND_SOAK_REPLIES", 12);
     let open = |threads| {
         let mut w = Wasmind::with_threads(threads).unwrap();
-        w.load_model_file(&shared(SMOLLM2), 512).unwrap();
+        w.load_model_file(&fixture(SMOLLM2), 512).unwrap();
         w
     };
     let mut reference = open(0);
@@ -173,7 +173,8 @@ fn refills() -> usize {
 
 fn smollm2(threads: u32) -> Wasmind {
     let mut w = Wasmind::with_threads(threads).unwrap();
-    w.load_model_file(&shared(SMOLLM2), REFILL_CONTEXT).unwrap();
+    w.load_model_file(&fixture(SMOLLM2), REFILL_CONTEXT)
+        .unwrap();
     w
 }
 
@@ -346,10 +347,10 @@ fn unloading_frees_what_the_tokenizers_read() {
     let text = random_words(8000);
     let texts: Vec<&[u8]> = text.as_bytes().chunks(4096).collect();
     let mut w = Wasmind::single_threaded().unwrap();
-    let dir = shared("models/m2v-minilm-256");
+    let dir = fixture("models/potion-base-8M");
     // A cycle with a short text first: what a load and unload leave by themselves.
     let cycle = |w: &mut Wasmind, texts: &[&[u8]]| {
-        w.load_model_file(&shared(SMOLLM2), 256).unwrap();
+        w.load_model_file(&fixture(SMOLLM2), 256).unwrap();
         let ids = w.tokenize(texts.concat().as_slice(), 0).unwrap();
         let dim = w.load_embedder_dir(&dir).unwrap();
         w.embed_batch(texts, dim).unwrap();
@@ -379,7 +380,7 @@ fn unloading_frees_what_the_tokenizers_read() {
 fn unloading_after_a_reply_frees_the_samplers_buffers() {
     let mut w = Wasmind::single_threaded().unwrap();
     let start = w.heap_in_use().unwrap();
-    w.load_model_file(&shared(SMOLLM2), 256).unwrap();
+    w.load_model_file(&fixture(SMOLLM2), 256).unwrap();
     w.sampler_set(&Sampling::default()).unwrap();
     w.chat_add(ROLE_USER, "What is the capital of France?")
         .unwrap();

@@ -18,7 +18,7 @@ fn tiny_models_match_llama_cpp_inside_the_module() {
     for (build, threads) in Build::ALL.into_iter().flat_map(|b| [(b, 0u32), (b, 2)]) {
         for (file, m) in r["models"].as_object().unwrap() {
             let mut w = Wasmind::with_build(build, threads).unwrap();
-            w.load_model_file(&shared(&format!("models/tiny/{file}")), 64)
+            w.load_model_file(&fixture(&format!("models/tiny/{file}")), 64)
                 .unwrap();
             let logits = w.prefill_logits(&ids).unwrap();
             let (mut decisive, mut agree) = (0, 0);
@@ -65,7 +65,7 @@ fn smollm2_perplexity_and_argmax_match_llama_cpp() {
     let r = json("reference/smollm2-q4_1.json");
     for build in Build::ALL {
         let mut w = Wasmind::with_build(build, 2).unwrap();
-        w.load_model_file(&shared(SMOLLM2), 1024).unwrap();
+        w.load_model_file(&fixture(SMOLLM2), 1024).unwrap();
         for forced in r["forced"].as_array().unwrap() {
             check_forced(&mut w, forced, &format!("smollm2 ({})", build.name()));
         }
@@ -116,7 +116,7 @@ fn logits_are_bit_identical_across_thread_counts() {
     ];
     let run = |build: Build, threads: u32| {
         let mut w = Wasmind::with_build(build, threads).unwrap();
-        w.load_model_file(&shared(SMOLLM2), 256).unwrap();
+        w.load_model_file(&fixture(SMOLLM2), 256).unwrap();
         let mut rows = w.prefill_logits(&ids).unwrap();
         // And one decode step after the batch.
         let vocab = rows[0].len();
@@ -314,7 +314,7 @@ fn a_key_past_the_f16_cache_range_is_named_on_every_thread_count() {
 #[test]
 fn full_context_is_a_clear_status() {
     let mut w = Wasmind::single_threaded().unwrap();
-    w.load_model_file(&shared("models/tiny/tiny-llama-Q4_0.gguf"), 16)
+    w.load_model_file(&fixture("models/tiny/tiny-llama-Q4_0.gguf"), 16)
         .unwrap();
     let vocab = w.vocab().unwrap();
     w.prefill(&(1..=16).collect::<Vec<u32>>()).unwrap();
@@ -391,7 +391,7 @@ fn qwen3_gemma3_phi3_match_llama_cpp_inside_the_module() {
     let run_build = |build: Build, file: &str, threads: u32, quantize: u32| {
         let mut w = Wasmind::with_build(build, threads).unwrap();
         w.set_quantize(quantize).unwrap();
-        w.load_model_file(&shared(&format!("models/tiny/{file}")), 64)
+        w.load_model_file(&fixture(&format!("models/tiny/{file}")), 64)
             .unwrap();
         let mut rows = w.prefill_logits(&ids[..ids.len() - 1]).unwrap();
         let vocab = rows[0].len();
@@ -562,36 +562,26 @@ fn set_quantize_refuses_types_it_cannot_write() {
     w.set_quantize(0).unwrap();
 }
 
-/// Where the Gemma 3 270M file is looked for: `$WASMIND_GEMMA`, then `models/` and
-/// `../shared/models/` as `gemma-3-270m-Q4_K_M.gguf` (`python3 models/fetch.py --model
-/// gemma3-270m` puts it in `models/`).
-fn gemma_file() -> Option<std::path::PathBuf> {
-    const NAME: &str = "gemma-3-270m-Q4_K_M.gguf";
-    let repo = std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+/// The Gemma 3 270M file: `$WASMIND_GEMMA`, else the fixture (`cargo xtask fixtures` fetches it
+/// into `models/` with `python3 models/fetch.py --model gemma3-270m`).
+fn gemma_file() -> std::path::PathBuf {
     std::env::var_os("WASMIND_GEMMA")
         .map(std::path::PathBuf::from)
-        .into_iter()
-        .chain([
-            repo.join("models").join(NAME),
-            shared(&format!("models/{NAME}")),
-        ])
-        .find(|p| p.is_file())
+        .unwrap_or_else(|| fixture("models/gemma-3-270m-Q4_K_M.gguf"))
 }
 
 /// Gemma 3 270M Q4_K_M against llama.cpp (`reference/gemma3-270m-q4_k_m.json`): teacher-forced
 /// perplexity within 2 % and its argmax at every decisive position; for the 12 chat prompts
 /// (Gemma template, BOS) the same prompt ids, its argmax at every decisive teacher-forced reply
-/// step, and a greedy reply equal to its own up to its first near-tie. Skipped, with a message,
-/// when the file is not there.
+/// step, and a greedy reply equal to its own up to its first near-tie.
 #[test]
 fn gemma3_270m_matches_llama_cpp() {
-    let Some(path) = gemma_file() else {
-        println!(
-            "SKIPPED gemma3_270m_matches_llama_cpp: no gemma-3-270m-Q4_K_M.gguf in $WASMIND_GEMMA, \
-             models/ or ../shared/models/ (fetch it: python3 models/fetch.py --model gemma3-270m)"
-        );
-        return;
-    };
+    let path = gemma_file();
+    assert!(
+        path.is_file(),
+        "{} is missing: run `cargo xtask fixtures`",
+        path.display()
+    );
     let r = json("reference/gemma3-270m-q4_k_m.json");
     let mut w = Wasmind::with_threads(2).unwrap();
     w.load_model_file(&path, 1024).unwrap();

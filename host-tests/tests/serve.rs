@@ -26,9 +26,9 @@ impl Drop for Server {
 fn start(extra: &[&str]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_wasmind"))
         .args(["serve", "--model"])
-        .arg(shared(SMOLLM2))
+        .arg(fixture(SMOLLM2))
         .arg("--embed-model")
-        .arg(shared("models/m2v-minilm-256"))
+        .arg(fixture("models/potion-base-8M"))
         .args(["--threads", "2", "--ctx", "2048", "--port", "0"])
         .args(extra)
         .stdout(Stdio::null())
@@ -36,12 +36,14 @@ fn start(extra: &[&str]) -> Server {
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut log = String::new();
     let port = loop {
-        let line = lines
-            .next()
-            .expect("the server ended before listening")
-            .unwrap();
+        let Some(line) = lines.next().map(Result::unwrap) else {
+            panic!("the server ended before listening; its output:\n{log}");
+        };
         eprintln!("{line}");
+        log += &line;
+        log.push('\n');
         if let Some(rest) = line.strip_prefix("wasmind serve: http://127.0.0.1:") {
             break rest.split('/').next().unwrap().parse().unwrap();
         }
@@ -80,7 +82,7 @@ fn errors_limits_auth_and_disconnect() {
     let (status, body) = http(port, "GET", "/v1/models", auth, "");
     assert_eq!(status, 200, "{body}");
     assert!(
-        body.contains("SmolLM2") && body.contains("m2v-minilm-256"),
+        body.contains("SmolLM2") && body.contains("potion-base-8M"),
         "{body}"
     );
     let (status, body) = http(
@@ -231,7 +233,10 @@ fn curl_and_the_official_openai_client() {
         .status()
         .is_ok_and(|s| s.success());
     if !have_openai {
-        println!("SKIPPED the openai client part: `pip install openai` to run it");
+        skipped(
+            "serve: the official openai client",
+            "python3 cannot import openai (pip install openai)",
+        );
         return;
     }
     let script = r#"

@@ -1,5 +1,5 @@
 //! Chat templates through the real module: every rendering llama.cpp made
-//! (`../shared/reference/templates.json`, and `testdata/templates-extra.json` for conversations
+//! (the fixture `reference/templates.json`, and `testdata/templates-extra.json` for conversations
 //! that file does not hold) comes out of `template_render` byte for byte, and out of
 //! `wasmind template NAME` too.
 

@@ -33,7 +33,7 @@ fn vocabulary_files_match_llama_cpp() {
     assert_eq!(texts.len(), 631);
     let mut w = Wasmind::single_threaded().unwrap();
     for (file, refs) in r["files"].as_object().unwrap() {
-        w.load_model_file(&shared(&format!("models/vocab/{file}")), 0)
+        w.load_model_file(&fixture(&format!("models/vocab/{file}")), 0)
             .unwrap();
         check_file(&mut w, &texts, refs.as_array().unwrap(), file);
     }
@@ -45,7 +45,7 @@ fn smollm2_matches_llama_cpp_and_round_trips() {
     let refs = r["tokenize"].as_array().unwrap();
     let texts: Vec<&str> = refs.iter().map(|t| t["text"].as_str().unwrap()).collect();
     let mut w = Wasmind::threaded(1).unwrap();
-    w.load_model_file(&shared(SMOLLM2), 256).unwrap();
+    w.load_model_file(&fixture(SMOLLM2), 256).unwrap();
     check_file(&mut w, &texts, refs, "SmolLM2");
     for text in &texts {
         let ids = w.tokenize(text.as_bytes(), 0).unwrap();
@@ -75,7 +75,7 @@ fn bad_text_is_an_error() {
     // No model yet.
     let e = w.tokenize(b"hello", 0).unwrap_err().to_string();
     assert!(e.contains("(-5)"), "{e}");
-    w.load_model_file(&shared("models/vocab/vocab-bpe-smollm.gguf"), 0)
+    w.load_model_file(&fixture("models/vocab/vocab-bpe-smollm.gguf"), 0)
         .unwrap();
     let e = w.tokenize(b"caf\xc3", 0).unwrap_err().to_string();
     assert!(e.contains("(-7)") && e.contains("UTF-8"), "{e}");

@@ -142,7 +142,7 @@ fn random_strings_match_llama_cpp_and_hf_tokenizers() {
         let refs = wp["ids"].as_array().unwrap();
         assert_eq!(refs.len(), texts.len());
         let mut scratch = HfScratch::default();
-        let mut tally = Tally::new("WordPiece (m2v-minilm-256)");
+        let mut tally = Tally::new("WordPiece (all-MiniLM-L6-v2's, in m2v-minilm-128-vq)");
         for (i, text) in texts.iter().enumerate() {
             tok.encode(text, limit, &mut scratch, &mut ids).unwrap();
             tally.check(i, &ids, &u32s(&refs[i]), "add_special_tokens=False");

@@ -1,4 +1,4 @@
-//! The embedder against the Python `model2vec` 0.10 references in `shared/reference/`
+//! The embedder against the Python `model2vec` 0.10 references in the fixtures (`reference/`)
 //! (pooled ids and vectors of every corpus text), and against hostile inputs.
 
 use super::*;
@@ -8,7 +8,7 @@ use alloc::string::String;
 use alloc::vec;
 use std::vec::Vec as StdVec;
 
-use crate::testutil::read_shared as read;
+use crate::testutil::read_fixture as read;
 
 /// The three files of a model directory.
 struct ModelFiles {
@@ -145,8 +145,14 @@ fn parity(name: &str) {
 }
 
 #[test]
-fn parity_m2v_minilm_256() {
-    parity("m2v-minilm-256");
+fn parity_potion_base_8m() {
+    parity("potion-base-8M");
+}
+
+/// The same model with F16 rows (converted to f32 at load; the F32 rows above are used in place).
+#[test]
+fn parity_potion_base_8m_f16() {
+    parity("potion-base-8M-f16");
 }
 
 #[test]
@@ -241,7 +247,8 @@ fn non_finite_rows_are_errors_and_large_ones_normalize() {
 /// also when the memo is already warm.
 #[test]
 fn remembered_characters_tokenize_as_the_first_time() {
-    let files = model_files("m2v-minilm-256");
+    // all-MiniLM-L6-v2's WordPiece vocabulary (as Model2Vec trimmed it), whose ids these are.
+    let files = model_files("m2v-minilm-128-vq");
     let e = Embedder::load(&files.safetensors, &files.tokenizer, &files.config).unwrap();
     let once = "e\u{301}\u{316} \u{1E0A}\u{323}x \u{E4}\u{F71}\u{F72} a\u{323}\u{1D165}\u{300}b \
                 \u{C9}COLE \u{E9}cole \u{4E2D}\u{6587} \u{D55C}\u{AD6D} \u{1C4} \u{130}stanbul \
@@ -397,7 +404,7 @@ use crate::testutil::cpu_seconds;
 #[test]
 #[ignore]
 fn bench_corpus() {
-    let corpus: StdVec<String> = reference("m2v-minilm-256")
+    let corpus: StdVec<String> = reference("potion-base-8M")
         .rows
         .into_iter()
         .map(|r| r.text)
@@ -412,7 +419,7 @@ fn bench_corpus() {
     .into();
     // M2V_BENCH=substring picks the lines to run, e.g. "256 corpus ids".
     let only = std::env::var("M2V_BENCH").unwrap_or_default();
-    for name in ["m2v-minilm-256", "m2v-minilm-128-vq"] {
+    for name in ["potion-base-8M", "m2v-minilm-128-vq"] {
         let files = model_files(name);
         let e = Embedder::load(&files.safetensors, &files.tokenizer, &files.config).unwrap();
         let mut s = EmbedScratch::new();
@@ -461,7 +468,7 @@ fn bench_corpus() {
 fn sweep() {
     let path = std::env::var("M2V_SWEEP").expect("M2V_SWEEP=path of sweep.py's output");
     let text = std::fs::read_to_string(&path).unwrap();
-    let files = model_files("m2v-minilm-256");
+    let files = model_files("m2v-minilm-128-vq");
     let e = Embedder::load(&files.safetensors, &files.tokenizer, &files.config).unwrap();
     let mut s = EmbedScratch::new();
     let mut ids = Vec::new();

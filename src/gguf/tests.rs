@@ -1,20 +1,20 @@
-//! Tests of the GGUF reader: every shared model file parses; hostile variants (truncated,
+//! Tests of the GGUF reader: every fixture model file parses; hostile variants (truncated,
 //! corrupted, absurd) fail with an error and never panic.
 
 use super::*;
-use crate::testutil::{Rng, missing, read_shared, shared};
+use crate::testutil::{Rng, fixture, missing, read_fixture};
 use alloc::string::String;
 use alloc::vec;
 use std::fs;
 
 fn read(rel: &str) -> Vec<u8> {
-    read_shared(&std::format!("models/{rel}"))
+    read_fixture(&std::format!("models/{rel}"))
 }
 
 fn gguf_files() -> Vec<String> {
     let mut out = Vec::new();
     for dir in ["tiny", "vocab"] {
-        let path = shared(&std::format!("models/{dir}"));
+        let path = fixture(&std::format!("models/{dir}"));
         let entries = fs::read_dir(&path).unwrap_or_else(|e| panic!("{}", missing(&path, &e)));
         for e in entries {
             let name = e.unwrap().file_name().into_string().unwrap();
@@ -26,7 +26,7 @@ fn gguf_files() -> Vec<String> {
     out.sort();
     out.push("SmolLM2-135M-Instruct.Q4_1.gguf".into());
     // At least the tiny llama/qwen2 files of every tensor type, the vocabulary files and the
-    // SmolLM2 file (shared/ gains files over time: more architectures).
+    // SmolLM2 file (the fixtures gain files over time: more architectures).
     let count = |prefix: &str| out.iter().filter(|f| f.starts_with(prefix)).count();
     assert!(
         count("tiny/tiny-llama-") >= 11 && count("tiny/tiny-qwen2-") >= 2 && count("vocab/") >= 6,

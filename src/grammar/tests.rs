@@ -866,7 +866,7 @@ fn vocabulary_mask_agrees_with_single_checks() {
         "models/vocab/vocab-bpe-smollm.gguf",
         "models/vocab/vocab-spm-gemma3.gguf",
     ] {
-        let bytes = crate::testutil::read_shared(rel);
+        let bytes = crate::testutil::read_fixture(rel);
         let tok = Tokenizer::from_gguf(&Gguf::parse(&bytes).unwrap()).unwrap();
         let table = TokenTable::new(&tok).unwrap();
         let schema = r#"{"type":"object","properties":{"name":{"type":"string"},"tags":{"type":"array","items":{"enum":["a","b"]}},"n":{"type":"integer"}},"required":["name","tags","n"]}"#;
@@ -913,7 +913,7 @@ fn vocabulary_mask_agrees_with_single_checks() {
 fn vocabulary_mask_timing() {
     use crate::gguf::Gguf;
     use crate::tokenizer::Tokenizer;
-    let bytes = crate::testutil::read_shared("models/vocab/vocab-bpe-smollm.gguf");
+    let bytes = crate::testutil::read_fixture("models/vocab/vocab-bpe-smollm.gguf");
     let tok = Tokenizer::from_gguf(&Gguf::parse(&bytes).unwrap()).unwrap();
     let t0 = std::time::Instant::now();
     let table = TokenTable::new(&tok).unwrap();
@@ -941,7 +941,7 @@ fn vocabulary_mask_timing() {
 fn per_token_check_timing() {
     use crate::gguf::Gguf;
     use crate::tokenizer::{Tokenizer, Work};
-    let bytes = crate::testutil::read_shared("models/vocab/vocab-bpe-smollm.gguf");
+    let bytes = crate::testutil::read_fixture("models/vocab/vocab-bpe-smollm.gguf");
     let tok = Tokenizer::from_gguf(&Gguf::parse(&bytes).unwrap()).unwrap();
     let table = TokenTable::new(&tok).unwrap();
     let text = r#"{"books": [{"title": "The Name of the Wind", "author": "Patrick Rothfuss", "year": 2007, "themes": ["magic", "music", "coming of age"]}, {"title": "Dune", "author": "Frank Herbert", "year": 1965, "themes": ["ecology", "politics", {"deep": [[[1, 2], {"x": null}]]}]}]}"#;

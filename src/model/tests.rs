@@ -1,5 +1,5 @@
 //! The forward pass against llama.cpp on the tiny random-weight models (every tensor type, and
-//! qwen2 with attention biases): `../shared/models/tiny/tiny-reference.json`.
+//! qwen2 with attention biases): `models/tiny/tiny-reference.json` (a fixture).
 
 use std::string::String;
 use std::vec::Vec;
@@ -7,7 +7,7 @@ use std::vec::Vec;
 use super::{LoadOptions, Model};
 use crate::gguf::Gguf;
 use crate::quant::GgmlType;
-use crate::testutil::{read_shared, u32s};
+use crate::testutil::{read_fixture, u32s};
 
 /// Positions where llama.cpp's top two logits are this far apart must have the same argmax.
 const DECISIVE_MARGIN: f32 = 0.5;
@@ -26,12 +26,12 @@ fn argmax(xs: &[f32]) -> usize {
 }
 
 fn reference() -> serde_json::Value {
-    serde_json::from_slice(&read_shared("models/tiny/tiny-reference.json")).unwrap()
+    serde_json::from_slice(&read_fixture("models/tiny/tiny-reference.json")).unwrap()
 }
 
 fn run(file: &str, ids: &[u32], context: usize) -> Vec<Vec<f32>> {
     run_bytes(
-        read_shared(&std::format!("models/tiny/{file}")),
+        read_fixture(&std::format!("models/tiny/{file}")),
         ids,
         context,
         None,
@@ -109,7 +109,7 @@ fn bits(xs: &[f32]) -> Vec<u32> {
 fn one_token_at_a_time_equals_the_batch() {
     let r = reference();
     let ids: Vec<u32> = u32s(&r["tokens"]);
-    let mut bytes = read_shared("models/tiny/tiny-llama-Q8_0.gguf");
+    let mut bytes = read_fixture("models/tiny/tiny-llama-Q8_0.gguf");
     let g = Gguf::parse_for_model(&mut bytes).unwrap();
     let batched = run("tiny-llama-Q8_0.gguf", &ids, 64);
     let mut model = Model::load(&g, 64).unwrap();
@@ -126,7 +126,7 @@ fn one_token_at_a_time_equals_the_batch() {
 
 #[test]
 fn a_full_context_is_an_error_not_a_write_past_the_end() {
-    let mut bytes = read_shared("models/tiny/tiny-llama-Q4_0.gguf");
+    let mut bytes = read_fixture("models/tiny/tiny-llama-Q4_0.gguf");
     let g = Gguf::parse_for_model(&mut bytes).unwrap();
     let mut model = Model::load(&g, 8).unwrap();
     model.forward(&[1, 2, 3, 4, 5, 6, 7], None).unwrap();
@@ -143,7 +143,7 @@ fn a_full_context_is_an_error_not_a_write_past_the_end() {
 }
 
 /// qwen3, gemma3 (16-token window: the 48 positions cross it) and phi3 against llama.cpp:
-/// `../shared/models/tiny/tiny-arch-reference.json` (top-5 ids, top-two margins, last-4 logits).
+/// `models/tiny/tiny-arch-reference.json` (a fixture) (top-5 ids, top-two margins, last-4 logits).
 fn check_arch_file(r: &serde_json::Value, file: &str, logits: &[Vec<f32>]) -> Option<String> {
     let m = &r["models"][file];
     let n = logits.len();
@@ -178,7 +178,7 @@ fn check_arch_file(r: &serde_json::Value, file: &str, logits: &[Vec<f32>]) -> Op
 
 fn arch_reference() -> (serde_json::Value, Vec<u32>) {
     let r: serde_json::Value =
-        serde_json::from_slice(&read_shared("models/tiny/tiny-arch-reference.json")).unwrap();
+        serde_json::from_slice(&read_fixture("models/tiny/tiny-arch-reference.json")).unwrap();
     let ids = u32s(&r["tokens"]);
     (r, ids)
 }
@@ -194,7 +194,7 @@ fn qwen3_gemma3_phi3_match_llama_cpp() {
     assert!(failures.is_empty(), "differ from llama.cpp: {failures:?}");
 }
 
-/// This repository's tiny models of the architectures ../shared has none of:
+/// The tiny models of the architectures the fixtures lack (gemma2, granite, ...):
 /// `host-tests/testdata/arch/` (made by its `gen_tiny_arch.py` with llama.cpp's logits).
 fn repo_arch(file: &str) -> Vec<u8> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("host-tests/testdata/arch");
@@ -532,7 +532,7 @@ fn bad_scales_and_unread_tensors_are_refused() {
     }
     // "output.weight" -> "outpux.weight": the output falls back to the tied embeddings, and
     // the renamed tensor is read by nothing
-    let mut bytes = read_shared("models/tiny/tiny-llama-Q8_0.gguf");
+    let mut bytes = read_fixture("models/tiny/tiny-llama-Q8_0.gguf");
     let at = bytes
         .windows(13)
         .position(|w| w == b"output.weight")
@@ -565,8 +565,8 @@ fn matrices<'m>(m: &'m Model<'_>) -> Vec<(String, GgmlType, &'m [u8])> {
 fn quantize_at_load_equals_llama_quantize() {
     let (r, ids) = arch_reference();
     for arch in ["llama", "qwen2", "qwen3", "gemma3", "phi3"] {
-        let mut dense = read_shared(&std::format!("models/tiny/tiny-{arch}-F32.gguf"));
-        let mut q8 = read_shared(&std::format!("models/tiny/tiny-{arch}-Q8_0.gguf"));
+        let mut dense = read_fixture(&std::format!("models/tiny/tiny-{arch}-F32.gguf"));
+        let mut q8 = read_fixture(&std::format!("models/tiny/tiny-{arch}-Q8_0.gguf"));
         let gd = Gguf::parse_for_model(&mut dense).unwrap();
         let gq = Gguf::parse_for_model(&mut q8).unwrap();
         let opts = LoadOptions {
@@ -610,7 +610,7 @@ fn quantize_at_load_equals_llama_quantize() {
 
 #[test]
 fn quantize_at_load_refuses_other_types() {
-    let mut bytes = read_shared("models/tiny/tiny-qwen3-F32.gguf");
+    let mut bytes = read_fixture("models/tiny/tiny-qwen3-F32.gguf");
     let g = Gguf::parse_for_model(&mut bytes).unwrap();
     let opts = LoadOptions {
         context: 16,
@@ -624,7 +624,7 @@ fn quantize_at_load_refuses_other_types() {
 /// the kernels read that layout, so a plainly parsed file is refused, not misread.
 #[test]
 fn a_model_needs_grouped_weights() {
-    let bytes = read_shared("models/tiny/tiny-llama-Q4_0.gguf");
+    let bytes = read_fixture("models/tiny/tiny-llama-Q4_0.gguf");
     let g = Gguf::parse(&bytes).unwrap();
     assert!(!g.weights_grouped());
     let e = Model::load(&g, 16).err().unwrap();
@@ -646,7 +646,7 @@ fn a_non_finite_scale_is_refused_at_load() {
         ),
         ("tiny-qwen3-Q8_0.gguf", "blk.0.attn_q.weight", 34, 0xfe00),
     ] {
-        let mut bytes = read_shared(&std::format!("models/tiny/{file}"));
+        let mut bytes = read_fixture(&std::format!("models/tiny/{file}"));
         let at = {
             let g = Gguf::parse(&bytes).unwrap();
             let t = g.tensor(name).unwrap();
@@ -683,7 +683,7 @@ fn the_f16_cache_is_read_directly_only_by_small_batches_of_finite_scaled_queries
 /// matrix set to 65504, the largest f16.
 #[test]
 fn keys_past_the_f16_cache_range_are_an_error() {
-    let mut bytes = read_shared("models/tiny/tiny-llama-Q4_0.gguf");
+    let mut bytes = read_fixture("models/tiny/tiny-llama-Q4_0.gguf");
     let (at, len) = {
         let g = Gguf::parse(&bytes).unwrap();
         let t = g.tensor("blk.0.attn_k.weight").unwrap();
@@ -713,7 +713,7 @@ fn keys_past_the_f16_cache_range_are_an_error() {
 /// `file` with the tensor info of `name` changed: its dims replaced by `dims` (same count of
 /// dims) or, when `dims` is empty, its name's last byte changed (the tensor goes missing).
 fn patched(file: &str, name: &str, dims: &[u64]) -> Vec<u8> {
-    let mut bytes = read_shared(&std::format!("models/tiny/{file}"));
+    let mut bytes = read_fixture(&std::format!("models/tiny/{file}"));
     let at = after_string(&bytes, name);
     if dims.is_empty() {
         bytes[at - 1] ^= 0x20;
@@ -781,7 +781,7 @@ fn sliding_window_ring_steps_and_truncation() {
     let (_, ids) = arch_reference();
     let file = "tiny-gemma3-Q8_0.gguf";
     let batched = run(file, &ids, 64);
-    let mut bytes = read_shared(&std::format!("models/tiny/{file}"));
+    let mut bytes = read_fixture(&std::format!("models/tiny/{file}"));
     let g = Gguf::parse_for_model(&mut bytes).unwrap();
     let mut model = Model::load(&g, 64).unwrap();
     let full = Model::load(&g, 4096).unwrap(); // the global layers' share grows with context

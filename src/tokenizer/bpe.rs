@@ -315,7 +315,7 @@ mod tests {
     /// The heap (long words) and the scan (short words) merge in the same order.
     #[test]
     fn heap_and_scan_agree() {
-        let bytes = crate::testutil::read_shared("models/vocab/vocab-bpe-smollm.gguf");
+        let bytes = crate::testutil::read_fixture("models/vocab/vocab-bpe-smollm.gguf");
         let g = Gguf::parse(&bytes).unwrap();
         let tok = crate::tokenizer::Tokenizer::from_gguf(&g).unwrap();
         let mut rng = crate::testutil::Rng(0x2545_F491_4F6C_DD1D);

@@ -1,4 +1,4 @@
-//! Tokenizer tests against llama.cpp's ids (`shared/reference`), never against ourselves.
+//! Tokenizer tests against llama.cpp's ids (the fixtures' `reference/`), never against ourselves.
 
 use super::pretokenize::{PreTokenizer, Splitter};
 use super::*;
@@ -8,7 +8,7 @@ use alloc::string::String;
 use alloc::vec;
 
 use crate::testutil::Rng;
-use crate::testutil::read_shared as read;
+use crate::testutil::read_fixture as read;
 
 fn load(rel: &str) -> Tokenizer {
     let bytes = read(rel);
@@ -718,7 +718,7 @@ fn bench_encode_corpus() {
     }
 }
 
-/// A pre-tokenizer that no vocabulary in ../shared has, against llama.cpp: vocabulary `base`
+/// A pre-tokenizer that no vocabulary fixture has, against llama.cpp: vocabulary `base`
 /// with its `tokenizer.ggml.pre` rewritten from `old` to `new` (the same merges, another
 /// split), on the texts of host-tests/testdata/`new`-pre-tokenizer.json (from its
 /// gen_patched_pre.py): the corpus rows whose ids differ from `base`'s own, then texts made

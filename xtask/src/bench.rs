@@ -18,7 +18,7 @@
 //!   check and the masked draws cost (the target is >= 0.8x unconstrained decode).
 //! - `tokenize`: the 631 corpus texts through the SmolLM2 tokenizer, single thread; peer: native
 //!   llama.cpp's tokenizer.
-//! - `embed`: Model2Vec (m2v-minilm-256) on the corpus and on short sentences, single thread
+//! - `embed`: Model2Vec (potion-base-8M) on the corpus and on short sentences, single thread
 //!   (`embed` per text) and `embed_batch` per thread count; peers: the Rust crate `model2vec-rs`
 //!   (bench-peers/m2v-rs, `RAYON_NUM_THREADS=1`) and the Python package `model2vec`.
 //! - `encoder`: the sentence encoder all-MiniLM-L6-v2 (F16 GGUF, `models/fetch.py --model
@@ -38,7 +38,7 @@ use crate::{cargo, status};
 use xtask::workspace_root;
 
 const SMOLLM2: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-const M2V: &str = "models/m2v-minilm-256";
+const M2V: &str = "models/potion-base-8M";
 const CORPUS: &str = "reference/corpus.json";
 
 /// The prompt every LLM engine gets (ChatML, as SmolLM2-Instruct expects; 148 tokens).
@@ -100,9 +100,9 @@ fn parse(args: &[String]) -> Result<Options, String> {
     Ok(o)
 }
 
-/// `../shared` beside the repository (as the tests find it).
-fn shared(path: &str) -> PathBuf {
-    workspace_root().join("../shared").join(path)
+/// A test fixture (target/fixtures, made by `cargo xtask fixtures`, which the bench runs first).
+fn fixture(path: &str) -> PathBuf {
+    workspace_root().join("target/fixtures").join(path)
 }
 
 /// Runs a bench program; its stdout lines that are JSON objects are results. A failing peer is
@@ -142,16 +142,9 @@ fn collect(label: &str, cmd: &mut Command, results: &mut Vec<String>) {
     }
 }
 
-/// all-MiniLM-L6-v2 as `models/fetch.py --model all-minilm-l6-v2` writes it, in `models/` or
-/// `../shared/models/`.
+/// all-MiniLM-L6-v2 as `models/fetch.py --model all-minilm-l6-v2` writes it (a fixture).
 fn minilm() -> Option<PathBuf> {
-    let name = "all-MiniLM-L6-v2-F16.gguf";
-    [
-        workspace_root().join("models").join(name),
-        shared("models").join(name),
-    ]
-    .into_iter()
-    .find(|p| p.is_file())
+    Some(fixture("models/all-MiniLM-L6-v2-F16.gguf")).filter(|p| p.is_file())
 }
 
 fn write_json(path: &Path, results: &[String]) -> Result<(), String> {
@@ -165,14 +158,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let out_dir = root.join("target/bench");
     let inputs = out_dir.join("inputs");
     std::fs::create_dir_all(&inputs).map_err(|e| format!("{}: {e}", inputs.display()))?;
-    let model = shared(SMOLLM2);
-    let m2v = shared(M2V);
-    let corpus = shared(CORPUS);
-    for p in [&model, &m2v, &corpus] {
-        if !p.exists() {
-            return Err(format!("{} is missing (../shared)", p.display()));
-        }
-    }
+    super::fixtures()?;
+    let model = fixture(SMOLLM2);
+    let m2v = fixture(M2V);
+    let corpus = fixture(CORPUS);
 
     // The modules (dist/ for Node) and the wasmtime bench program.
     super::dist()?;
@@ -379,8 +368,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
             "encoder" => {
                 let Some(minilm) = minilm() else {
                     println!(
-                        "--> encoder: SKIPPED, no all-MiniLM-L6-v2-F16.gguf in models/ or \
-                         ../shared/models/ (python3 models/fetch.py --model all-minilm-l6-v2)"
+                        "--> encoder: SKIPPED, no all-MiniLM-L6-v2-F16.gguf in the fixtures \
+                         (cargo xtask fixtures)"
                     );
                     continue;
                 };

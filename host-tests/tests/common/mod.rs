@@ -1,22 +1,50 @@
-//! Shared helpers of the integration tests: paths to ../shared and reference files.
+//! Shared helpers of the integration tests: fixture paths and reference files.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
 
-pub fn shared(path: &str) -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared")).join(path)
+/// The fixtures folder: `$WASMIND_FIXTURES`, else this checkout's `target/fixtures`, made and
+/// sha256-checked by `cargo xtask fixtures` (which `cargo xtask test` runs first).
+pub fn fixtures_dir() -> PathBuf {
+    std::env::var_os("WASMIND_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../target/fixtures"))
+        })
 }
 
-/// The bytes of `../shared/<path>`, or a panic that names the file and where it comes from.
+/// The path of fixture `path` (e.g. `models/tiny/tiny-llama-Q8_0.gguf`).
+pub fn fixture(path: &str) -> PathBuf {
+    fixtures_dir().join(path)
+}
+
+/// The bytes of fixture `path`, or a panic that names the file and how to make it.
 pub fn read(path: &str) -> Vec<u8> {
-    let p = shared(path);
+    let p = fixture(path);
     std::fs::read(&p).unwrap_or_else(|e| {
         panic!(
-            "test fixture {}: {e}. The host tests read models and llama.cpp's/model2vec's \
-             references from ../shared beside the checkout (see ../shared/README.md).",
+            "test fixture {}: {e}. Run `cargo xtask fixtures` (`cargo xtask test` runs it \
+             first): it makes every file the tests read, sha256-checked \
+             (host-tests/fixtures/manifest.tsv).",
             p.display()
         )
     })
+}
+
+/// Reports a test (or part of one) that could not run: a SKIPPED line in its output and in
+/// `$WASMIND_SKIP_LOG`, which `cargo xtask test` sets and prints in its summary, so a skip is
+/// never a silent `ok`.
+pub fn skipped(what: &str, why: &str) {
+    println!("SKIPPED {what}: {why}");
+    if let Some(log) = std::env::var_os("WASMIND_SKIP_LOG") {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("the skip log opens");
+        writeln!(f, "{what}: {why}").expect("the skip log takes a line");
+    }
 }
 
 pub fn json(path: &str) -> serde_json::Value {
@@ -87,7 +115,7 @@ pub fn teacher_forced_argmax(
 /// `wasmind generate --model SmolLM2 ARGS… --json`: its JSON output.
 pub fn generate_json(args: &[&str]) -> serde_json::Value {
     let out = wasmind_cmd()
-        .args(["generate", "--model", shared(SMOLLM2).to_str().unwrap()])
+        .args(["generate", "--model", fixture(SMOLLM2).to_str().unwrap()])
         .args(args)
         .arg("--json")
         .output()
