@@ -62,20 +62,18 @@ test('demos in Chromium: search top hits, then chat and search offline (service 
   assert.deepEqual(errors, []);
 }));
 
-// The search page with a sentence encoder in one GGUF file (?embedder=URL): all-MiniLM-L6-v2 when
-// models/fetch.py has fetched it (CI does), which must rank the right sentence first; else the
-// tiny random encoder, which must give five ranked results without an error.
+// The search page with a sentence encoder in one GGUF file (?embedder=URL): all-MiniLM-L6-v2
+// (`cargo xtask fixtures` fetched it into models/), which must rank the right sentence first.
 test('search demo in Chromium with a sentence-encoder GGUF (?embedder=...gguf)', { skip, timeout: 300000 }, async (t) => {
-  const minilm = existsSync(new URL('../../models/all-MiniLM-L6-v2-F16.gguf', import.meta.url));
-  const embedder = minilm ? '/models/all-MiniLM-L6-v2-F16.gguf' : '/models/bert/tiny-bert-F16.gguf';
-  t.diagnostic(`embedder: ${embedder}`);
+  const embedder = '/models/all-MiniLM-L6-v2-F16.gguf';
+  assert.ok(existsSync(new URL(`../..${embedder}`, import.meta.url)), `${embedder.slice(1)} is missing: cargo xtask fixtures fetches it`);
   await inChromium(async ({ page, origin, errors }) => {
     const s = await search(page, origin, 'how do plants make food', embedder);
     assert.equal(s.error, undefined);
     assert.equal(s.results.length, 5);
     assert.ok(s.results.every((r) => Number.isFinite(r.score) && r.score <= 1.0001), JSON.stringify(s.results));
     assert.ok(s.results.every((r, i) => i === 0 || r.score <= s.results[i - 1].score));
-    if (minilm) assert.match(s.results[0].text, /photosynthesis/);
+    assert.match(s.results[0].text, /photosynthesis/);
     t.diagnostic(`top hit ${s.results[0].score.toFixed(3)}: ${s.results[0].text.slice(0, 60)}`);
     assert.deepEqual(errors, []);
   });

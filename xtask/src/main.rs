@@ -20,6 +20,9 @@
 //!   vocabularies, templates, chat prompts, embeddings, greedy replies and tokenizer strings
 //!   drawn from a new seed
 //!   (host-tests/crosscheck/crosscheck.py).
+//! - `references`: every reference the fixtures and host-tests/testdata hold, made again from
+//!   llama.cpp and model2vec (host-tests/fixtures/gen/references/regenerate.py); `git diff`
+//!   shows what moved.
 //! - `serve`: the demos (chat, semantic search) with COOP/COEP; `--no-isolation` without. The
 //!   default chat model and embedder are fetched into models/ first if they are not there.
 
@@ -42,9 +45,10 @@ fn main() -> ExitCode {
         Some("fuzz") => fuzz(&args[1..]),
         Some("serve") => serve(&args[1..]),
         Some("crosscheck") => crosscheck(&args[1..]),
+        Some("references") => references(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask dist | lint | fixtures | test | bench [--only llm,grammar,tokenize,embed] [--no-peers] | soak [--cycles N] | fuzz [--seconds N] [TARGET] | serve [--no-isolation] [--port N] | crosscheck [--seed N] [--parts {CROSSCHECK_PARTS}]"
+                "usage: cargo xtask dist | lint | fixtures | test | bench [--only llm,grammar,tokenize,embed] [--no-peers] | soak [--cycles N] | fuzz [--seconds N] [TARGET] | serve [--no-isolation] [--port N] | crosscheck [--seed N] [--parts {CROSSCHECK_PARTS}] | references [--parts {REFERENCE_PARTS}]"
             );
             return ExitCode::from(2);
         }
@@ -299,30 +303,7 @@ fn crosscheck(args: &[String]) -> Result<(), String> {
     }
     let root = workspace_root();
     let work = root.join("target/crosscheck");
-    let venv = work.join("venv");
-    let python = venv.join("bin/python");
-    if !python.is_file() {
-        run(
-            "crosscheck: a Python environment in target/crosscheck/venv",
-            Command::new("python3").arg("-m").arg("venv").arg(&venv),
-        )
-        .map_err(|e| format!("{e} (needs python3 with venv: apt-get install python3-venv)"))?;
-    }
-    let ready = Command::new(&python)
-        .args(["-c", "import llama_cpp, gguf, numpy, tokenizers, model2vec"])
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ready {
-        run(
-            "crosscheck: pip install llama-cpp-python==0.3.36 (built from source: 6-10 minutes)",
-            Command::new(&python)
-                .args(["-m", "pip", "install", "llama-cpp-python==0.3.36", "gguf", "numpy"])
-                .args(["tokenizers==0.23.3", "model2vec==0.10.0"])
-                .env("CMAKE_ARGS", "-DGGML_NATIVE=OFF"),
-        )
-        .map_err(|e| format!("{e} (needs a C++ compiler and cmake's build tools: apt-get install build-essential)"))?;
-    }
+    let python = reference_python(&root)?;
     run(
         "crosscheck: the wasmind CLI",
         cargo(&root).args([
@@ -386,6 +367,67 @@ fn crosscheck(args: &[String]) -> Result<(), String> {
     } else {
         Err(format!("crosscheck seed {seed}: {}", failed.join("; ")))
     }
+}
+
+/// The Python environment of the references (target/crosscheck/venv): llama-cpp-python 0.3.36
+/// (the references' version, built from source: 6-10 minutes on 2 cores the first time), the
+/// `model2vec` package 0.10.0 and its tokenizers, and the fixture generators' gguf and numpy.
+fn reference_python(root: &Path) -> Result<std::path::PathBuf, String> {
+    let venv = root.join("target/crosscheck/venv");
+    let python = venv.join("bin/python");
+    if !python.is_file() {
+        run(
+            "a Python environment in target/crosscheck/venv",
+            Command::new("python3").arg("-m").arg("venv").arg(&venv),
+        )
+        .map_err(|e| format!("{e} (needs python3 with venv: apt-get install python3-venv)"))?;
+    }
+    let ready = Command::new(&python)
+        .args(["-c", "import llama_cpp, gguf, numpy, tokenizers, model2vec"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ready {
+        run(
+            "pip install llama-cpp-python==0.3.36 (built from source: 6-10 minutes)",
+            Command::new(&python)
+                .args(["-m", "pip", "install", "llama-cpp-python==0.3.36"])
+                .args(["gguf==0.19.0", "numpy==2.4.6"])
+                .args(["tokenizers==0.23.3", "model2vec==0.10.0"])
+                .env("CMAKE_ARGS", "-DGGML_NATIVE=OFF"),
+        )
+        .map_err(|e| format!("{e} (needs a C++ compiler and cmake's build tools: apt-get install build-essential)"))?;
+    }
+    Ok(python)
+}
+
+/// What `cargo xtask references` can regenerate (host-tests/fixtures/gen/references/regenerate.py).
+const REFERENCE_PARTS: &str = "tiny,arch,vocab,smollm2,gemma3,templates,model2vec,testdata";
+
+/// `cargo xtask references [--parts P,...]`: every reference the tests hold wasmind to, made
+/// again from llama.cpp and model2vec (into target/references); a committed one that differs is
+/// replaced and its manifest row updated, so `git diff` shows what moved; a fixture that a
+/// generator of ours makes and llama.cpp now makes otherwise fails the command.
+fn references(args: &[String]) -> Result<(), String> {
+    let usage = format!("usage: cargo xtask references [--parts {REFERENCE_PARTS}]");
+    let parts = match args {
+        [] => REFERENCE_PARTS.to_string(),
+        [flag, p] if flag == "--parts" => p.clone(),
+        _ => return Err(usage),
+    };
+    let root = workspace_root();
+    let python = reference_python(&root)?;
+    fixtures()?;
+    let work = root.join("target/references");
+    let _ = std::fs::remove_dir_all(&work);
+    run(
+        &format!("references: {parts}"),
+        Command::new(&python)
+            .arg(root.join("host-tests/fixtures/gen/references/regenerate.py"))
+            .arg(root.join("target/fixtures"))
+            .arg(&work)
+            .arg(&parts),
+    )
 }
 
 /// `cargo xtask fuzz [--seconds N] [TARGET]`: runs each target (or one) for N seconds (default
