@@ -9,7 +9,7 @@
 // more, it shuts the pool down and starts the module again on a larger memory (reloading an
 // embedder it held), before the first byte is written. Model bytes are streamed into one alloc'd
 // block (beginLoad), never assembled in JS, except when the length is unknown (no
-// Content-Length): then the chunks are gathered first (one JS copy), documented in the README.
+// Content-Length): then the chunks are gathered first (one JS copy), documented in docs/page-api.md.
 //
 // Between tokens the reply loop yields to the event loop, so a `stop` message is seen within one
 // token in the single-threaded build too (the threaded one can also be stopped by a store to
