@@ -27,9 +27,11 @@ def skipped(what, why):
 
 
 def fixture(path):
+    """A fixture's path; a missing one fails the test naming it (as the Rust and Node tests)."""
     p = FIXTURES / path
     if not p.exists():
-        skipped(path, f'{p} is missing: run `cargo xtask fixtures` (or set WASMIND_FIXTURES)')
+        pytest.fail(f'test fixture {p} is missing: run `cargo xtask fixtures` (cargo xtask test runs it '
+                    'first; or set WASMIND_FIXTURES)')
     return p
 
 

@@ -118,9 +118,18 @@ def test_bad_requests_keep_the_model_usable(smollm2):
                 dict(messages=[]),
                 dict(messages=msgs, temperature='hot'),
                 dict(messages=msgs, response_format={'type': 'xml'}),
-                dict(messages=msgs, tools=[{'type': 'function'}])):
+                dict(messages=msgs, tools=[{'type': 'function'}]),
+                dict(messages=msgs, frequency_penalty=0.5),
+                dict(messages=msgs, mirostat_mode=2),
+                dict(messages=msgs, logit_bias={15: 5.0}),
+                dict(messages=msgs, made_up_option=1)):
         with pytest.raises(ValueError):
             smollm2.create_chat_completion(**bad)
+    with pytest.raises(ValueError):
+        smollm2.create_completion('Hi', presence_penalty=1.0)
+    # The same arguments at their "off" values change nothing, so they are taken.
+    smollm2.create_chat_completion(msgs, max_tokens=1, frequency_penalty=0.0, presence_penalty=0.0,
+                                   mirostat_mode=0, mirostat_tau=5.0, logit_bias=None)
     with pytest.raises(wasmind.WasmindError) as e:
         smollm2.tokenize(b'caf\xc3')
     assert e.value.status == 'INVALID_UTF8'
@@ -144,3 +153,14 @@ def test_abandoned_stream_then_new_reply(smollm2):
     del it
     r = smollm2.create_chat_completion(msgs, temperature=0, repeat_penalty=1.0, max_tokens=12)
     assert 'Paris' in r['choices'][0]['message']['content']
+
+
+def test_arguments_that_would_change_the_result_are_refused():
+    with pytest.raises(ValueError):
+        wasmind.Llama(fixture(SMOLLM2), chat_format='llama-2')
+    with pytest.raises(ValueError):
+        wasmind.StaticModel.from_pretrained(fixture('models/potion-base-8M'), dimensionality=64)
+    m = wasmind.StaticModel.from_pretrained(fixture('models/potion-base-8M'), token='x')
+    with pytest.raises(ValueError):
+        m.encode(['a'], made_up_option=True)
+    assert m.encode(['a'], use_multiprocessing=False).shape == (1, m.dim)

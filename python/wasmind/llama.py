@@ -8,8 +8,15 @@ import struct
 import time
 import uuid
 
+from ._args import SAMPLING_IGNORED, SAMPLING_OFF, refuse_unsupported
 from ._runtime import (E_CONTEXT_FULL, E_END, E_NO_MODEL, E_STOPPED, MiB, Runtime, WasmindError,
                        _i32, _u32)
+
+# llama-cpp-python's load arguments that cannot change a result here (devices, batching, memory
+# mapping, logging).
+LOAD_IGNORED = ('n_gpu_layers', 'main_gpu', 'tensor_split', 'split_mode', 'n_batch', 'n_ubatch',
+                'use_mmap', 'use_mlock', 'offload_kqv', 'flash_attn', 'numa', 'logits_all',
+                'last_n_tokens_size', 'n_threads_batch', 'verbose')
 
 ROLES = {'system': 0, 'developer': 0, 'user': 1, 'assistant': 2}
 ROLE_RAW = 3
@@ -116,6 +123,9 @@ class Llama:
 
     def __init__(self, model_path, n_ctx=512, n_threads=1, seed=None, embedding=False,
                  relaxed=None, verbose=False, **kwargs):
+        refuse_unsupported('Llama', kwargs, LOAD_IGNORED,
+                           {'chat_format': None, 'rope_freq_base': 0.0, 'rope_freq_scale': 0.0,
+                            'lora_path': None, 'vocab_only': False})
         self.model_path = os.fspath(model_path)
         if not os.path.isfile(self.model_path):
             raise FileNotFoundError(f'{self.model_path}: no such model file')
@@ -321,11 +331,7 @@ class Llama:
         conversation that continues the previous one (its reply as returned) runs only the new
         messages. Other llama-cpp-python arguments (tools, logprobs, ...) are not supported and
         raise ValueError when given a value."""
-        for k, v in kwargs.items():
-            if v not in (None, False) and k not in ('frequency_penalty', 'presence_penalty', 'typical_p',
-                                                    'tfs_z', 'mirostat_mode', 'mirostat_tau', 'mirostat_eta',
-                                                    'logit_bias', 'logits_processor', 'stopping_criteria'):
-                raise ValueError(f'create_chat_completion: {k} is not supported by wasmind')
+        refuse_unsupported('create_chat_completion', kwargs, SAMPLING_IGNORED, SAMPLING_OFF)
         turns = self._turns(messages)
         if self._busy:
             self._rt.call_checked('chat_reset')
@@ -377,7 +383,10 @@ class Llama:
                           min_p=None, stream=False, stop=None, seed=None, repeat_penalty=None,
                           grammar=None, model=None, **kwargs):
         """A text completion of `prompt` (fed as it is, no chat markup), OpenAI-shaped
-        (`text_completion`, or chunks with stream=True)."""
+        (`text_completion`, or chunks with stream=True). Arguments wasmind does not implement
+        raise ValueError when given a value that would change the result."""
+        refuse_unsupported('create_completion', kwargs, SAMPLING_IGNORED,
+                           {**SAMPLING_OFF, 'echo': False, 'suffix': None})
         if not isinstance(prompt, str):
             raise ValueError('prompt must be a str')
         if self._busy:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._args import refuse_unsupported
 from ._progress import Progress
 from ._runtime import E_INVALID_ARGUMENT, MiB, Runtime, WasmindError
 
@@ -35,8 +36,11 @@ class StaticModel:
         """Loads the Model2Vec folder `path` (local only; a hub name that is not a folder is an
         OSError). `normalize` and `max_length` override config.json's, as in model2vec 0.10.
         `n_threads` > 1 runs the threaded module with n_threads - 1 helper threads (vectors are
-        bit-identical for any thread count). Other model2vec arguments (token, ...) are
-        accepted and ignored."""
+        bit-identical for any thread count). model2vec's download arguments (token, subfolder,
+        force_download) are accepted and ignored; `quantize_to` and `dimensionality` are refused
+        (they would change the vectors)."""
+        refuse_unsupported('from_pretrained', kwargs, ('token', 'subfolder', 'force_download'),
+                           {'quantize_to': None, 'dimensionality': None})
         folder = Path(os.fspath(path))
         if not folder.is_dir():
             raise FileNotFoundError(f'{folder}: not a folder (wasmind loads local Model2Vec '
@@ -88,7 +92,8 @@ class StaticModel:
         `max_length`/`normalize` other than the model's are refused (load the model with them:
         from_pretrained(path, max_length=..., normalize=...)). A str with lone surrogates is a
         UnicodeEncodeError (ValueError); bytes that are not UTF-8 are WasmindError
-        INVALID_UTF8."""
+        INVALID_UTF8. model2vec's multiprocessing arguments are accepted and ignored."""
+        refuse_unsupported('encode', kwargs, ('use_multiprocessing', 'multiprocessing_threshold'))
         if max_length is not _UNSET and max_length != self.max_length:
             raise ValueError(f'max_length {max_length!r}: this model was loaded with '
                              f'{self.max_length!r}; pass it to from_pretrained instead')

@@ -8,8 +8,8 @@
 //! - `fixtures`: every file the tests read, sha256-checked, in target/fixtures/
 //!   (host-tests/fixtures/fixtures.py: committed, generated, or fetched from PyPI the first time).
 //! - `test`: lint, fixtures, then every test: native unit tests, the same unit tests inside wasm
-//!   (Node WASI), the wasmtime host tests, and the Node and Chromium tests of the glue; the
-//!   summary lists every test that skipped, with its reason.
+//!   (Node WASI), the wasmtime host tests, the Python package's (wasmtime-py), and the Node and
+//!   Chromium tests of the glue; the summary lists every test that skipped, with its reason.
 //! - `bench`: throughput of the modules beside their peers (wllama, llama.cpp, model2vec-rs,
 //!   model2vec), measured in one run; tables and `target/bench/*.json` (src/bench.rs).
 //! - `fuzz`: the fuzz targets of host-tests/fuzz (cargo fuzz, nightly), N seconds each.
@@ -202,6 +202,84 @@ fn lint() -> Result<(), String> {
             ])
             .args(["--target", "wasm32-wasip1", "--target-dir", "target/wasi"])
             .args(["--", "-D", "warnings"]),
+    )
+}
+
+/// The Python package (python/, wasmtime-py) as a user gets it: its wheel built with the modules
+/// of dist/ inside, installed into target/python/venv (with python/requirements-test.txt, once),
+/// then its pytest suite against the fixtures.
+fn python_tests(root: &Path, skips: &Path) -> Result<(), String> {
+    let work = root.join("target/python");
+    let venv = work.join("venv");
+    let python = venv.join("bin/python");
+    if !python.is_file() {
+        run(
+            "python tests: a Python environment in target/python/venv",
+            Command::new("python3").arg("-m").arg("venv").arg(&venv),
+        )
+        .map_err(|e| format!("{e} (needs python3 with venv: apt-get install python3-venv)"))?;
+    }
+    let ready = Command::new(&python)
+        .args(["-c", "import wasmtime, numpy, pytest"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ready {
+        run(
+            "python tests: pip install -r python/requirements-test.txt",
+            Command::new(&python)
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                ])
+                .arg("-r")
+                .arg(root.join("python/requirements-test.txt")),
+        )
+        .map_err(|e| format!("{e} (is PyPI reachable?)"))?;
+    }
+    let wheels = work.join("wheel");
+    let _ = std::fs::remove_dir_all(&wheels);
+    run(
+        "python tests: the wheel, with dist/'s modules inside",
+        Command::new(&python)
+            .arg(root.join("python/copy_modules.py"))
+            .arg(root.join("dist")),
+    )?;
+    status(
+        "python tests: pip wheel python/",
+        Command::new(&python)
+            .args(["-m", "pip", "wheel", "--quiet", "--no-deps", "-w"])
+            .arg(&wheels)
+            .arg(root.join("python")),
+    )?;
+    let wheel = std::fs::read_dir(&wheels)
+        .map_err(|e| format!("{}: {e}", wheels.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .ok_or("python tests: pip wheel made no wheel")?;
+    status(
+        "python tests: pip install the wheel",
+        Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--force-reinstall",
+                "--no-deps",
+            ])
+            .arg(&wheel),
+    )?;
+    run(
+        "python tests (pytest, wasmtime-py)",
+        Command::new(&python)
+            .current_dir(root)
+            .args(["-m", "pytest", "-q", "python/tests"])
+            .env_remove("WASMIND_DIST")
+            .env("WASMIND_SKIP_LOG", skips),
     )
 }
 
@@ -793,6 +871,7 @@ fn test(extra: &[String]) -> Result<(), String> {
             .args(extra)
             .env("WASMIND_SKIP_LOG", &skips),
     )?;
+    python_tests(&root, &skips)?;
     let node_tests = root.join("glue/test");
     if node_tests.is_dir() {
         // The browser test drives Chromium with playwright-core (package.json); install it on a
