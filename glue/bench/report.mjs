@@ -145,7 +145,7 @@ async function report(dir, dist) {
   const emb = await results(dir, 'embed');
   if (emb.length) {
     const ok = emb.filter((r) => !r.error);
-    say('## Model2Vec embeddings: m2v-minilm-256 (F16 table, 29,525 × 256)');
+    say('## Model2Vec embeddings: potion-base-8M (F32 table, 29,528 × 256)');
     for (const set of [...new Set(ok.map((r) => r.set))]) {
       const rs = ok.filter((r) => r.set === set), rust = rs.find((r) => r.engine === 'model2vec-rs'), py = rs.find((r) => r.engine === 'model2vec-py');
       say();
