@@ -475,11 +475,9 @@ const DEFAULT_MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
 /// The repository this binary was built from (models/ lives there), else the current folder.
 fn repo_root() -> PathBuf {
-    let built = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
-    if built.join("models").is_dir() {
-        built
-    } else {
-        PathBuf::from(".")
+    match std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent() {
+        Some(built) if built.join("models").is_dir() => built.to_path_buf(),
+        _ => PathBuf::from("."),
     }
 }
 
