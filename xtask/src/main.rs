@@ -210,36 +210,20 @@ fn lint() -> Result<(), String> {
 /// then its pytest suite against the fixtures.
 fn python_tests(root: &Path, skips: &Path) -> Result<(), String> {
     let work = root.join("target/python");
-    let venv = work.join("venv");
-    let python = venv.join("bin/python");
-    if !python.is_file() {
-        run(
-            "python tests: a Python environment in target/python/venv",
-            Command::new("python3").arg("-m").arg("venv").arg(&venv),
-        )
-        .map_err(|e| format!("{e} (needs python3 with venv: apt-get install python3-venv)"))?;
-    }
-    let ready = Command::new(&python)
-        .args(["-c", "import wasmtime, numpy, pytest"])
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ready {
-        run(
-            "python tests: pip install -r python/requirements-test.txt",
-            Command::new(&python)
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                ])
-                .arg("-r")
-                .arg(root.join("python/requirements-test.txt")),
-        )
-        .map_err(|e| format!("{e} (is PyPI reachable?)"))?;
-    }
+    let requirements = root.join("python/requirements-test.txt");
+    let python = python_env(
+        &work.join("venv"),
+        "wasmtime, numpy, pytest",
+        &[
+            "--quiet".into(),
+            "--disable-pip-version-check".into(),
+            "-r".into(),
+            requirements.into(),
+        ],
+        &[],
+        "python tests: pip install -r python/requirements-test.txt",
+        "is PyPI reachable?",
+    )?;
     let wheels = work.join("wheel");
     let _ = std::fs::remove_dir_all(&wheels);
     run(
@@ -501,30 +485,56 @@ fn crosscheck(args: &[String]) -> Result<(), String> {
 /// (the references' version, built from source: 6-10 minutes on 2 cores the first time), the
 /// `model2vec` package 0.10.0 and its tokenizers, and the fixture generators' gguf and numpy.
 fn reference_python(root: &Path) -> Result<std::path::PathBuf, String> {
-    let venv = root.join("target/crosscheck/venv");
+    let packages = [
+        "llama-cpp-python==0.3.36",
+        "gguf==0.19.0",
+        "numpy==2.4.6",
+        "tokenizers==0.23.3",
+        "model2vec==0.10.0",
+    ];
+    python_env(
+        &root.join("target/crosscheck/venv"),
+        "llama_cpp, gguf, numpy, tokenizers, model2vec",
+        &packages.map(Into::into),
+        &[("CMAKE_ARGS", "-DGGML_NATIVE=OFF")],
+        "pip install llama-cpp-python==0.3.36 (built from source: 6-10 minutes)",
+        "needs a C++ compiler and cmake's build tools: apt-get install build-essential",
+    )
+}
+
+/// A Python environment at `venv` (made with `python3 -m venv` the first time) in which
+/// `imports` import; when they do not, `pip install PIP_ARGS` runs there with `env` set. Returns
+/// its python.
+fn python_env(
+    venv: &Path,
+    imports: &str,
+    pip_args: &[std::ffi::OsString],
+    env: &[(&str, &str)],
+    step: &str,
+    hint: &str,
+) -> Result<std::path::PathBuf, String> {
     let python = venv.join("bin/python");
     if !python.is_file() {
         run(
-            "a Python environment in target/crosscheck/venv",
-            Command::new("python3").arg("-m").arg("venv").arg(&venv),
+            &format!("a Python environment in {}", venv.display()),
+            Command::new("python3").arg("-m").arg("venv").arg(venv),
         )
         .map_err(|e| format!("{e} (needs python3 with venv: apt-get install python3-venv)"))?;
     }
     let ready = Command::new(&python)
-        .args(["-c", "import llama_cpp, gguf, numpy, tokenizers, model2vec"])
+        .args(["-c", &format!("import {imports}")])
         .stderr(std::process::Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
     if !ready {
         run(
-            "pip install llama-cpp-python==0.3.36 (built from source: 6-10 minutes)",
+            step,
             Command::new(&python)
-                .args(["-m", "pip", "install", "llama-cpp-python==0.3.36"])
-                .args(["gguf==0.19.0", "numpy==2.4.6"])
-                .args(["tokenizers==0.23.3", "model2vec==0.10.0"])
-                .env("CMAKE_ARGS", "-DGGML_NATIVE=OFF"),
+                .args(["-m", "pip", "install"])
+                .args(pip_args)
+                .envs(env.iter().copied()),
         )
-        .map_err(|e| format!("{e} (needs a C++ compiler and cmake's build tools: apt-get install build-essential)"))?;
+        .map_err(|e| format!("{e} ({hint})"))?;
     }
     Ok(python)
 }
