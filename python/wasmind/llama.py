@@ -76,6 +76,16 @@ def _grammar(response_format, grammar):
     raise ValueError(f'response_format type {kind!r}: supported are text, json_object, json_schema')
 
 
+def _drain(gen):
+    """Runs a reply generator (`Llama._generate`) to its end; returns what it returns (finish
+    reason, prompt tokens, reply tokens, the reply's text)."""
+    while True:
+        try:
+            next(gen)
+        except StopIteration as done:
+            return done.value
+
+
 class _StopMatcher:
     """Host-side stop strings: holds back the text that could still start one."""
 
@@ -341,13 +351,7 @@ class Llama:
         ident, created, name = f'chatcmpl-{uuid.uuid4().hex}', int(time.time()), model or self.model_path
         if stream:
             return self._chat_chunks(gen, ident, created, name)
-        text = []
-        while True:
-            try:
-                text.append(next(gen))
-            except StopIteration as done:
-                finish, prompt, completion, reply = done.value
-                break
+        finish, prompt, completion, reply = _drain(gen)
         return {
             'id': ident, 'object': 'chat.completion', 'created': created, 'model': name,
             'choices': [{'index': 0, 'message': {'role': 'assistant', 'content': reply},
@@ -413,14 +417,8 @@ class Llama:
                         return
                     yield shape(piece, None)
             return chunks()
-        pieces = []
-        while True:
-            try:
-                pieces.append(next(gen))
-            except StopIteration as done:
-                finish, p, c, reply = done.value
-                return shape(reply, finish, {'prompt_tokens': p, 'completion_tokens': c,
-                                             'total_tokens': p + c})
+        finish, p, c, reply = _drain(gen)
+        return shape(reply, finish, {'prompt_tokens': p, 'completion_tokens': c, 'total_tokens': p + c})
 
     __call__ = create_completion
 
