@@ -94,7 +94,10 @@ type chatState struct {
 // ErrSuperseded ends a reply's iteration when another Chat started on the same Instance.
 var ErrSuperseded = errors.New("wasmind: another Chat started on this Instance; this reply is over")
 
-func nowMs() float64 { return float64(time.Now().UnixNano()) / 1e6 }
+// nowMs is the monotonic clock in milliseconds the module's timings take (chat_stats).
+func nowMs() float64 { return float64(time.Since(clockStart)) / 1e6 }
+
+var clockStart = time.Now()
 
 // Chat runs a reply to the conversation and yields its text as it is generated, a piece per
 // token (complete UTF-8). It ends with the reply, or yields one non-nil error and ends: an

@@ -124,7 +124,7 @@ func newModule(ctx context.Context, cfg Config) (*module, error) {
 	m := &module{
 		rt:       wazero.NewRuntimeWithConfig(ctx, rc),
 		fns:      map[string]api.Function{},
-		threaded: threads > 1,
+		threaded: threads > 1 || cfg.threaded,
 		threads:  threads,
 		limit:    limit,
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 )
 
@@ -78,4 +79,30 @@ func TestLogitsBitIdenticalAcrossThreads(t *testing.T) {
 		inst.Close(context.Background())
 	}
 	t.Logf("%d positions x %d logits, the same bits on 1, 2 and 3 threads", len(ids), len(first)/4/len(ids))
+}
+
+// A helper that traps mid-job (pool_inject_fault kind 1, ABI.md "A lost helper"): the driver's
+// call fails with HELPER_LOST after its 3 s wait, every compute call after it too (the status
+// is sticky), and Close still returns.
+func TestLostHelperIsAStatus(t *testing.T) {
+	inst := withModel(t, 2)
+	ctx := context.Background()
+	if err := inst.lock(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := inst.m.checked(ctx, "pool_inject_fault", 0, 1)
+	inst.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := []Message{{User, "What is the capital of France?"}}
+	if _, err := reply(inst, ctx, msgs, greedy()); !errors.Is(err, HelperLost) {
+		t.Fatalf("with a trapped helper: %v", err)
+	}
+	if _, err := reply(inst, ctx, msgs, greedy()); !errors.Is(err, HelperLost) {
+		t.Fatalf("after the lost helper: %v", err)
+	}
+	if err := inst.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

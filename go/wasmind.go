@@ -46,6 +46,8 @@ type Config struct {
 	// Cache holds wazero's compiled modules; nil uses one in-memory cache for the process
 	// (wazero.NewCompilationCacheWithDir keeps them across processes).
 	Cache wazero.CompilationCache
+
+	threaded bool // the threaded module even for Threads 1 (the benchmarks' --threads 1)
 }
 
 // LoadOptions are the settings of LoadModel.
@@ -161,7 +163,7 @@ func (i *Instance) LoadModel(ctx context.Context, r io.Reader, opts LoadOptions)
 	if err != nil {
 		return err
 	}
-	i.chat = chatState{} // the module forgets the conversation with the model
+	i.chat = chatState{reply: i.chat.reply} // the module forgets the conversation with the model
 	// The module owns the block from here, whether the load succeeds or not.
 	_, err = i.m.checked(ctx, "load_model", uint64(ptr), size)
 	return err

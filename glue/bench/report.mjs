@@ -40,7 +40,7 @@ async function results(dir, name) {
   const p = `${dir}/${name}.json`;
   return existsSync(p) ? JSON.parse(await readFile(p, 'utf8')) : [];
 }
-const ENGINE = { wasmtime: 'wasmind · wasmtime', node: 'wasmind · Node', native: 'llama.cpp native' };
+const ENGINE = { wasmtime: 'wasmind · wasmtime', node: 'wasmind · Node', wazero: 'wasmind · wazero (Go)', native: 'llama.cpp native' };
 
 async function report(dir, dist) {
   const out = [];

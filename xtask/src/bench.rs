@@ -8,7 +8,9 @@
 //! Runs, one after another (never two at once: they would share the cores):
 //! - `llm`: SmolLM2-135M Q4_1, one ChatML prompt, batched prefill then greedy decode of `--gen`
 //!   tokens, and the time to the first token of a ~1,000-token prompt. wasmind in wasmtime
-//!   (`host-tests` bin `bench`) and in Node (glue/bench/bench.mjs) for each thread count (0 = the
+//!   (`host-tests` bin `bench`), in Node (glue/bench/bench.mjs) and in wazero (the Go package's
+//!   test binary with WASMIND_BENCH=1, go/bench_test.go, where Go is installed; the three hosts
+//!   run `tokenize`, `embed` and `encoder` too) for each thread count (0 = the
 //!   single-threaded module); in headless Chromium (glue/bench/chromium.mjs) wasmind beside its
 //!   peer wllama 2.4.0 and 3.13.0 (llama.cpp compiled to wasm, npm `@wllama/wllama`) at 0, 1, 2
 //!   threads, interleaved, with the renderer's peak memory; and native llama.cpp (the prebuilt
@@ -34,7 +36,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::{cargo, status};
+use crate::{cargo, go_command, status};
 use xtask::workspace_root;
 
 const SMOLLM2: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -232,12 +234,35 @@ pub fn run(args: &[String]) -> Result<(), String> {
         c
     };
 
-    // wasmind's two hosts take the same arguments: the wasmtime bench binary and glue/bench/bench.mjs.
+    // The Go package's test binary in its bench mode (go/bench_test.go), where Go is installed.
+    let go_bench = out_dir.join("wasmind-go.test");
+    let go = go_command().filter(|go| {
+        status(
+            "build the Go bench (go test -c in go/)",
+            Command::new(go)
+                .current_dir(root.join("go"))
+                .args(["test", "-c", "-o"])
+                .arg(&go_bench),
+        )
+        .is_ok()
+    });
+    if go.is_none() {
+        println!("--> wasmind in wazero (Go): SKIPPED, `go` is not installed (Go >= 1.25)");
+    }
+
+    // wasmind's hosts take the same arguments: the wasmtime bench binary, glue/bench/bench.mjs
+    // and the Go bench (wazero).
     let wasmind_hosts = || {
-        [
+        let mut hosts = vec![
             ("wasmind in wasmtime", Command::new(&bench_bin)),
             ("wasmind in Node", node("bench.mjs")),
-        ]
+        ];
+        if go.is_some() {
+            let mut c = Command::new(&go_bench);
+            c.env("WASMIND_BENCH", "1");
+            hosts.push(("wasmind in wazero (Go)", c));
+        }
+        hosts
     };
 
     for group in &o.groups {

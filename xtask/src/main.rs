@@ -292,7 +292,7 @@ fn python_tests(root: &Path, skips: &Path) -> Result<(), String> {
 }
 
 /// The `go` command: on PATH, else in Go's default install folder.
-fn go_command() -> Option<std::path::PathBuf> {
+pub(crate) fn go_command() -> Option<std::path::PathBuf> {
     let works = |go: &Path| {
         Command::new(go)
             .arg("version")
