@@ -61,3 +61,26 @@ func TestCloseDuringAReply(t *testing.T) {
 		t.Fatalf("the reply ended with %v after %d pieces", end, pieces)
 	}
 }
+
+// A MaxMemory below what the model needs: OUT_OF_MEMORY from the load, and the Instance goes on
+// (the memory is a reservation that never moves; growing past it fails cleanly).
+func TestMaxMemoryIsAnError(t *testing.T) {
+	ctx := context.Background()
+	for _, threads := range []int{1, 2} {
+		inst, err := New(ctx, Config{Threads: threads, MaxMemory: 64 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer inst.Close(ctx)
+		err = inst.LoadModelFile(ctx, fixture(t, smollm2), LoadOptions{})
+		if !errors.Is(err, OutOfMemory) {
+			t.Fatalf("threads %d: a 98 MB model in 64 MiB: %v", threads, err)
+		}
+		if err := inst.LoadEmbedder(ctx, fixture(t, potion)); err != nil {
+			t.Fatalf("threads %d: %v", threads, err)
+		}
+		if info, err := inst.Info(ctx); err != nil || info.MaxMemory != 64<<20 || info.Memory > 64<<20 {
+			t.Fatalf("threads %d: %+v %v", threads, info, err)
+		}
+	}
+}
