@@ -422,7 +422,7 @@ fn crosscheck(args: &[String]) -> Result<(), String> {
             "build",
             "--release",
             "--package",
-            "host-tests",
+            "wasmind-host",
             "--bin",
             "wasmind",
         ]),
@@ -925,7 +925,8 @@ fn test(extra: &[String]) -> Result<(), String> {
     run(
         "host tests (wasmtime)",
         cargo(&root)
-            .args(["test", "--release", "--package", "host-tests"])
+            .args(["test", "--release", "--package", "wasmind-host"])
+            .args(["--package", "host-tests"])
             .args(extra)
             .env("WASMIND_SKIP_LOG", &skips),
     )?;
