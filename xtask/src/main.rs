@@ -933,9 +933,15 @@ fn test(extra: &[String]) -> Result<(), String> {
     python_tests(&root, &skips)?;
     let node_tests = root.join("glue/test");
     if node_tests.is_dir() {
-        // The browser test drives Chromium with playwright-core (package.json); install it on a
-        // fresh clone. Chromium itself comes from the system (`apt-get install chromium`).
-        if !root.join("node_modules/playwright-core").is_dir() {
+        // The browser test drives Chromium with playwright-core (package.json), and the runtime
+        // tests run Deno, Bun and workerd from their npm packages; install them on a fresh clone
+        // (or one whose package.json gained one). Chromium comes from the system (`apt-get
+        // install chromium`).
+        let npm_packages = ["playwright-core", "deno", "bun", "workerd"];
+        if npm_packages
+            .iter()
+            .any(|p| !root.join("node_modules").join(p).is_dir())
+        {
             run("npm ci", Command::new("npm").current_dir(&root).arg("ci"))?;
         }
         // --test-force-exit: a test that times out (node:test does not cancel it) leaves its
