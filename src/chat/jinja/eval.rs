@@ -162,7 +162,11 @@ impl DateTime {
                     let _ = write!(out, "{}-{:02}-{:02}", self.year, self.month, self.day);
                 }
                 Some('T') => {
-                    let _ = write!(out, "{:02}:{:02}:{:02}", self.hour, self.minute, self.second);
+                    let _ = write!(
+                        out,
+                        "{:02}:{:02}:{:02}",
+                        self.hour, self.minute, self.second
+                    );
                 }
                 Some('Z') | Some('z') => {}
                 Some('%') => out.push('%'),
@@ -351,8 +355,16 @@ impl<'a> Renderer<'a> {
     }
 
     fn lookup(&self, name: &str) -> Option<Value> {
-        let scan = |f: &Frame| f.iter().rev().find(|(k, _)| &**k == name).map(|(_, v)| v.clone());
-        for f in self.frames[self.base.max(1).min(self.frames.len())..].iter().rev() {
+        let scan = |f: &Frame| {
+            f.iter()
+                .rev()
+                .find(|(k, _)| &**k == name)
+                .map(|(_, v)| v.clone())
+        };
+        for f in self.frames[self.base.max(1).min(self.frames.len())..]
+            .iter()
+            .rev()
+        {
             if let Some(v) = scan(f) {
                 return Some(v);
             }
@@ -420,7 +432,7 @@ impl<'a> Renderer<'a> {
                     let v = self.eval(e)?;
                     let pos = expr_pos(e);
                     match &v {
-                        Value::Str(s) => self.emit(s, pos)?,
+                        Value::Str(s) | Value::Markup(s) => self.emit(s, pos)?,
                         Value::Undefined => {}
                         other => {
                             let mut s = String::new();
@@ -501,7 +513,9 @@ impl<'a> Renderer<'a> {
             for x in items {
                 self.step(f.pos)?;
                 self.frames.push(Frame::new());
-                let r = self.bind(&f.target, x.clone(), f.pos).and_then(|()| self.eval(cond));
+                let r = self
+                    .bind(&f.target, x.clone(), f.pos)
+                    .and_then(|()| self.eval(cond));
                 self.frames.pop();
                 if r?.truthy() {
                     kept.push(x);
@@ -545,7 +559,7 @@ impl<'a> Renderer<'a> {
     /// characters; nothing for an undefined value.
     fn iterate(&self, v: &Value, pos: u32) -> Result<Vec<Value>> {
         Ok(match v {
-            Value::List(x) | Value::Tuple(x) => x.to_vec(),
+            Value::List(x) | Value::Tuple(x) | Value::Iter(x) => x.to_vec(),
             Value::Dict(d) => d.0.iter().map(|(k, _)| k.clone()).collect(),
             Value::Str(s) => s.chars().map(|c| Value::string(c.into())).collect(),
             Value::Undefined => Vec::new(),
@@ -601,16 +615,16 @@ impl<'a> Renderer<'a> {
                 Value::Dict(Rc::new(d))
             }
             Expr::Attr(obj, name, pos) => {
-                let o = self.eval(obj)?;
+                let o = self.eval(obj)?.plain();
                 self.get_attr(&o, name, *pos)?
             }
             Expr::Item(obj, key, pos) => {
-                let o = self.eval(obj)?;
-                let k = self.eval(key)?;
+                let o = self.eval(obj)?.plain();
+                let k = self.eval(key)?.plain();
                 self.get_item(&o, &k, *pos)?
             }
             Expr::Slice(obj, parts, pos) => {
-                let o = self.eval(obj)?;
+                let o = self.eval(obj)?.plain();
                 let mut p = [None, None, None];
                 for (slot, x) in p.iter_mut().zip(parts.iter()) {
                     if let Some(x) = x {
@@ -627,7 +641,7 @@ impl<'a> Renderer<'a> {
             Expr::Call(callee, args, pos) => {
                 self.step(*pos)?;
                 if let Expr::Attr(obj, name, apos) = &**callee {
-                    let o = self.eval(obj)?;
+                    let o = self.eval(obj)?.plain();
                     let args = self.eval_args(args)?;
                     return self.call_method(&o, name, &args, *apos);
                 }
@@ -636,20 +650,21 @@ impl<'a> Renderer<'a> {
                 self.call(&f, &args, *pos)?
             }
             Expr::Filter(v, name, args, pos) => {
-                let x = self.eval(v)?;
+                let x = self.eval(v)?.plain();
                 let args = self.eval_args(args)?;
                 self.filter(x, name, &args, *pos)?
             }
             Expr::Test(v, name, args, pos) => {
-                let x = self.eval(v)?;
+                let x = self.eval(v)?.plain();
                 let args = self.eval_args(args)?;
                 Value::Bool(self.test(&x, name, &args, *pos)?)
             }
             Expr::Not(x) => Value::Bool(!self.eval(x)?.truthy()),
             Expr::Neg(x, pos) => match self.eval(x)? {
-                Value::Int(i) => Value::Int(i.checked_neg().ok_or_else(|| {
-                    self.fail(*pos, format_args!("integer overflow"))
-                })?),
+                Value::Int(i) => Value::Int(
+                    i.checked_neg()
+                        .ok_or_else(|| self.fail(*pos, format_args!("integer overflow")))?,
+                ),
                 Value::Bool(b) => Value::Int(-(b as i64)),
                 Value::Float(f) => Value::Float(-f),
                 other => {
@@ -723,7 +738,11 @@ impl<'a> Renderer<'a> {
                     d.get_str(name).cloned().unwrap_or(Value::Undefined)
                 }
             }
-            Value::Namespace(ns) => ns.borrow().get_str(name).cloned().unwrap_or(Value::Undefined),
+            Value::Namespace(ns) => ns
+                .borrow()
+                .get_str(name)
+                .cloned()
+                .unwrap_or(Value::Undefined),
             Value::Loop(l) => loop_attr(l, name).unwrap_or_else(|| {
                 if &**name == "cycle" {
                     method(o)
@@ -911,11 +930,9 @@ impl<'a> Renderer<'a> {
                     return Err(self.fail(pos, format_args!("range() arg 3 must not be zero")));
                 }
                 let n = if step > 0 {
-                    (stop - start).max(0) as u64 / step as u64
-                        + ((stop - start).max(0) as u64 % step as u64 != 0) as u64
+                    (stop.saturating_sub(start).max(0) as u64).div_ceil(step as u64)
                 } else {
-                    (start - stop).max(0) as u64 / step.unsigned_abs()
-                        + ((start - stop).max(0) as u64 % step.unsigned_abs() != 0) as u64
+                    (start.saturating_sub(stop).max(0) as u64).div_ceil(step.unsigned_abs())
                 };
                 if n > self.limits.max_steps {
                     return Err(self.fail(
@@ -924,7 +941,9 @@ impl<'a> Renderer<'a> {
                     ));
                 }
                 Ok(Value::list(
-                    (0..n as i64).map(|i| Value::Int(start + i * step)).collect(),
+                    (0..n as i64)
+                        .map(|i| Value::Int(start.saturating_add(i.saturating_mul(step))))
+                        .collect(),
                 ))
             }
             Func::Namespace | Func::Dict => {
@@ -971,7 +990,9 @@ impl<'a> Renderer<'a> {
                 return Ok(match name {
                     "get" => {
                         let k = args.or(0, "key", Value::None);
-                        d.get(&k).cloned().unwrap_or(args.or(1, "default", Value::None))
+                        d.get(&k)
+                            .cloned()
+                            .unwrap_or(args.or(1, "default", Value::None))
                     }
                     "items" => Value::list(
                         d.0.iter()
@@ -1007,10 +1028,7 @@ impl<'a> Renderer<'a> {
                 return Ok(args.pos[l.index0 % args.pos.len()].clone());
             }
             Value::Undefined => {
-                return Err(self.fail(
-                    pos,
-                    format_args!("'{name}' called on an undefined value"),
-                ));
+                return Err(self.fail(pos, format_args!("'{name}' called on an undefined value")));
             }
             _ => {}
         }
@@ -1073,7 +1091,10 @@ impl<'a> Renderer<'a> {
             ),
             "split" | "rsplit" => {
                 let sep = sarg(0, "sep")?;
-                let max = args.get(1, "maxsplit").and_then(Value::as_int).unwrap_or(-1);
+                let max = args
+                    .get(1, "maxsplit")
+                    .and_then(Value::as_int)
+                    .unwrap_or(-1);
                 Value::list(
                     py_split(s, sep.as_deref(), max, name == "rsplit")
                         .ok_or_else(|| self.fail(pos, format_args!("empty separator")))?
@@ -1086,9 +1107,10 @@ impl<'a> Renderer<'a> {
             "startswith" | "endswith" => {
                 let pats: Vec<String> = match args.get(0, "prefix") {
                     Some(Value::Str(p)) => Vec::from([String::from(&**p)]),
-                    Some(Value::Tuple(t)) | Some(Value::List(t)) => {
-                        t.iter().filter_map(|x| x.as_str().map(String::from)).collect()
-                    }
+                    Some(Value::Tuple(t)) | Some(Value::List(t)) => t
+                        .iter()
+                        .filter_map(|x| x.as_str().map(String::from))
+                        .collect(),
                     _ => {
                         return Err(self.fail(
                             pos,
@@ -1163,12 +1185,12 @@ impl<'a> Renderer<'a> {
             "isalpha" => Value::Bool(!s.is_empty() && s.chars().all(char::is_alphabetic)),
             "isalnum" => Value::Bool(!s.is_empty() && s.chars().all(char::is_alphanumeric)),
             "isspace" => Value::Bool(!s.is_empty() && s.chars().all(py_space)),
-            "isupper" => Value::Bool(
-                s.chars().any(char::is_uppercase) && !s.chars().any(char::is_lowercase),
-            ),
-            "islower" => Value::Bool(
-                s.chars().any(char::is_lowercase) && !s.chars().any(char::is_uppercase),
-            ),
+            "isupper" => {
+                Value::Bool(s.chars().any(char::is_uppercase) && !s.chars().any(char::is_lowercase))
+            }
+            "islower" => {
+                Value::Bool(s.chars().any(char::is_lowercase) && !s.chars().any(char::is_uppercase))
+            }
             "removeprefix" => {
                 let p = sarg(0, "prefix")?.unwrap_or_default();
                 Value::str(s.strip_prefix(p.as_str()).unwrap_or(s))
@@ -1195,7 +1217,11 @@ impl<'a> Renderer<'a> {
                 Value::Tuple(Rc::new(parts.iter().map(|p| Value::str(p)).collect()))
             }
             "zfill" | "center" => {
-                let width = args.get(0, "width").and_then(Value::as_int).unwrap_or(0).max(0) as usize;
+                let width = args
+                    .get(0, "width")
+                    .and_then(Value::as_int)
+                    .unwrap_or(0)
+                    .max(0) as usize;
                 self.check_len(width, pos)?;
                 let n = s.chars().count();
                 if width <= n {
@@ -1269,6 +1295,27 @@ impl<'a> Renderer<'a> {
     }
 
     fn binary(&self, op: BinOp, a: &Value, b: &Value, pos: u32) -> Result<Value> {
+        // Markup + str escapes the str (markupsafe's Markup.__add__ / __radd__).
+        if op == BinOp::Add {
+            match (a, b) {
+                (Value::Markup(x), Value::Str(y) | Value::Markup(y)) => {
+                    let y = if matches!(b, Value::Str(_)) {
+                        html_escape(y)
+                    } else {
+                        String::from(&**y)
+                    };
+                    self.check_len(x.len() + y.len(), pos)?;
+                    return Ok(Value::Markup(Rc::from([&**x, y.as_str()].concat())));
+                }
+                (Value::Str(x), Value::Markup(y)) => {
+                    let x = html_escape(x);
+                    self.check_len(x.len() + y.len(), pos)?;
+                    return Ok(Value::Markup(Rc::from([x.as_str(), &**y].concat())));
+                }
+                _ => {}
+            }
+        }
+        let (a, b) = (&a.clone().plain(), &b.clone().plain());
         let type_err = || {
             self.fail(
                 pos,
@@ -1305,14 +1352,21 @@ impl<'a> Renderer<'a> {
                     if y == 0 {
                         return Err(zero());
                     }
-                    Value::Int(x.checked_div_euclid(y).ok_or_else(overflow)? - if y < 0 && x.rem_euclid(y) != 0 { 1 } else { 0 })
+                    Value::Int(
+                        x.checked_div_euclid(y).ok_or_else(overflow)?
+                            - if y < 0 && x.rem_euclid(y) != 0 { 1 } else { 0 },
+                    )
                 }
                 BinOp::Mod => {
                     if y == 0 {
                         return Err(zero());
                     }
                     let r = x.checked_rem(y).ok_or_else(overflow)?;
-                    Value::Int(if r != 0 && (r < 0) != (y < 0) { r + y } else { r })
+                    Value::Int(if r != 0 && (r < 0) != (y < 0) {
+                        r + y
+                    } else {
+                        r
+                    })
                 }
                 BinOp::Pow => {
                     if y < 0 {
@@ -1338,7 +1392,11 @@ impl<'a> Renderer<'a> {
                 BinOp::FloorDiv => libm::floor(x / y),
                 BinOp::Mod => {
                     let r = libm::fmod(x, y);
-                    if r != 0.0 && (r < 0.0) != (y < 0.0) { r + y } else { r }
+                    if r != 0.0 && (r < 0.0) != (y < 0.0) {
+                        r + y
+                    } else {
+                        r
+                    }
                 }
                 BinOp::Pow => libm::pow(x, y),
             }));
@@ -1406,9 +1464,9 @@ impl<'a> Renderer<'a> {
                 out.push('%');
                 continue;
             }
-            let v = next
-                .next()
-                .ok_or_else(|| self.fail(pos, format_args!("not enough arguments for format string")))?;
+            let v = next.next().ok_or_else(|| {
+                self.fail(pos, format_args!("not enough arguments for format string"))
+            })?;
             match d {
                 Some('s') => v.write_str(&mut out)?,
                 Some('r') => v.write_repr(&mut out, 0)?,
@@ -1429,9 +1487,10 @@ impl<'a> Renderer<'a> {
         Ok(match op {
             CmpOp::Eq => a.py_eq(b),
             CmpOp::Ne => !a.py_eq(b),
-            CmpOp::In => self.contains(b, a, pos)?,
-            CmpOp::NotIn => !self.contains(b, a, pos)?,
+            CmpOp::In => self.contains(&b.clone().plain(), &a.clone().plain(), pos)?,
+            CmpOp::NotIn => !self.contains(&b.clone().plain(), &a.clone().plain(), pos)?,
             _ => {
+                let (a, b) = (&a.clone().plain(), &b.clone().plain());
                 let ord = a.py_cmp(b).ok_or_else(|| {
                     self.fail(
                         pos,
@@ -1466,7 +1525,7 @@ impl<'a> Renderer<'a> {
                     ));
                 }
             },
-            Value::List(v) | Value::Tuple(v) => v.iter().any(|y| y.py_eq(x)),
+            Value::List(v) | Value::Tuple(v) | Value::Iter(v) => v.iter().any(|y| y.py_eq(x)),
             Value::Dict(d) => d.get(x).is_some(),
             Value::Namespace(ns) => ns.borrow().get(x).is_some(),
             Value::Undefined => false,
@@ -1510,8 +1569,11 @@ impl<'a> Renderer<'a> {
         };
         Ok(match name {
             "safe" | "string" | "e" | "escape" | "forceescape" => match name {
-                "e" | "escape" | "forceescape" => Value::string(html_escape(&s(&v)?)),
-                "safe" => v,
+                "e" | "escape" | "forceescape" => Value::Markup(Rc::from(html_escape(&s(&v)?))),
+                "safe" => match v {
+                    Value::Str(x) => Value::Markup(x),
+                    other => other,
+                },
                 _ => Value::string(s(&v)?),
             },
             "length" | "count" => Value::Int(match &v {
@@ -1528,7 +1590,9 @@ impl<'a> Renderer<'a> {
             } as i64),
             "trim" => {
                 let text = s(&v)?;
-                let chars = args.get(0, "chars").and_then(|c| c.as_str().map(String::from));
+                let chars = args
+                    .get(0, "chars")
+                    .and_then(|c| c.as_str().map(String::from));
                 Value::str(text.trim_matches(|c: char| match &chars {
                     Some(set) => set.contains(c),
                     None => py_space(c),
@@ -1574,6 +1638,11 @@ impl<'a> Renderer<'a> {
                 Value::string(r)
             }
             "first" | "last" => {
+                if name == "last" && matches!(v, Value::Iter(_)) {
+                    return Err(
+                        self.fail(pos, format_args!("'generator' object is not reversible"))
+                    );
+                }
                 let items = self.iterate(&v, pos)?;
                 let x = if name == "first" {
                     items.first()
@@ -1585,19 +1654,31 @@ impl<'a> Renderer<'a> {
             "list" => Value::list(self.iterate(&v, pos)?),
             "reverse" => match &v {
                 Value::Str(x) => Value::string(x.chars().rev().collect()),
-                _ => {
+                Value::List(_) | Value::Tuple(_) => {
                     let mut items = self.iterate(&v, pos)?;
                     items.reverse();
-                    Value::list(items)
+                    Value::Iter(Rc::new(items))
                 }
-            },
-            "items" => match &v {
-                Value::Undefined => Value::list(Vec::new()),
-                Value::Dict(_) => self.call_method(&v, "items", args, pos)?,
                 other => {
                     return Err(self.fail(
                         pos,
-                        format_args!("can only get item pairs from a mapping, not {}", other.type_name()),
+                        format_args!("'{}' object is not reversible", other.type_name()),
+                    ));
+                }
+            },
+            "items" => match &v {
+                Value::Undefined => Value::Iter(Rc::new(Vec::new())),
+                Value::Dict(_) => match self.call_method(&v, "items", args, pos)? {
+                    Value::List(x) => Value::Iter(x),
+                    other => other,
+                },
+                other => {
+                    return Err(self.fail(
+                        pos,
+                        format_args!(
+                            "can only get item pairs from a mapping, not {}",
+                            other.type_name()
+                        ),
                     ));
                 }
             },
@@ -1675,7 +1756,7 @@ impl<'a> Renderer<'a> {
                         out.push(x);
                     }
                 }
-                Value::list(out)
+                Value::Iter(Rc::new(out))
             }
             "min" | "max" | "sum" => {
                 let items = self.iterate(&v, pos)?;
@@ -1712,7 +1793,12 @@ impl<'a> Renderer<'a> {
                 best.unwrap_or(Value::Undefined)
             }
             "map" => {
-                let items = self.iterate(&v, pos)?;
+                // Jinja2 walks a false value (None, empty) as nothing.
+                let items = if v.truthy() {
+                    self.iterate(&v, pos)?
+                } else {
+                    Vec::new()
+                };
                 let mut out = Vec::with_capacity(items.len());
                 if let Some(attr) = args.kw.iter().find(|(k, _)| &**k == "attribute") {
                     let default = args.kw.iter().find(|(k, _)| &**k == "default");
@@ -1735,20 +1821,36 @@ impl<'a> Renderer<'a> {
                         out.push(self.filter(x, f, &rest, pos)?);
                     }
                 }
-                Value::list(out)
+                Value::Iter(Rc::new(out))
             }
             "select" | "reject" | "selectattr" | "rejectattr" => {
                 let by_attr = name.ends_with("attr");
                 let keep = name.starts_with("select");
                 let skip = by_attr as usize;
-                let attr = if by_attr { args.pos.first().cloned() } else { None };
-                let test = args.pos.get(skip).and_then(|t| t.as_str().map(String::from));
+                let attr = if by_attr {
+                    args.pos.first().cloned()
+                } else {
+                    None
+                };
+                let test = args
+                    .pos
+                    .get(skip)
+                    .and_then(|t| t.as_str().map(String::from));
                 let rest = Args {
-                    pos: args.pos.get(skip + 1..).map(<[Value]>::to_vec).unwrap_or_default(),
+                    pos: args
+                        .pos
+                        .get(skip + 1..)
+                        .map(<[Value]>::to_vec)
+                        .unwrap_or_default(),
                     kw: Vec::new(),
                 };
                 let mut out = Vec::new();
-                for x in self.iterate(&v, pos)? {
+                let items = if v.truthy() {
+                    self.iterate(&v, pos)?
+                } else {
+                    Vec::new()
+                };
+                for x in items {
                     let y = match &attr {
                         Some(a) => self.attr_path(&x, a, pos)?,
                         None => x.clone(),
@@ -1761,7 +1863,7 @@ impl<'a> Renderer<'a> {
                         out.push(x);
                     }
                 }
-                Value::list(out)
+                Value::Iter(Rc::new(out))
             }
             "tojson" => {
                 let indent = match args.get(0, "indent") {
@@ -1774,11 +1876,10 @@ impl<'a> Renderer<'a> {
                 style.ensure_ascii = args.flag(usize::MAX, "ensure_ascii");
                 if let Some(Value::Tuple(sep) | Value::List(sep)) =
                     args.get(usize::MAX, "separators")
+                    && let [Value::Str(a), Value::Str(b)] = &sep[..]
                 {
-                    if let [Value::Str(a), Value::Str(b)] = &sep[..] {
-                        style.item_sep = String::from(&**a);
-                        style.key_sep = String::from(&**b);
-                    }
+                    style.item_sep = String::from(&**a);
+                    style.key_sep = String::from(&**b);
                 }
                 style.sort_keys = args.flag(usize::MAX, "sort_keys");
                 let mut out = String::new();
@@ -1815,9 +1916,10 @@ impl<'a> Renderer<'a> {
                 }
             }
             "abs" => match v {
-                Value::Int(i) => Value::Int(i.checked_abs().ok_or_else(|| {
-                    self.fail(pos, format_args!("integer overflow"))
-                })?),
+                Value::Int(i) => Value::Int(
+                    i.checked_abs()
+                        .ok_or_else(|| self.fail(pos, format_args!("integer overflow")))?,
+                ),
                 Value::Float(f) => Value::Float(libm::fabs(f)),
                 Value::Bool(b) => Value::Int(b as i64),
                 other => {
@@ -1828,9 +1930,18 @@ impl<'a> Renderer<'a> {
                 }
             },
             "round" => {
-                let x = v.as_f64().ok_or_else(|| self.fail(pos, format_args!("round: a number is required")))?;
-                let digits = args.get(0, "precision").and_then(Value::as_int).unwrap_or(0).clamp(0, 15);
-                let method = args.get(1, "method").and_then(Value::as_str).unwrap_or("common");
+                let x = v
+                    .as_f64()
+                    .ok_or_else(|| self.fail(pos, format_args!("round: a number is required")))?;
+                let digits = args
+                    .get(0, "precision")
+                    .and_then(Value::as_int)
+                    .unwrap_or(0)
+                    .clamp(0, 15);
+                let method = args
+                    .get(1, "method")
+                    .and_then(Value::as_str)
+                    .unwrap_or("common");
                 let m = libm::pow(10.0, digits as f64);
                 let y = x * m;
                 let r = match method {
@@ -1874,8 +1985,9 @@ impl<'a> Renderer<'a> {
                 }
             }
             "wordcount" => Value::Int(s(&v)?.split_whitespace().count() as i64),
-            "batch" | "slice" | "groupby" | "pprint" | "urlencode" | "xmlattr" | "filesizeformat"
-            | "truncate" | "wordwrap" | "striptags" | "center" | "random" | "urlize" => {
+            "batch" | "slice" | "groupby" | "pprint" | "urlencode" | "xmlattr"
+            | "filesizeformat" | "truncate" | "wordwrap" | "striptags" | "center" | "random"
+            | "urlize" => {
                 return Err(self.fail(pos, format_args!("filter '{name}' is not supported")));
             }
             _ => return Err(self.fail(pos, format_args!("no filter named '{name}'"))),
@@ -1904,17 +2016,28 @@ impl<'a> Renderer<'a> {
             "mapping" => matches!(v, Value::Dict(_)),
             "iterable" => matches!(
                 v,
-                Value::Str(_) | Value::List(_) | Value::Tuple(_) | Value::Dict(_) | Value::Undefined
+                Value::Str(_)
+                    | Value::List(_)
+                    | Value::Tuple(_)
+                    | Value::Iter(_)
+                    | Value::Dict(_)
+                    | Value::Undefined
             ),
             "sequence" => matches!(
                 v,
-                Value::Str(_) | Value::List(_) | Value::Tuple(_) | Value::Dict(_) | Value::Undefined
+                Value::Str(_)
+                    | Value::List(_)
+                    | Value::Tuple(_)
+                    | Value::Dict(_)
+                    | Value::Undefined
             ),
             "callable" => matches!(v, Value::Macro(_) | Value::Func(_) | Value::Method(_)),
             "sameas" => match (v, &arg()) {
                 (Value::None, Value::None) => true,
                 (Value::Bool(a), Value::Bool(b)) => a == b,
-                (a, b) => a.py_eq(b) && !matches!(a, Value::Str(_) | Value::List(_) | Value::Dict(_)),
+                (a, b) => {
+                    a.py_eq(b) && !matches!(a, Value::Str(_) | Value::List(_) | Value::Dict(_))
+                }
             },
             "eq" | "equalto" | "==" => v.py_eq(&arg()),
             "ne" | "!=" => !v.py_eq(&arg()),
@@ -2004,11 +2127,16 @@ fn py_split(s: &str, sep: Option<&str>, max: i64, from_right: bool) -> Option<Ve
         Some("") => None,
         Some(sep) => {
             let parts: Vec<String> = if from_right {
-                let mut v: Vec<String> = s.rsplitn(max.saturating_add(1), sep).map(String::from).collect();
+                let mut v: Vec<String> = s
+                    .rsplitn(max.saturating_add(1), sep)
+                    .map(String::from)
+                    .collect();
                 v.reverse();
                 v
             } else {
-                s.splitn(max.saturating_add(1), sep).map(String::from).collect()
+                s.splitn(max.saturating_add(1), sep)
+                    .map(String::from)
+                    .collect()
             };
             Some(parts)
         }
@@ -2021,7 +2149,9 @@ fn py_split(s: &str, sep: Option<&str>, max: i64, from_right: bool) -> Option<Ve
                         parts.push(String::from(rest));
                         break;
                     }
-                    let start = rest.rfind(py_space).map_or(0, |i| i + rest[i..].chars().next().map_or(1, char::len_utf8));
+                    let start = rest.rfind(py_space).map_or(0, |i| {
+                        i + rest[i..].chars().next().map_or(1, char::len_utf8)
+                    });
                     parts.push(String::from(&rest[start..]));
                     rest = rest[..start].trim_end_matches(py_space);
                 }
@@ -2045,7 +2175,11 @@ fn py_split(s: &str, sep: Option<&str>, max: i64, from_right: bool) -> Option<Ve
 
 /// Python's `str.replace(old, new, count)` (an empty `old` inserts `new` between characters).
 fn py_replace(s: &str, old: &str, new: &str, count: i64) -> String {
-    let max = if count < 0 { usize::MAX } else { count as usize };
+    let max = if count < 0 {
+        usize::MAX
+    } else {
+        count as usize
+    };
     if old.is_empty() {
         let mut out = String::new();
         let mut n = 0;

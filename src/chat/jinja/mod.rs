@@ -35,8 +35,8 @@ use alloc::vec::Vec;
 pub use eval::{DateTime, Limits};
 pub use value::Value;
 
-use crate::error::{Result, Status};
 use crate::bail;
+use crate::error::{Result, Status};
 
 /// A parsed template, to render any number of times.
 pub struct Template {
@@ -62,11 +62,10 @@ impl Template {
                 vars.type_name()
             );
         };
-        let frame = d
-            .0
-            .iter()
-            .filter_map(|(k, v)| Some((Rc::from(k.as_str()?), v.clone())))
-            .collect();
+        let frame =
+            d.0.iter()
+                .filter_map(|(k, v)| Some((Rc::from(k.as_str()?), v.clone())))
+                .collect();
         eval::Renderer::new(&self.src, frame, limits, now).render(&self.nodes)
     }
 }

@@ -13,8 +13,8 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use super::value::Value;
-use crate::error::{Error, Result, Status};
 use crate::err;
+use crate::error::{Error, Result, Status};
 
 /// Deepest nesting of blocks and expressions the parser accepts.
 pub const MAX_NESTING: u32 = 100;
@@ -50,8 +50,8 @@ enum Tok {
 }
 
 const OPS: [&str; 26] = [
-    "//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<", ">", "=", "(", ")",
-    "[", "]", "{", "}", ",", ".", ":", "|", ";",
+    "//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<", ">", "=", "(", ")", "[",
+    "]", "{", "}", ",", ".", ":", "|", ";",
 ];
 
 struct Lexer<'a> {
@@ -163,7 +163,13 @@ impl<'a> Lexer<'a> {
 
     /// Tokens of one `{{ }}` / `{% %}` from `p` to its closing marker; returns the offset after
     /// the marker and whether it was `-}}`/`-%}`.
-    fn lex_tag(&mut self, src: &str, mut p: usize, close: &str, open: usize) -> Result<(usize, bool)> {
+    fn lex_tag(
+        &mut self,
+        src: &str,
+        mut p: usize,
+        close: &str,
+        open: usize,
+    ) -> Result<(usize, bool)> {
         let b = src.as_bytes();
         loop {
             while p < b.len() && (b[p] as char).is_ascii_whitespace() {
@@ -190,7 +196,8 @@ impl<'a> Lexer<'a> {
                 while p < b.len() && (b[p].is_ascii_alphanumeric() || b[p] == b'_') {
                     p += 1;
                 }
-                self.toks.push((Tok::Name(Rc::from(&src[start..p])), start as u32));
+                self.toks
+                    .push((Tok::Name(Rc::from(&src[start..p])), start as u32));
             } else if c.is_ascii_digit() {
                 while p < b.len() && (b[p].is_ascii_digit() || b[p] == b'_') {
                     p += 1;
@@ -570,10 +577,9 @@ impl Parser<'_> {
                     let e = self.tuple_expr()?;
                     if !matches!(self.bump(), Tok::VarEnd) {
                         self.i -= 1;
-                        return Err(self.fail(format_args!(
-                            "expected '}}}}', found {}",
-                            self.describe()
-                        )));
+                        return Err(
+                            self.fail(format_args!("expected '}}}}', found {}", self.describe()))
+                        );
                     }
                     nodes.push(Node::Output(e));
                 }
@@ -712,7 +718,10 @@ impl Parser<'_> {
                 self.block_end()?;
                 let (body, _) = self.block(&["endgeneration"])?;
                 self.block_end()?;
-                Node::If(Vec::from([(Expr::Lit(Value::Bool(true)), body)]), Vec::new())
+                Node::If(
+                    Vec::from([(Expr::Lit(Value::Bool(true)), body)]),
+                    Vec::new(),
+                )
             }
             "break" | "continue" => {
                 self.block_end()?;

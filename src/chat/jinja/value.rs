@@ -32,9 +32,17 @@ pub enum Value {
     Int(i64),
     Float(f64),
     Str(Rc<str>),
+    /// A string marked safe (`|safe`, markupsafe's `Markup`): only `+` treats it otherwise,
+    /// HTML-escaping the plain string on its other side, as `Markup.__add__` does. Every other
+    /// use sees a plain string ([`Value::plain`]).
+    Markup(Rc<str>),
     List(Rc<Vec<Value>>),
     /// A tuple: a list that prints with parentheses (`items`, `dictsort`, `(a, b)`).
     Tuple(Rc<Vec<Value>>),
+    /// What Python's generators are to Jinja2 (the results of `map`, `select`, `selectattr`,
+    /// `unique`, the `items` filter): iterable once turned into a list, always true, with no
+    /// length and no JSON form.
+    Iter(Rc<Vec<Value>>),
     Dict(Rc<Dict>),
     Namespace(Rc<RefCell<Dict>>),
     Loop(Rc<LoopInfo>),
@@ -108,13 +116,23 @@ impl Value {
             Value::Int(_) => "int",
             Value::Float(_) => "float",
             Value::Str(_) => "str",
+            Value::Markup(_) => "Markup",
             Value::List(_) => "list",
             Value::Tuple(_) => "tuple",
+            Value::Iter(_) => "generator",
             Value::Dict(_) => "dict",
             Value::Namespace(_) => "Namespace",
             Value::Loop(_) => "LoopContext",
             Value::Macro(_) => "Macro",
             Value::Func(_) | Value::Method(_) => "function",
+        }
+    }
+
+    /// A `Markup` string as a plain one; anything else as it is.
+    pub fn plain(self) -> Value {
+        match self {
+            Value::Markup(s) => Value::Str(s),
+            other => other,
         }
     }
 
@@ -129,7 +147,7 @@ impl Value {
             Value::Bool(b) => *b,
             Value::Int(i) => *i != 0,
             Value::Float(f) => *f != 0.0,
-            Value::Str(s) => !s.is_empty(),
+            Value::Str(s) | Value::Markup(s) => !s.is_empty(),
             Value::List(v) | Value::Tuple(v) => !v.is_empty(),
             Value::Dict(d) => !d.0.is_empty(),
             _ => true,
@@ -138,7 +156,7 @@ impl Value {
 
     pub fn as_str(&self) -> Option<&str> {
         match self {
-            Value::Str(s) => Some(s),
+            Value::Str(s) | Value::Markup(s) => Some(s),
             _ => None,
         }
     }
@@ -172,7 +190,7 @@ impl Value {
     /// Python `==`.
     pub fn py_eq(&self, other: &Value) -> bool {
         match (self, other) {
-            (Value::Str(a), Value::Str(b)) => a == b,
+            (Value::Str(a) | Value::Markup(a), Value::Str(b) | Value::Markup(b)) => a == b,
             (Value::Undefined, Value::Undefined) | (Value::None, Value::None) => true,
             (a, b) if a.is_number() && b.is_number() => match (a.as_int(), b.as_int()) {
                 (Some(x), Some(y)) => x == y,
@@ -183,7 +201,9 @@ impl Value {
             }
             (Value::Dict(a), Value::Dict(b)) => {
                 a.0.len() == b.0.len()
-                    && a.0.iter().all(|(k, v)| b.get(k).is_some_and(|w| v.py_eq(w)))
+                    && a.0
+                        .iter()
+                        .all(|(k, v)| b.get(k).is_some_and(|w| v.py_eq(w)))
             }
             (Value::Namespace(a), Value::Namespace(b)) => Rc::ptr_eq(a, b),
             (Value::Func(a), Value::Func(b)) => a == b,
@@ -220,7 +240,7 @@ impl Value {
     /// Python `str(x)`, appended to `out` (strings as they are, containers as their repr).
     pub fn write_str(&self, out: &mut String) -> Result<()> {
         match self {
-            Value::Str(s) => out.push_str(s),
+            Value::Str(s) | Value::Markup(s) => out.push_str(s),
             Value::Undefined => {}
             _ => self.write_repr(out, 0)?,
         }
@@ -230,7 +250,10 @@ impl Value {
     /// Python `repr(x)`.
     pub fn write_repr(&self, out: &mut String, depth: u32) -> Result<()> {
         if depth > MAX_VALUE_DEPTH {
-            bail!(Status::BadFormat, "value nested deeper than {MAX_VALUE_DEPTH}");
+            bail!(
+                Status::BadFormat,
+                "value nested deeper than {MAX_VALUE_DEPTH}"
+            );
         }
         match self {
             Value::Undefined => {}
@@ -240,7 +263,7 @@ impl Value {
                 let _ = write!(out, "{i}");
             }
             Value::Float(f) => write_float(out, *f),
-            Value::Str(s) => write_py_string(out, s),
+            Value::Str(s) | Value::Markup(s) => write_py_string(out, s),
             Value::List(v) | Value::Tuple(v) => {
                 let tuple = matches!(self, Value::Tuple(_));
                 out.push(if tuple { '(' } else { '[' });
@@ -262,6 +285,7 @@ impl Value {
                 out.push('>');
             }
             Value::Loop(_) => out.push_str("<LoopContext>"),
+            Value::Iter(_) => out.push_str("<generator object>"),
             Value::Macro(m) => {
                 let _ = write!(out, "<Macro '{}'>", m.name);
             }
@@ -458,7 +482,10 @@ impl JsonStyle {
 /// TypeError: not JSON serializable).
 pub fn write_json(out: &mut String, v: &Value, style: &JsonStyle, depth: u32) -> Result<()> {
     if depth > MAX_VALUE_DEPTH {
-        bail!(Status::BadFormat, "value nested deeper than {MAX_VALUE_DEPTH}");
+        bail!(
+            Status::BadFormat,
+            "value nested deeper than {MAX_VALUE_DEPTH}"
+        );
     }
     let newline = |out: &mut String, level: u32| {
         if let Some(ind) = &style.indent {
@@ -477,7 +504,7 @@ pub fn write_json(out: &mut String, v: &Value, style: &JsonStyle, depth: u32) ->
             out.push_str(if *f < 0.0 { "-Infinity" } else { "Infinity" })
         }
         Value::Float(f) => write_float(out, *f),
-        Value::Str(s) => write_json_string(out, s, style.ensure_ascii),
+        Value::Str(s) | Value::Markup(s) => write_json_string(out, s, style.ensure_ascii),
         Value::List(items) | Value::Tuple(items) => {
             if items.is_empty() {
                 out.push_str("[]");
