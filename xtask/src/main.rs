@@ -483,7 +483,8 @@ fn crosscheck(args: &[String]) -> Result<(), String> {
 
 /// The Python environment of the references (target/crosscheck/venv): llama-cpp-python 0.3.36
 /// (the references' version, built from source: 6-10 minutes on 2 cores the first time), the
-/// `model2vec` package 0.10.0 and its tokenizers, and the fixture generators' gguf and numpy.
+/// `model2vec` package 0.10.0 and its tokenizers, the fixture generators' gguf and numpy, and
+/// `jinja2` (the chat templates' reference, as transformers renders them).
 fn reference_python(root: &Path) -> Result<std::path::PathBuf, String> {
     let packages = [
         "llama-cpp-python==0.3.36",
@@ -491,10 +492,12 @@ fn reference_python(root: &Path) -> Result<std::path::PathBuf, String> {
         "numpy==2.4.6",
         "tokenizers==0.23.3",
         "model2vec==0.10.0",
+        "jinja2==3.1.6",
+        "markupsafe==3.0.2",
     ];
     python_env(
         &root.join("target/crosscheck/venv"),
-        "llama_cpp, gguf, numpy, tokenizers, model2vec",
+        "llama_cpp, gguf, numpy, tokenizers, model2vec, jinja2",
         &packages.map(Into::into),
         &[("CMAKE_ARGS", "-DGGML_NATIVE=OFF")],
         "pip install llama-cpp-python==0.3.36 (built from source: 6-10 minutes)",
@@ -540,7 +543,7 @@ fn python_env(
 }
 
 /// What `cargo xtask references` can regenerate (host-tests/fixtures/gen/references/regenerate.py).
-const REFERENCE_PARTS: &str = "tiny,arch,vocab,smollm2,gemma3,templates,model2vec,testdata";
+const REFERENCE_PARTS: &str = "tiny,arch,vocab,smollm2,gemma3,templates,jinja,model2vec,testdata";
 
 /// `cargo xtask references [--parts P,...]`: every reference the tests hold wasmind to, made
 /// again from llama.cpp and model2vec (into target/references); a committed one that differs is
