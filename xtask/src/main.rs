@@ -213,7 +213,7 @@ fn python_tests(root: &Path, skips: &Path) -> Result<(), String> {
     let requirements = root.join("python/requirements-test.txt");
     let python = python_env(
         &work.join("venv"),
-        "wasmtime, numpy, pytest",
+        "wasmtime, numpy, pytest, ray.data",
         &[
             "--quiet".into(),
             "--disable-pip-version-check".into(),
