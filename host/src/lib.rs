@@ -758,6 +758,8 @@ impl std::fmt::Display for ModuleError {
     }
 }
 
+impl std::error::Error for ModuleError {}
+
 /// One `chat_next`.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Piece {
