@@ -16,7 +16,9 @@
 // main thread. Views over memory go stale when it grows: bytes()/put() build fresh ones each call.
 
 const isNode = typeof process === 'object' && !!process.versions?.node;
-const DIST = new URL('../dist/', import.meta.url);
+// import.meta.url is undefined where modules have no URL (a Cloudflare Worker): no default dist/
+// there, and a Worker cannot compile wasm bytes anyway (it imports the module: examples/worker/).
+const DIST = import.meta.url ? new URL('../dist/', import.meta.url) : undefined;
 const PAGE = 65536, MAX_PAGES = 65536, MiB = 1 << 20;
 const HELPER_STACK = MiB, MAX_HELPERS = 255; // stack ≥ WASMIND_HELPER_STACK_MIN (256 KiB)
 export const STATUS = ['OK', 'INVALID_ARGUMENT', 'OUT_OF_MEMORY', 'BAD_FORMAT', 'UNSUPPORTED',
@@ -161,6 +163,7 @@ const noAnswer = (what, ms) => () => new Error(`${what}: no answer in ${ms} ms`)
  * every helper is listening.
  */
 export async function load({ threads, threaded = canUseThreads(), relaxed = hasRelaxedSimd(), maxMemory = 256 * MiB, dist = DIST } = {}) {
+  if (dist === undefined) throw new Error('wasmind: this host gives modules no URL (import.meta.url): pass `dist`, or instantiate an imported module yourself (new WasmindModule; see glue/examples/worker/)');
   threads = threaded ? Math.max(1, Math.min(MAX_HELPERS + 1, threads ?? await defaultThreads())) : 1;
   const { module, bytes } = await compileModule(new URL(moduleFile(threaded, relaxed), dist));
   if (!threaded) return new WasmindModule(module, (await WebAssembly.instantiate(module)).exports, null, [], relaxed);

@@ -26,6 +26,8 @@
 //! prefix the new rendering shares with the old one, and prefills the rest. Writes past the
 //! cache are impossible: `Model::forward` refuses them and every path checks room first.
 
+pub mod jinja;
+
 use alloc::string::String;
 use alloc::vec::Vec;
 

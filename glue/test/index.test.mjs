@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { Wasmind } from '../index.js';
-import { MODEL_PATH, EMBEDDER_DIR, BERT_DIR, smollm2, m2v, bert, unitOff, messagesOf, compareGreedy, cosine, REPLY_TOKENS } from './reference.mjs';
+import { MODEL_PATH, EMBEDDER_DIR, BERT_DIR, smollm2, m2v, bert, unitOff, messagesOf, compareGreedy, cosine, checkStopAndAbort, REPLY_TOKENS } from './reference.mjs';
 
 const reference = smollm2();
 const GREEDY = { temperature: 0, repeatPenalty: 1, maxTokens: REPLY_TOKENS };
@@ -48,22 +48,7 @@ for (const [name, create] of [['single-threaded', { threaded: false }], ['2 thre
     const ai = await Wasmind.create(create);
     try {
       await ai.load(MODEL_PATH, { context: 512 });
-      let n = 0;
-      for await (const _ of ai.chat([{ role: 'user', content: 'Write a very long story about a dragon.' }], { temperature: 0 })) {
-        if (++n === 5) ai.stop();
-      }
-      assert.equal(ai.stats().state, 'stopped');
-      // stop() came after the 5th piece arrived; the driver may be a few tokens ahead of the
-      // consumer (pieces in flight between the threads, more so on a loaded machine).
-      assert.ok(ai.stats().tokens <= 10, `${ai.stats().tokens} tokens`);
-      const ac = new AbortController();
-      n = 0;
-      await assert.rejects(async () => {
-        for await (const _ of ai.chat([{ role: 'user', content: 'Write a long poem.' }], { signal: ac.signal })) if (++n === 3) ac.abort();
-      }, (e) => e.name === 'AbortError');
-      assert.equal(ai.stats().state, 'stopped');
-      const after = await reply(ai, [{ role: 'user', content: 'What is the capital of France?' }]);
-      assert.match(after.text, /Paris/);
+      await checkStopAndAbort(ai);
     } finally { await ai.unload(); }
   });
 }

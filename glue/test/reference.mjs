@@ -45,6 +45,29 @@ export function compareGreedy(chat, { ids, last, state, text }) {
   return compared;
 }
 
+/** A page-API instance (glue/index.js) with a model loaded: stop() after the 5th piece and an
+ *  AbortSignal after the 3rd end a reply (state 'stopped'; the abort rejects with AbortError),
+ *  and the next reply runs. */
+export async function checkStopAndAbort(ai) {
+  let n = 0;
+  for await (const _ of ai.chat([{ role: 'user', content: 'Write a very long story about a dragon.' }], { temperature: 0 })) {
+    if (++n === 5) ai.stop();
+  }
+  assert.equal(ai.stats().state, 'stopped');
+  // stop() came after the 5th piece arrived; the driver may be a few tokens ahead of the
+  // consumer (pieces in flight between the threads, more so on a loaded machine).
+  assert.ok(ai.stats().tokens <= 10, `stop(): ${ai.stats().tokens} tokens`);
+  const ac = new AbortController();
+  n = 0;
+  await assert.rejects(async () => {
+    for await (const _ of ai.chat([{ role: 'user', content: 'Write a long poem.' }], { signal: ac.signal })) if (++n === 3) ac.abort();
+  }, (e) => e.name === 'AbortError');
+  assert.equal(ai.stats().state, 'stopped');
+  let after = '';
+  for await (const piece of ai.chat([{ role: 'user', content: 'What is the capital of France?' }], { temperature: 0, maxTokens: REPLY_TOKENS })) after += piece;
+  assert.match(after, /Paris/);
+}
+
 /** Cosine of two vectors (0 when both are zero). */
 export function cosine(v, e) {
   let dot = 0, nv = 0, ne = 0;

@@ -6,7 +6,7 @@
 
 mod common;
 use common::*;
-use host_tests::{
+use wasmind_host::{
     CHAT_DROP_OLDEST, CHAT_THINK, E_CONTEXT_FULL, E_END, E_STOPPED, Piece, ROLE_ASSISTANT,
     ROLE_SYSTEM, ROLE_USER, Reply, Sampling, TOKENIZE_ADD_SPECIAL, TOKENIZE_PARSE_SPECIAL, Wasmind,
 };

@@ -3,7 +3,7 @@
 
 mod common;
 use common::*;
-use host_tests::Wasmind;
+use wasmind_host::Wasmind;
 
 const MIN_COSINE: f64 = 0.99999;
 

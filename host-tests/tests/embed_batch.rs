@@ -4,7 +4,7 @@
 
 mod common;
 use common::*;
-use host_tests::{Wasmind, pack_texts};
+use wasmind_host::{Wasmind, pack_texts};
 
 const MODELS: [&str; 3] = ["potion-base-8M", "potion-base-8M-f16", "m2v-minilm-128-vq"];
 

@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use host_tests::{E_HELPER_LOST, ROLE_USER, Wasmind};
+use wasmind_host::{E_HELPER_LOST, ROLE_USER, Wasmind};
 
 /// What the issue allows between the loss and the error (the module gives up after 3 s).
 const LIMIT: Duration = Duration::from_secs(5);

@@ -6,11 +6,11 @@
 
 mod common;
 use common::*;
-use host_tests::{
+use serde_json::{Value, json};
+use wasmind_host::{
     GRAMMAR_GBNF, GRAMMAR_JSON_OBJECT, GRAMMAR_JSON_SCHEMA, GRAMMAR_NONE, ROLE_SYSTEM, ROLE_USER,
     Reply, Sampling, Wasmind,
 };
-use serde_json::{Value, json};
 
 /// Ten schemas: nested objects, arrays, enums, optional properties, `$ref`, `anyOf`, formats,
 /// patterns, integer and number bounds. Every string has a `maxLength` and every array a `maxItems`, so each reply is
@@ -477,12 +477,6 @@ fn gbnf_grammars_json_object_mode_and_errors_through_the_abi() {
             let _ = w.chat_reply(16, |_| {}).unwrap();
         }
     }
-}
-
-fn wasmind_cmd() -> std::process::Command {
-    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_wasmind"));
-    c.env_remove("WASMIND_MODEL");
-    c
 }
 
 #[test]

@@ -11,7 +11,7 @@
 mod common;
 
 use common::*;
-use host_tests::{
+use wasmind_host::{
     CHAT_DROP_OLDEST, E_CONTEXT_FULL, E_END, E_STOPPED, ROLE_ASSISTANT, ROLE_SYSTEM, ROLE_USER,
     Sampling, Wasmind,
 };

@@ -5,7 +5,7 @@
 mod common;
 
 use common::XorShift64;
-use host_tests::Wasmind;
+use wasmind_host::Wasmind;
 
 const SAMPLES: usize = 1_000_000;
 const MAX_ULP: u64 = 2;

@@ -4,7 +4,7 @@
 
 mod common;
 use common::*;
-use host_tests::{Build, Wasmind};
+use wasmind_host::{Build, Wasmind};
 
 const FLOAT_TOLERANCE: f32 = 0.15;
 const QUANT_TOLERANCE: f32 = 0.75;
@@ -78,7 +78,7 @@ fn smollm2_perplexity_and_argmax_match_llama_cpp() {
 fn check_forced(w: &mut Wasmind, forced: &serde_json::Value, what: &str) {
     let text = forced["text"].as_str().unwrap();
     let mut ids = w
-        .tokenize(text.as_bytes(), host_tests::TOKENIZE_ADD_SPECIAL)
+        .tokenize(text.as_bytes(), wasmind_host::TOKENIZE_ADD_SPECIAL)
         .unwrap();
     ids.truncate(512);
     assert_eq!(ids, u32s(&forced["ids"]), "tokenization differs");
@@ -598,7 +598,7 @@ fn gemma3_270m_matches_llama_cpp() {
     for forced in r["forced"].as_array().unwrap() {
         check_forced(&mut w, forced, "gemma3 270M");
     }
-    w.sampler_set(&host_tests::Sampling::GREEDY).unwrap();
+    w.sampler_set(&wasmind_host::Sampling::GREEDY).unwrap();
     // The base model's file has no `tokenizer.chat_template`; llama.cpp was told "gemma".
     assert_eq!(r["template"], "gemma");
     w.chat_set_template(3).unwrap(); // WASMIND_TEMPLATE 3: Gemma
@@ -608,9 +608,9 @@ fn gemma3_270m_matches_llama_cpp() {
         let steps = g["steps"].as_array().unwrap();
         w.chat_reset().unwrap();
         if let Some(s) = g["system"].as_str() {
-            w.chat_add(host_tests::ROLE_SYSTEM, s).unwrap();
+            w.chat_add(wasmind_host::ROLE_SYSTEM, s).unwrap();
         }
-        w.chat_add(host_tests::ROLE_USER, g["user"].as_str().unwrap())
+        w.chat_add(wasmind_host::ROLE_USER, g["user"].as_str().unwrap())
             .unwrap();
         let got = w
             .chat_reply(want_ids.len() as u32, |_| {})

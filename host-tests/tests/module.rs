@@ -1,7 +1,7 @@
 //! The module contract: imports, exports (against abi/wasmind.h), shared memory, instruction
 //! sets, size; and two instances of the threaded module on one shared memory.
 
-use host_tests::{SYMBOLS, WASM_MT, WASM_RELAXED_MT, WASM_RELAXED_ST, WASM_ST, Wasmind};
+use wasmind_host::{SYMBOLS, WASM_MT, WASM_RELAXED_MT, WASM_RELAXED_ST, WASM_ST, Wasmind};
 use wasmparser::{Operator, Parser, Payload, TypeRef, ValType};
 
 /// Size budget per module. Issue 13 asks for 384 KiB with no loss of speed; the modules hold

@@ -24,7 +24,7 @@ impl Drop for Server {
 /// A server on a port the system picks (`--port 0`), read from its first line: a port chosen
 /// here and then passed on could be taken in between, by the other test's server too.
 fn start(extra: &[&str]) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wasmind"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wasmind-under-test"))
         .args(["serve", "--model"])
         .arg(fixture(SMOLLM2))
         .arg("--embed-model")

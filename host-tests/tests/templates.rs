@@ -5,7 +5,7 @@
 
 mod common;
 use common::{json, wasmind_piped};
-use host_tests::Wasmind;
+use wasmind_host::Wasmind;
 
 /// llama.cpp's renderings of conversations templates.json does not hold (gen_templates.py).
 fn extra() -> serde_json::Value {

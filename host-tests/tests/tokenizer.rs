@@ -3,7 +3,7 @@
 
 mod common;
 use common::*;
-use host_tests::{TOKENIZE_ADD_SPECIAL, TOKENIZE_PARSE_SPECIAL, Wasmind};
+use wasmind_host::{TOKENIZE_ADD_SPECIAL, TOKENIZE_PARSE_SPECIAL, Wasmind};
 
 fn check_file(w: &mut Wasmind, texts: &[&str], refs: &[serde_json::Value], what: &str) {
     let mut mismatches = vec![];

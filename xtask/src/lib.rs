@@ -84,7 +84,7 @@ pub const CODEGEN_FLAGS: &str = "-Cllvm-args=-inline-threshold=50";
 /// The workspace root (the directory holding the root `Cargo.toml`).
 ///
 /// Read at run time: cargo sets `CARGO_MANIFEST_DIR` for `cargo run` (xtask) and for build scripts
-/// (host-tests), both packages one level below the root. The compile-time value is only a fallback:
+/// (host), both packages one level below the root. The compile-time value is only a fallback:
 /// a binary reused from a target directory shared by two checkouts would otherwise build the other
 /// checkout's sources.
 pub fn workspace_root() -> PathBuf {
@@ -93,7 +93,7 @@ pub fn workspace_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
     manifest_dir
         .parent()
-        .expect("xtask and host-tests live one level below the root")
+        .expect("xtask and host live one level below the root")
         .to_path_buf()
 }
 

@@ -237,7 +237,7 @@ fn python_tests(root: &Path, skips: &Path) -> Result<(), String> {
     let requirements = root.join("python/requirements-test.txt");
     let python = python_env(
         &work.join("venv"),
-        "wasmtime, numpy, pytest",
+        "wasmtime, numpy, pytest, ray.data",
         &[
             "--quiet".into(),
             "--disable-pip-version-check".into(),
@@ -495,7 +495,7 @@ fn crosscheck(args: &[String]) -> Result<(), String> {
             "build",
             "--release",
             "--package",
-            "host-tests",
+            "wasmind-host",
             "--bin",
             "wasmind",
         ]),
@@ -556,7 +556,8 @@ fn crosscheck(args: &[String]) -> Result<(), String> {
 
 /// The Python environment of the references (target/crosscheck/venv): llama-cpp-python 0.3.36
 /// (the references' version, built from source: 6-10 minutes on 2 cores the first time), the
-/// `model2vec` package 0.10.0 and its tokenizers, and the fixture generators' gguf and numpy.
+/// `model2vec` package 0.10.0 and its tokenizers, the fixture generators' gguf and numpy, and
+/// `jinja2` (the chat templates' reference, as transformers renders them).
 fn reference_python(root: &Path) -> Result<std::path::PathBuf, String> {
     let packages = [
         "llama-cpp-python==0.3.36",
@@ -564,10 +565,12 @@ fn reference_python(root: &Path) -> Result<std::path::PathBuf, String> {
         "numpy==2.4.6",
         "tokenizers==0.23.3",
         "model2vec==0.10.0",
+        "jinja2==3.1.6",
+        "markupsafe==3.0.2",
     ];
     python_env(
         &root.join("target/crosscheck/venv"),
-        "llama_cpp, gguf, numpy, tokenizers, model2vec",
+        "llama_cpp, gguf, numpy, tokenizers, model2vec, jinja2",
         &packages.map(Into::into),
         &[("CMAKE_ARGS", "-DGGML_NATIVE=OFF")],
         "pip install llama-cpp-python==0.3.36 (built from source: 6-10 minutes)",
@@ -613,7 +616,7 @@ fn python_env(
 }
 
 /// What `cargo xtask references` can regenerate (host-tests/fixtures/gen/references/regenerate.py).
-const REFERENCE_PARTS: &str = "tiny,arch,vocab,smollm2,gemma3,templates,model2vec,testdata";
+const REFERENCE_PARTS: &str = "tiny,arch,vocab,smollm2,gemma3,templates,jinja,model2vec,testdata";
 
 /// `cargo xtask references [--parts P,...]`: every reference the tests hold wasmind to, made
 /// again from llama.cpp and model2vec (into target/references); a committed one that differs is
@@ -998,7 +1001,8 @@ fn test(extra: &[String]) -> Result<(), String> {
     run(
         "host tests (wasmtime)",
         cargo(&root)
-            .args(["test", "--release", "--package", "host-tests"])
+            .args(["test", "--release", "--package", "wasmind-host"])
+            .args(["--package", "host-tests"])
             .args(extra)
             .env("WASMIND_SKIP_LOG", &skips),
     )?;
@@ -1006,9 +1010,15 @@ fn test(extra: &[String]) -> Result<(), String> {
     go_tests(&root, &skips)?;
     let node_tests = root.join("glue/test");
     if node_tests.is_dir() {
-        // The browser test drives Chromium with playwright-core (package.json); install it on a
-        // fresh clone. Chromium itself comes from the system (`apt-get install chromium`).
-        if !root.join("node_modules/playwright-core").is_dir() {
+        // The browser test drives Chromium with playwright-core (package.json), and the runtime
+        // tests run Deno, Bun and workerd from their npm packages; install them on a fresh clone
+        // (or one whose package.json gained one). Chromium comes from the system (`apt-get
+        // install chromium`).
+        let npm_packages = ["playwright-core", "deno", "bun", "workerd"];
+        if npm_packages
+            .iter()
+            .any(|p| !root.join("node_modules").join(p).is_dir())
+        {
             run("npm ci", Command::new("npm").current_dir(&root).arg("ci"))?;
         }
         // --test-force-exit: a test that times out (node:test does not cancel it) leaves its

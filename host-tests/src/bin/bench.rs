@@ -19,8 +19,8 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use host_tests::{Build, Wasmind, pack_texts};
 use serde_json::{Value, json};
+use wasmind_host::{Build, Wasmind, pack_texts};
 
 struct Args(Vec<String>);
 
@@ -166,7 +166,7 @@ fn llm(args: &Args) -> Result<(), String> {
             let ids = w
                 .tokenize(
                     text,
-                    host_tests::TOKENIZE_ADD_SPECIAL | host_tests::TOKENIZE_PARSE_SPECIAL,
+                    wasmind_host::TOKENIZE_ADD_SPECIAL | wasmind_host::TOKENIZE_PARSE_SPECIAL,
                 )
                 .map_err(s)?;
             let bytes: Vec<u8> = ids.iter().flat_map(|i| i.to_le_bytes()).collect();
@@ -429,7 +429,7 @@ fn embed(args: &Args) -> Result<(), String> {
 /// and of the masked draws. One warm-up reply, then `reps` timed ones; tokens/s from the
 /// module's `chat_stats` (host timestamps).
 fn grammar(args: &Args) -> Result<(), String> {
-    use host_tests::{GRAMMAR_JSON_OBJECT, GRAMMAR_JSON_SCHEMA, GRAMMAR_NONE, ROLE_USER};
+    use wasmind_host::{GRAMMAR_JSON_OBJECT, GRAMMAR_JSON_SCHEMA, GRAMMAR_NONE, ROLE_USER};
     let model = PathBuf::from(args.required("--model")?);
     let gen_tokens: u32 = args.number("--gen", 128)?;
     let reps: usize = args.number("--reps", 3)?;
@@ -443,7 +443,7 @@ fn grammar(args: &Args) -> Result<(), String> {
     for threads in args.threads("2")? {
         let mut w = open(args, threads)?;
         w.load_model_file(&model, 2048).map_err(s)?;
-        w.sampler_set(&host_tests::Sampling::GREEDY).map_err(s)?;
+        w.sampler_set(&wasmind_host::Sampling::GREEDY).map_err(s)?;
         for (name, kind, text) in kinds {
             let (mut dec, mut tokens, mut masks) = (Vec::new(), 0, 0);
             for rep in 0..=reps {

@@ -92,7 +92,7 @@ pub fn margin(step: &serde_json::Value) -> f64 {
 /// against llama.cpp's at every decisive step (`steps[i]` is the reply's position `i`).
 /// Returns the decisive steps checked, all of which agree (else it panics, naming `what`).
 pub fn teacher_forced_argmax(
-    w: &mut host_tests::Wasmind,
+    w: &mut wasmind_host::Wasmind,
     prompt: &[u32],
     reply: &[u32],
     steps: &[serde_json::Value],
@@ -160,7 +160,7 @@ pub const SMOLLM2: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 /// The `wasmind` command line (without $WASMIND_MODEL: tests never download).
 pub fn wasmind_cmd() -> std::process::Command {
-    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_wasmind"));
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_wasmind-under-test"));
     c.env_remove("WASMIND_MODEL");
     c
 }

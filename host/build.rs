@@ -1,6 +1,6 @@
 //! Builds the wasm modules (through the xtask library, the same code as `cargo xtask dist`) and
 //! puts them in OUT_DIR, where the host library embeds them. So `cargo run --bin wasmind` and
-//! `cargo test -p host-tests` work from a fresh clone with no separate build step.
+//! `cargo test -p host-tests` (through this crate) work from a fresh clone with no separate build step.
 
 use std::path::PathBuf;
 

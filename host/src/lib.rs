@@ -1,8 +1,10 @@
 //! A wasmtime host for wasmind: the modules (embedded at build time), a driver instance on a
 //! shared memory, and helper instances on OS threads, each with its own stack.
 //!
-//! The `wasmind` command line (src/bin/wasmind.rs) and the integration tests (tests/) use this.
+//! The `wasmind` command line ([`cli`], with its OpenAI-compatible server [`serve`]) and the
+//! integration tests (host-tests/) use this.
 
+pub mod cli;
 pub mod serve;
 
 use std::thread::JoinHandle;
@@ -755,6 +757,8 @@ impl std::fmt::Display for ModuleError {
         write!(f, "status {}: {}", self.code, self.message)
     }
 }
+
+impl std::error::Error for ModuleError {}
 
 /// One `chat_next`.
 #[derive(Clone, Debug, PartialEq)]

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use host_tests::{
+use crate::{
     TOKENIZE_ADD_SPECIAL, TOKENIZE_PARSE_SPECIAL, WASM_MT, WASM_RELAXED_MT, WASM_RELAXED_ST,
     WASM_ST, Wasmind, describe,
 };
@@ -207,7 +207,8 @@ impl Args {
     }
 }
 
-fn main() -> ExitCode {
+/// Runs the command line on `std::env::args()`; the exit code to return from `main`.
+pub fn main() -> ExitCode {
     let mut argv: Vec<String> = std::env::args().skip(1).collect();
     if argv.is_empty() || argv[0] == "-h" || argv[0] == "--help" {
         print!("{USAGE}");
@@ -465,7 +466,7 @@ fn for_each_json_string(mut f: impl FnMut(String) -> Result<(), String>) -> Resu
 // ---------------------------------------------------------------------------------------------
 // chat and generate
 
-use host_tests::{
+use crate::{
     CHAT_DROP_OLDEST, CHAT_THINK, E_CONTEXT_FULL, GRAMMAR_GBNF, GRAMMAR_JSON_OBJECT,
     GRAMMAR_JSON_SCHEMA, ROLE_RAW, ROLE_SYSTEM, ROLE_USER, Sampling,
 };
@@ -829,7 +830,7 @@ fn serve(args: &Args) -> Result<(), String> {
         None if args.value("--embed-model").is_some() => None,
         None => Some(model_path(args)?),
     };
-    host_tests::serve::run(host_tests::serve::Options {
+    crate::serve::run(crate::serve::Options {
         model,
         embed_model: args.value("--embed-model").map(PathBuf::from),
         threads: args.number("--threads", default_threads())?,
