@@ -9,7 +9,8 @@
 //!   (host-tests/fixtures/fixtures.py: committed, generated, or fetched from PyPI the first time).
 //! - `test`: lint, fixtures, then every test: native unit tests, the same unit tests inside wasm
 //!   (Node WASI), the wasmtime host tests, the Python package's (wasmtime-py), and the Node and
-//!   Chromium tests of the glue; the summary lists every test that skipped, with its reason.
+//!   browser tests of the glue (Chromium, Firefox ESR, WebKitGTK), then the browser support
+//!   table (target/test-results/engines.md); the summary lists every test that skipped, with its reason.
 //! - `bench`: throughput of the modules beside their peers (wllama, llama.cpp, model2vec-rs,
 //!   model2vec), measured in one run; tables and `target/bench/*.json` (src/bench.rs).
 //! - `fuzz`: the fuzz targets of host-tests/fuzz (cargo fuzz, nightly), N seconds each.
@@ -932,11 +933,18 @@ fn test(extra: &[String]) -> Result<(), String> {
     python_tests(&root, &skips)?;
     let node_tests = root.join("glue/test");
     if node_tests.is_dir() {
-        // The browser test drives Chromium with playwright-core (package.json); install it on a
-        // fresh clone. Chromium itself comes from the system (`apt-get install chromium`).
-        if !root.join("node_modules/playwright-core").is_dir() {
+        // The browser tests drive Chromium with playwright-core and Firefox with puppeteer-core
+        // (package.json); install them on a fresh clone. The engines come from the system
+        // (`apt-get install chromium firefox-esr webkit2gtk-driver xvfb`).
+        if !root.join("node_modules/playwright-core").is_dir()
+            || !root.join("node_modules/puppeteer-core").is_dir()
+        {
             run("npm ci", Command::new("npm").current_dir(&root).arg("ci"))?;
         }
+        // The browser tests record the support table's cells here (glue/test/engines.mjs);
+        // xtask/engines-table.mjs renders them after the run.
+        let results = root.join("target/test-results/engines.jsonl");
+        let _ = std::fs::remove_file(&results);
         // --test-force-exit: a test that times out (node:test does not cancel it) leaves its
         // Chromium and server open; without the flag the runner then waits for them forever
         // and CI ends at its own limit instead of with the failing test's name. A test that
@@ -951,8 +959,18 @@ fn test(extra: &[String]) -> Result<(), String> {
                     "--test-timeout=600000",
                     "glue/test/",
                 ])
-                .env("WASMIND_SKIP_LOG", &skips),
+                .env("WASMIND_SKIP_LOG", &skips)
+                .env("WASMIND_ENGINE_RESULTS", &results),
         )?;
+        if results.exists() {
+            run(
+                "browser support table (target/test-results/engines.md)",
+                Command::new("node")
+                    .current_dir(&root)
+                    .arg("xtask/engines-table.mjs")
+                    .arg(&results),
+            )?;
+        }
     }
     let skipped = std::fs::read_to_string(&skips).unwrap_or_default();
     let skipped: Vec<&str> = skipped.lines().collect();
