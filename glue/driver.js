@@ -15,7 +15,7 @@
 // token in the single-threaded build too (the threaded one can also be stopped by a store to
 // the stop flag in the shared memory, which index.js does).
 import { load, memoryFor, WasmindError, STATUS } from './wasmind.js';
-import { open, chunks, readAll, splitParts, deleteCached, SourceError } from './source.js';
+import { open, chunks, readAll, splitParts, deleteCached, cacheStore, SourceError } from './source.js';
 import { readHeader, joinHeaders } from './gguf-split.js';
 
 const isNode = typeof process === 'object' && !!process.versions?.node;
@@ -83,12 +83,16 @@ async function start(bytes) {
   capacity = bytes;
   wm = await load({ threads: config.threads, threaded: config.threaded, relaxed: config.relaxed, dist: config.dist,
     maxMemory: memoryFor(bytes) });
+  cacheKind ??= (await cacheStore())?.kind ?? null;
   const stopPort = await startStopper();
   post({ event: 'module', ...describe(), stopPort }, stopPort ? [stopPort] : []);
 }
+/** The paths this engine took: threads, relaxed SIMD, how the module compiled, where URLs are cached. */
 function describe() {
-  return { threaded: wm.threaded, threads: wm.threaded ? wm.exports.pool_threads() : 1, relaxed: wm.relaxed };
+  return { threaded: wm.threaded, threads: wm.threaded ? wm.exports.pool_threads() : 1, relaxed: wm.relaxed,
+    compiled: wm.compiled, cache: cacheKind };
 }
+let cacheKind;  // 'opfs', 'cache-api' or null (source.js cacheStore), found once
 
 /** Makes sure the memory can hold `bytes` more than what it holds now (threaded: a new, larger
  *  shared memory, i.e. a new module; what it held is loaded again from its sources). */

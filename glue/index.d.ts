@@ -143,6 +143,12 @@ export class Wasmind {
   readonly relaxed: boolean;
   /** Threads in use, the driver included. */
   readonly threads: number;
+  /** How the engine compiled the module: 'streaming' (WebAssembly.compileStreaming) or 'bytes'
+   *  (Node, or a server without the wasm MIME type); null before create resolves. */
+  readonly compiled: 'streaming' | 'bytes' | null;
+  /** Where URLs are cached: 'opfs' (the origin private file system), 'cache-api' (engines
+   *  without OPFS: WebKitGTK), or null (no cache: Node, an opaque origin). */
+  readonly cache: 'opfs' | 'cache-api' | null;
   /** The loaded model's info, or null. */
   readonly model: ModelInfo | null;
   /** The embedder's vector size, or 0. */

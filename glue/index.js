@@ -139,7 +139,8 @@ export class Wasmind {
     this.#options = { threads: options.threads, threaded: options.threaded, relaxed: options.relaxed,
       dist: new URL(options.dist ?? DIST, globalThis.location?.href ?? import.meta.url).href };
     this.#startMs = options.startTimeout ?? 60000;
-    this.threaded = false; this.threads = 1; this.relaxed = false; this.model = null; this.embedDim = 0;
+    this.threaded = false; this.threads = 1; this.relaxed = false; this.compiled = null; this.cache = null;
+    this.model = null; this.embedDim = 0;
   }
 
   async #start() {
@@ -175,6 +176,7 @@ export class Wasmind {
 
   #module(m) {
     this.threaded = m.threaded; this.threads = m.threads; this.relaxed = m.relaxed;
+    this.compiled = m.compiled; this.cache = m.cache;
     if (m.stopPort !== undefined) { this.#stopPort?.close(); this.#stopPort = m.stopPort; this.#stopPort?.unref?.(); }
   }
 

@@ -1,7 +1,8 @@
 // source.js: where model bytes come from, as chunks with a known length (if any), for
 // glue/driver.js. A URL is fetched (redirects followed, as Hugging Face's `resolve` URLs need)
 // and, with `cache`, kept in the origin private file system (OPFS, folder `wasmind-models`, one
-// file per URL named by its SHA-256). A cached copy is used when its length equals the server's
+// file per URL named by its SHA-256; where an engine has no OPFS, as WebKitGTK, in the Cache API:
+// cacheStore). A cached copy is used when its length equals the server's
 // (HEAD: Content-Length, else X-Linked-Size; a HEAD without a length, or no answer as offline,
 // keeps the copy), else deleted and fetched again. The download is written to `<name>.part` as it
 // streams (a synchronous access handle in a worker: each chunk goes from the one read buffer to
@@ -49,12 +50,70 @@ async function serverLength(url, signal, stallMs) {
   }
 }
 
-/** The cache folder in OPFS, or null where there is none (Node, an opaque origin, …). */
-async function cacheDir() {
+/** The model cache, or null where there is none (Node, an opaque origin, …): the origin private
+ *  file system where the engine gives it, else the Cache API (WebKitGTK 2.50 has no
+ *  navigator.storage; Firefox and Chromium have both). Either is { kind: 'opfs' | 'cache-api',
+ *  get(name) -> { size, body(stallMs) } or null, writer(name, total) -> { write, commit, drop }
+ *  or null, remove(name), clear() }; a file is kept only once `commit` ran. */
+export async function cacheStore() {
+  return (await opfsStore()) ?? (await cacheApiStore());
+}
+
+/** The cache folder `wasmind-models` in OPFS, or null where there is none (or it fails: WebKit
+ *  with its StorageAPI feature on but no data folder throws UnknownError). */
+async function opfsStore() {
+  let root, dir;
   try {
-    const root = await globalThis.navigator?.storage?.getDirectory?.();
-    return root ? await root.getDirectoryHandle(CACHE_NAME, { create: true }) : null;
+    root = await globalThis.navigator?.storage?.getDirectory?.();
+    dir = root && await root.getDirectoryHandle(CACHE_NAME, { create: true });
   } catch { return null; }
+  if (!dir) return null;
+  return {
+    kind: 'opfs',
+    get: async (name) => { const file = await fileIn(dir, name); return file && { size: file.size, body: (ms) => cachedBody(dir, name, file, ms) }; },
+    writer: (name) => partFile(dir, name),
+    remove: async (name) => { await remove(dir, name); await remove(dir, `${name}.part`); },
+    clear: () => root.removeEntry(CACHE_NAME, { recursive: true }).catch(() => {}),
+  };
+}
+
+/** The Cache API as the model cache (cache `wasmind-models`, one entry per file, keyed by a URL
+ *  that is never fetched). A download is put as a streamed Response whose chunks are copies (the
+ *  reader reuses its buffer); `cache.put` adds the entry only once that stream closes, so a cut
+ *  download (the stream errored) leaves nothing. Unlike a sync access handle it may hold chunks
+ *  not yet written: the reason OPFS comes first. */
+async function cacheApiStore() {
+  let cache;
+  try {
+    if (typeof globalThis.caches?.open !== 'function') return null;
+    cache = await caches.open(CACHE_NAME);
+  } catch { return null; }
+  const key = (name) => `https://wasmind.invalid/${name}`;
+  return {
+    kind: 'cache-api',
+    get: async (name) => {
+      const r = await cache.match(key(name)).catch(() => undefined);
+      const size = Number(r?.headers.get('X-Wasmind-Size'));
+      if (!r || !Number.isInteger(size)) return null;
+      return { size, body: (ms) => {
+        const stream = r.body;
+        return { [Symbol.asyncIterator]: () => chunks(stream, ms)[Symbol.asyncIterator](), cancel: () => stream.cancel().catch(() => {}) };
+      } };
+    },
+    writer: (name, total) => {
+      let ctl;
+      const stream = new ReadableStream({ start: (c) => { ctl = c; } });
+      const put = cache.put(key(name), new Response(stream, { headers: { 'X-Wasmind-Size': String(total), 'Content-Type': 'application/octet-stream' } }));
+      put.catch(() => {});
+      return {
+        write: async (view) => ctl.enqueue(view.slice()),
+        commit: async () => { ctl.close(); await put; },
+        drop: async () => { try { ctl.error(new Error('download dropped')); } catch { /* closed */ } await put.catch(() => {}); await cache.delete(key(name)).catch(() => {}); },
+      };
+    },
+    remove: (name) => cache.delete(key(name)).then(() => {}, () => {}),
+    clear: () => caches.delete(CACHE_NAME).then(() => {}, () => {}),
+  };
 }
 
 /** The file name a URL is cached under: the hex SHA-256 of the URL. */
@@ -68,10 +127,10 @@ async function fileIn(dir, name) {
 }
 const remove = (dir, name) => dir.removeEntry(name).catch(() => {});
 
-/** The cached copy of `url` (a File), or null. */
+/** The cached copy of `url` ({ size }), or null. */
 export async function cached(url) {
-  const dir = await cacheDir();
-  return dir ? fileIn(dir, await cacheName(url)) : null;
+  const store = await cacheStore();
+  return store ? store.get(await cacheName(url)) : null;
 }
 
 /**
@@ -82,17 +141,17 @@ export async function cached(url) {
  */
 export async function openUrl(url, { cache = true, size, signal, stallMs = STALL_MS } = {}) {
   if (isNode && (url.startsWith('file:') || !/^[a-z][a-z0-9+.-]*:/i.test(url))) return openFile(url);
-  const dir = cache && /^https?:/.test(url) ? await cacheDir() : null;
-  const name = dir ? await cacheName(url) : null;
-  if (dir) {
-    const hit = await fileIn(dir, name);
+  const store = cache && /^https?:/.test(url) ? await cacheStore() : null;
+  const name = store ? await cacheName(url) : null;
+  if (store) {
+    const hit = await store.get(name);
     if (hit) {
       const server = size ?? await serverLength(url, signal, stallMs);
       if (server === null || server === hit.size) {
-        const body = cachedBody(dir, name, hit, stallMs);
+        const body = hit.body(stallMs);
         return { total: hit.size, body, fromCache: true, stored: Promise.resolve(true), url, cancel: () => body.cancel() };
       }
-      await remove(dir, name); // stale: the server has another length
+      await store.remove(name); // stale: the server has another length
     }
   }
   const abort = new AbortController();
@@ -110,7 +169,7 @@ export async function openUrl(url, { cache = true, size, signal, stallMs = STALL
   const total = lengthOf(response);
   const opened = { total, fromCache: false, stored: Promise.resolve(false), url,
     cancel: (why) => abort.abort(why ?? new Error('load cancelled')) };
-  opened.body = recorded(chunks(response.body, stallMs), total, url, dir && total !== null ? { dir, name } : null, opened);
+  opened.body = recorded(chunks(response.body, stallMs), total, url, store && total !== null ? { store, name } : null, opened);
   return opened;
 }
 
@@ -177,7 +236,7 @@ async function partFile(dir, name) {
  * up) deletes the part file.
  */
 async function* recorded(views, total, url, cache, opened) {
-  const part = cache ? await partFile(cache.dir, cache.name) : null;
+  const part = cache ? await cache.store.writer(cache.name, total) : null;
   let n = 0, ok = false;
   let settle;
   opened.stored = new Promise((r) => { settle = r; });
@@ -262,16 +321,15 @@ export async function readAll(source, options) {
 
 /** Deletes `url` (or every file) from the model cache; true if something was deleted. */
 export async function deleteCached(url) {
-  const dir = await cacheDir();
-  if (!dir) return false;
+  const store = await cacheStore();
+  if (!store) return false;
   if (url) {
     const name = await cacheName(url);
-    const had = !!(await fileIn(dir, name));
-    await remove(dir, name); await remove(dir, `${name}.part`);
+    const had = !!(await store.get(name));
+    await store.remove(name);
     return had;
   }
-  const root = await globalThis.navigator.storage.getDirectory();
-  await root.removeEntry(CACHE_NAME, { recursive: true }).catch(() => {});
+  await store.clear();
   return true;
 }
 

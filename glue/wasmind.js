@@ -43,9 +43,14 @@ export class WasmindError extends Error {
   }
 }
 
-/** Shared memory needs SharedArrayBuffer and (in a browser) a cross-origin isolated context. */
-export const canUseThreads = () =>
-  typeof SharedArrayBuffer === 'function' && (isNode || globalThis.crossOriginIsolated === true);
+/** Shared memory needs SharedArrayBuffer and (in a browser) a cross-origin isolated context,
+ *  and the engine must make a shared WebAssembly.Memory (WebKitGTK 2.50 has no
+ *  SharedArrayBuffer even when isolated; the probe also covers an engine that has the one
+ *  without the other). */
+export function canUseThreads() {
+  if (typeof SharedArrayBuffer !== 'function' || !(isNode || globalThis.crossOriginIsolated === true)) return false;
+  try { return new WebAssembly.Memory({ initial: 1, maximum: 1, shared: true }).buffer instanceof SharedArrayBuffer; } catch { return false; }
+}
 
 /** A module computing `i32x4.relaxed_dot_i8x16_i7x16_add_s` of the 16 bytes at 0 and at 16,
  *  plus the i32x4 at 48, into 32: `(func (export "f") (v128.store (i32.const 32)
@@ -100,16 +105,16 @@ async function compileModule(url) {
     let bytes;
     try { bytes = await (await import('node:fs/promises')).readFile(url); }
     catch (e) { throw missing(e.code ?? e.message); }
-    return { module: await WebAssembly.compile(bytes), bytes };
+    return { module: await WebAssembly.compile(bytes), bytes, compiled: 'bytes' };
   }
   const r = await fetch(url);
   if (!r.ok) throw missing(`HTTP ${r.status}`);
   if (typeof WebAssembly.compileStreaming === 'function' && r.headers.get('Content-Type')?.startsWith('application/wasm')) {
     const [module, bytes] = await Promise.all([WebAssembly.compileStreaming(r.clone()), r.arrayBuffer()]);
-    return { module, bytes: new Uint8Array(bytes) };
+    return { module, bytes: new Uint8Array(bytes), compiled: 'streaming' };
   }
-  const bytes = new Uint8Array(await r.arrayBuffer()); // a server without the wasm MIME type
-  return { module: await WebAssembly.compile(bytes), bytes };
+  const bytes = new Uint8Array(await r.arrayBuffer()); // a server without the wasm MIME type, or no compileStreaming
+  return { module: await WebAssembly.compile(bytes), bytes, compiled: 'bytes' };
 }
 
 /** Minimum pages of the module's imported memory, read from its import section (id 2). */
@@ -165,13 +170,13 @@ const noAnswer = (what, ms) => () => new Error(`${what}: no answer in ${ms} ms`)
 export async function load({ threads, threaded = canUseThreads(), relaxed = hasRelaxedSimd(), maxMemory = 256 * MiB, dist = DIST } = {}) {
   if (dist === undefined) throw new Error('wasmind: this host gives modules no URL (import.meta.url): pass `dist`, or instantiate an imported module yourself (new WasmindModule; see glue/examples/worker/)');
   threads = threaded ? Math.max(1, Math.min(MAX_HELPERS + 1, threads ?? await defaultThreads())) : 1;
-  const { module, bytes } = await compileModule(new URL(moduleFile(threaded, relaxed), dist));
-  if (!threaded) return new WasmindModule(module, (await WebAssembly.instantiate(module)).exports, null, [], relaxed);
+  const { module, bytes, compiled } = await compileModule(new URL(moduleFile(threaded, relaxed), dist));
+  if (!threaded) return new WasmindModule(module, (await WebAssembly.instantiate(module)).exports, null, [], relaxed, compiled);
   const minimum = importedMemoryMinimum(bytes);
   const maximum = Math.min(MAX_PAGES, Math.max(minimum, Math.ceil(maxMemory / PAGE)));
   const memory = new WebAssembly.Memory({ initial: minimum, maximum, shared: true });
   const driver = (await WebAssembly.instantiate(module, { env: { memory } })).exports;
-  const wm = new WasmindModule(module, driver, memory, [], relaxed);
+  const wm = new WasmindModule(module, driver, memory, [], relaxed, compiled);
   try {
     for (let id = 0; id < threads - 1; id++) await wm.startHelper(id);
     await wm.untilReady(threads - 1);
@@ -187,11 +192,12 @@ export async function load({ threads, threaded = canUseThreads(), relaxed = hasR
 
 /** One loaded module (the driver) and its helpers. Only call it from the thread that loaded it. */
 export class WasmindModule {
-  /** `relaxed`: whether `module` is the relaxed-SIMD build. */
-  constructor(module, exports, memory, helpers, relaxed = false) {
+  /** `relaxed`: whether `module` is the relaxed-SIMD build; `compiled`: how the browser compiled
+   *  it ('streaming': WebAssembly.compileStreaming, 'bytes': from its bytes, the fallback). */
+  constructor(module, exports, memory, helpers, relaxed = false, compiled = 'bytes') {
     this.module = module; this.exports = exports; this.helpers = helpers;
     this.memory = memory ?? exports.memory; this.threaded = exports.is_threaded() === 1;
-    this.relaxed = relaxed;
+    this.relaxed = relaxed; this.compiled = compiled;
   }
 
   async startHelper(id) {

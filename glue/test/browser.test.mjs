@@ -1,33 +1,30 @@
-// The demo page in Debian's Chromium (headless, driven by playwright-core): served with COOP/COEP
-// it must be cross-origin isolated, load the threaded module with helper workers (the driver in a
-// module Worker), and get the single-threaded checksum from pool_selftest; served without them it
-// must fall back to the single-threaded module.
-// Needs `apt-get install chromium` and `npm ci`. Set WASMIND_SKIP_BROWSER=1 only on a machine
-// where Chromium cannot be installed; otherwise a missing browser is a failure, not a skip.
+// The demo page in each browser engine (engines.mjs: Chromium, Firefox ESR, WebKitGTK): served
+// with COOP/COEP it must be cross-origin isolated, load the threaded module with helper workers
+// (the driver in a module Worker) where the engine gives shared memory, and get the
+// single-threaded checksum from pool_selftest; served without them it must fall back to the
+// single-threaded module.
+// Needs the engines (apt-get install chromium firefox-esr webkit2gtk-driver xvfb) and `npm ci`.
+// Set WASMIND_SKIP_BROWSER=1 (or WASMIND_SKIP_FIREFOX / _WEBKIT / _CHROMIUM) only on a machine
+// where they cannot be installed; otherwise a missing browser is a failure, not a skip.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { load } from '../wasmind.js';
 import { serve } from '../demo/serve.js';
-import { skip, CHROMIUM, FLAGS } from './harness.mjs';
+import { ENGINES as ALL } from './harness.mjs';
+
+// Not WebKitGTK: without shared memory both its pages take the single-threaded path that
+// page.test.mjs runs there in full (replies, stop, cache); these tests are about the pool.
+const ENGINES = ALL.filter((e) => e.features.threads);
 import { fixture } from './reference.mjs';
 const JOBS = 2000, SEED = 7, THREADS = 4;
 
-test('demo page in Chromium: isolated, threaded pool, same checksum; fallback without COOP/COEP', { skip, timeout: 300000 }, async (t) => {
-  assert.ok(existsSync(CHROMIUM), `${CHROMIUM} missing: apt-get install -y chromium (or set CHROMIUM=path)`);
-  let chromium;
-  try {
-    ({ chromium } = await import('playwright-core'));
-  } catch (e) {
-    assert.fail(`playwright-core missing: run \`npm ci\` in the repository root (${e.message})`);
-  }
+for (const engine of ENGINES) test(`demo page in ${engine.label}: isolated, threaded pool, same checksum; fallback without COOP/COEP`, { skip: engine.skip, timeout: 300000 }, async (t) => {
   const expected = (await load({ threaded: false })).poolSelftest(JOBS, SEED, 1);
   const server = await serve({ port: 0 });
-  const browser = await chromium.launch({ executablePath: CHROMIUM, args: FLAGS });
+  let browser;
   try {
+    browser = await engine.launch();
     const page = await browser.newPage();
-    const errors = [];
-    page.on('pageerror', (e) => errors.push(e.message));
     const run = async (query) => {
       await page.goto(`http://127.0.0.1:${server.address().port}/glue/demo/?${query}`);
       await page.waitForFunction(() => window.wasmindDemo?.done, null, { timeout: 240000 });
@@ -38,17 +35,21 @@ test('demo page in Chromium: isolated, threaded pool, same checksum; fallback wi
     t.diagnostic(`isolated: ${JSON.stringify(mt)}`);
     assert.equal(mt.error, undefined);
     assert.equal(mt.pageIsolated, true, 'page is cross-origin isolated');
-    assert.equal(mt.threaded, true, 'threaded module loaded');
-    assert.equal(mt.relaxed, true, 'Chromium runs relaxed SIMD: the relaxed build loaded');
-    assert.equal(mt.helpers, THREADS - 1, 'helper workers listening');
-    assert.equal(mt.threads, THREADS);
-    assert.equal(mt.checksum, expected, 'pool checksum = single-threaded module under Node');
+    assert.equal(mt.relaxed, engine.features.relaxed, `${engine.label}: the relaxed build where the probe runs relaxed SIMD`);
     assert.equal(mt.stChecksum, expected, 'single-threaded module in the browser');
-    assert.equal(mt.helpersAfterClose, 0, 'close() shut the pool down');
+    assert.equal(mt.threaded, engine.features.threads, 'threaded module where the engine gives shared memory');
+    if (engine.features.threads) {
+      assert.equal(mt.helpers, THREADS - 1, 'helper workers listening');
+      assert.equal(mt.threads, THREADS);
+      assert.equal(mt.checksum, expected, 'pool checksum = single-threaded module under Node');
+      assert.equal(mt.helpersAfterClose, 0, 'close() shut the pool down');
+    } else {
+      assert.equal(mt.checksum, expected, 'single-threaded fallback checksum');
+    }
 
     // A lost helper: one that traps, or stalls holding a chunk (as a worker terminated mid-job);
     // the driver's call fails with HELPER_LOST within 5 s, later calls at once, close() ends it.
-    for (const fault of ['trap', 'stall']) {
+    for (const fault of engine.features.threads ? ['trap', 'stall'] : []) {
       const lost = await run(`threads=${THREADS}&jobs=100000&seed=${SEED}&fault=${fault}`);
       t.diagnostic(`lost helper: ${JSON.stringify(lost)}`);
       assert.equal(lost.error?.status, 'HELPER_LOST', JSON.stringify(lost));
@@ -63,26 +64,24 @@ test('demo page in Chromium: isolated, threaded pool, same checksum; fallback wi
     assert.equal(st.pageIsolated, false);
     assert.equal(st.threaded, false, 'falls back to wasmind.wasm');
     assert.equal(st.checksum, st.stChecksum);
-    assert.deepEqual(errors, []);
+    assert.deepEqual(await page.errors(), []);
   } finally {
-    await browser.close();
+    await browser?.close();
     server.close();
   }
 });
 
 // The chat page: the model from the fixtures served at the page's default URL, greedy,
 // threaded in an isolated page (and stoppable), single-threaded without COOP/COEP.
-test('chat page in Chromium: greedy answer, Stop ends a reply, single-threaded fallback', { skip, timeout: 300000 }, async (t) => {
-  const { chromium } = await import('playwright-core');
+for (const engine of ENGINES) test(`chat page in ${engine.label}: greedy answer, Stop ends a reply, single-threaded fallback`, { skip: engine.skip, timeout: 300000 }, async (t) => {
   const { fileURLToPath } = await import('node:url');
   const { DEFAULT_MODEL } = await import('../demo/serve.js');
   const model = fileURLToPath(fixture(DEFAULT_MODEL.slice(1)));
   const server = await serve({ port: 0, files: { [DEFAULT_MODEL]: model } });
-  const browser = await chromium.launch({ executablePath: CHROMIUM, args: FLAGS });
+  let browser;
   try {
+    browser = await engine.launch();
     const page = await browser.newPage();
-    const errors = [];
-    page.on('pageerror', (e) => errors.push(e.message));
     const ask = async (text, { stopAfter } = {}) => {
       const n = await page.evaluate(() => window.wasmindChat.replies.length);
       await page.fill('#text', text);
@@ -102,8 +101,8 @@ test('chat page in Chromium: greedy answer, Stop ends a reply, single-threaded f
 
     const mt = await open('threads=2&temp=0');
     assert.equal(mt.error, undefined);
-    assert.equal(mt.threaded, true);
-    assert.equal(mt.threads, 2);
+    assert.equal(mt.threaded, engine.features.threads);
+    assert.equal(mt.threads, engine.features.threads ? 2 : 1);
     const paris = await ask('What is the capital of France?');
     t.diagnostic(`threaded: ${JSON.stringify(paris)}`);
     assert.match(paris.text, /^The capital of France is Paris/);
@@ -117,9 +116,9 @@ test('chat page in Chromium: greedy answer, Stop ends a reply, single-threaded f
     const again = await ask('What is the capital of France?');
     t.diagnostic(`single-threaded: ${JSON.stringify(again.stats)}`);
     assert.equal(again.text, paris.text, 'same greedy reply from both modules');
-    assert.deepEqual(errors, []);
+    assert.deepEqual(await page.errors(), []);
   } finally {
-    await browser.close();
+    await browser?.close();
     server.close();
   }
 });

@@ -1,25 +1,15 @@
-// What the Chromium tests of the page API share: Debian's Chromium through playwright-core, a
-// server (glue/demo/serve.js) that counts model requests, answers a Hugging Face-shaped
+// What the browser tests of the page API share: the engines (engines.mjs: Chromium, Firefox ESR,
+// WebKitGTK, one driver each with the same page API), a server (glue/demo/serve.js) that counts model requests, answers a Hugging Face-shaped
 // `/<org>/<repo>/resolve/main/<file>` with a 302 to a "CDN" path (with X-Linked-Size, as HF does),
 // can cut a download in the middle, and can swap the file behind a URL; and a sampler of a
-// worker's V8 heap through the DevTools protocol (Runtime.getHeapUsage: heap + ArrayBuffer
+// worker's V8 heap through Chromium's DevTools protocol (Runtime.getHeapUsage: heap + ArrayBuffer
 // backing stores), since a Worker has no performance.memory.
-import { existsSync, statSync, createReadStream, appendFileSync } from 'node:fs';
-import { basename } from 'node:path';
+import { existsSync, statSync, createReadStream } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { serve } from '../demo/serve.js';
 import { MODEL_PATH, fixture } from './reference.mjs';
 
-/** The Chromium tests skip only where WASMIND_SKIP_BROWSER=1 (a machine that cannot install
- *  Chromium); the skip goes into $WASMIND_SKIP_LOG too, which `cargo xtask test` lists in its
- *  summary, so it is never a silent `ok`. */
-export const skip = process.env.WASMIND_SKIP_BROWSER === '1' && 'WASMIND_SKIP_BROWSER=1';
-if (skip && process.env.WASMIND_SKIP_LOG) {
-  appendFileSync(process.env.WASMIND_SKIP_LOG, `glue/test/${basename(process.argv[1] ?? '?')}: the Chromium tests (WASMIND_SKIP_BROWSER=1)\n`);
-}
-export const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
-export const FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-  '--disable-component-update', '--disable-sync'];
+export { ENGINES, record, CHROMIUM, FLAGS } from './engines.mjs';
 
 export const MODEL_FILE = fileURLToPath(MODEL_PATH);
 export const MODEL_SIZE = existsSync(MODEL_FILE) ? statSync(MODEL_FILE).size : 0;
@@ -65,28 +55,11 @@ export async function testServer(extra = {}) {
   return { server, origin, counts, cut, swap, tiny };
 }
 
-/** Chromium with a profile on disk (a persistent context, as a user's browser: OPFS files live
- *  on disk; an incognito-like context keeps them in memory). Returns { newPage, close, profile }. */
-export async function launch() {
-  const { existsSync: exists, mkdtempSync, rmSync } = await import('node:fs');
-  const { tmpdir } = await import('node:os');
-  const { join } = await import('node:path');
-  if (!exists(CHROMIUM)) throw new Error(`${CHROMIUM} missing: apt-get install -y chromium (or set CHROMIUM=path)`);
-  let chromium;
-  try { ({ chromium } = await import('playwright-core')); } catch (e) {
-    throw new Error(`playwright-core missing: run \`npm ci\` in the repository root (${e.message})`);
-  }
-  const profile = mkdtempSync(join(tmpdir(), 'wasmind-profile-'));
-  const context = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, args: FLAGS });
-  return { context, profile, newPage: () => context.newPage(),
-    close: async () => { await context.close(); rmSync(profile, { recursive: true, force: true }); } };
-}
-
 /** Samples the V8 heap of the worker named `name` (usedSize + backingStorageSize, i.e. JS objects
  *  and ArrayBuffer backing stores) every few ms until stop(), after a full GC when `gc` (so it is
  *  what the worker holds, not garbage waiting for a collection); returns { peak, samples, first }. */
 export async function heapSampler(page, name, { gc = true } = {}) {
-  const cdp = await page.context().newCDPSession(page);
+  const cdp = await page.raw.context().newCDPSession(page.raw);
   const workers = new Map();
   cdp.on('Target.attachedToTarget', (e) => { if (e.targetInfo.type === 'worker') workers.set(e.targetInfo.title, e.sessionId); });
   await cdp.send('Target.setAutoAttach', { autoAttach: true, waitForDebuggerOnStart: false, flatten: false });
@@ -118,43 +91,17 @@ export async function heapSampler(page, name, { gc = true } = {}) {
   return { first, usage, stop: async () => { running = false; await loop; await cdp.detach().catch(() => {}); return { peak, samples, first }; } };
 }
 
-/** Proportional set size (bytes; shared pages split between their users) of every process of
- *  the Chromium that playwright launched (browser, renderer, GPU, network, storage), from /proc. */
-export async function chromiumPss(profile) {
-  const { readdirSync, readFileSync } = await import('node:fs');
-  const procs = new Map();
-  for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
-    try {
-      const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-      const ppid = Number(/PPid:\s+(\d+)/.exec(status)[1]);
-      let rss = 0;
-      try { rss = Number(/Pss:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8'))?.[1] ?? 0) * 1024; } catch { /* not ours */ }
-      const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
-      procs.set(Number(pid), { ppid, rss, cmd });
-    } catch { /* gone */ }
-  }
-  const roots = [...procs].filter(([, p]) => p.cmd.includes(profile) && !p.cmd.includes('--type=')).map(([pid]) => pid);
-  let total = 0;
-  const seen = new Set(roots);
-  for (const [pid, p] of procs) {
-    let q = pid;
-    for (let depth = 0; depth < 8 && q; depth++) { if (seen.has(q)) { total += p.rss; break; } q = procs.get(q)?.ppid; }
-  }
-  return total;
-}
-
-/** Runs `body({ page, origin, server, errors })` on a fresh test server and browser (`errors`: the
- *  page's uncaught errors), and closes both after. */
-export async function inChromium(body) {
+/** Runs `body({ page, origin, server, browser })` on a fresh test server and a fresh browser of
+ *  `engine` (engines.mjs), and closes both after. */
+export async function inBrowser(engine, body) {
   const { server, origin } = await testServer();
-  const browser = await launch();
+  let browser;
   try {
+    browser = await engine.launch();
     const page = await browser.newPage();
-    const errors = [];
-    page.on('pageerror', (e) => errors.push(e.message));
-    await body({ page, origin, server, errors });
+    await body({ page, origin, server, browser });
   } finally {
-    await browser.close();
+    await browser?.close();
     server.close();
   }
 }

@@ -1,36 +1,39 @@
-// The page API (glue/index.js) on a page's MAIN THREAD in Debian's Chromium, cross-origin
-// isolated (threaded module, 2 threads) and not (single-threaded fallback): a Hugging
+// The page API (glue/index.js) on a page's MAIN THREAD in each browser engine (Chromium, Firefox
+// ESR, WebKitGTK: engines.mjs), cross-origin isolated (threaded module, 2 threads, where the
+// engine gives shared memory) and not (single-threaded fallback), each asserting the paths the
+// glue took there (threads, relaxed SIMD, compileStreaming, OPFS or the Cache API): a Hugging
 // Face-shaped URL streamed into the module with progress events that reach the file size, the
-// peak V8 heap of the driver worker during that load, llama.cpp's greedy replies while it is
+// peak V8 heap of the driver worker during that load (Chromium), llama.cpp's greedy replies while it is
 // decisive, stop() and an AbortSignal, a second load served from the cache (OPFS; no GET at the
 // server), a cut download that leaves no cache entry (and a next load that works), a cached copy
 // of another length discarded, a split GGUF from its first part, Model2Vec vectors equal to the Python package's, five
 // load/unload cycles whose memory does not grow, and a driver that never starts ended after startTimeout.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync, readFileSync, rmSync } from 'node:fs';
+import { appendFileSync, mkdtempSync, writeFileSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { smollm2, m2v, bert, unitOff, messagesOf, compareGreedy, cosine, REPLY_TOKENS, MODEL_PATH } from './reference.mjs';
-import { skip, testServer, launch, heapSampler, chromiumPss, HF_URL, CDN_URL, MODEL_SIZE } from './harness.mjs';
+import { ENGINES, record, testServer, heapSampler, HF_URL, CDN_URL, MODEL_SIZE } from './harness.mjs';
 
 const reference = smollm2();
 const GREEDY = { temperature: 0, repeatPenalty: 1, maxTokens: REPLY_TOKENS };
 export const figures = {};
 
-for (const isolated of [true, false]) {
-  const mode = isolated ? 'isolated, 2 threads' : 'not isolated, single-threaded';
-  test(`page API on the main thread in Chromium (${mode})`, { skip, timeout: 300000 }, async (t) => {
+for (const engine of ENGINES) for (const isolated of [true, false]) {
+  const threads = isolated && engine.features.threads;
+  const mode = `${isolated ? 'isolated' : 'not isolated'}, ${threads ? '2 threads' : 'single-threaded'}`;
+  const chromium = engine.name === 'chromium';
+  test(`page API on the main thread in ${engine.label} (${mode})`, { skip: engine.skip, timeout: 300000 }, async (t) => {
     const { server, origin, counts, cut, swap, tiny } = await testServer();
-    const browser = await launch();
+    let browser;
+    try { browser = await engine.launch(); } catch (e) { server.close(); throw e; }
     // A step that never ends (a stalled read, a worker that never starts) fails the test with
     // its name: Chromium is closed, so the call waiting on it rejects, well before the timeout.
     let step = 'start';
     const watchdog = setTimeout(() => { t.diagnostic(`stalled at '${step}' for 240 s: Chromium closed`); browser.close(); }, 240000);
     try {
       const page = await browser.newPage();
-      const errors = [];
-      page.on('pageerror', (e) => errors.push(e.message));
       await page.goto(`${origin}/test.html${isolated ? '' : '?isolated=0'}`);
       await page.waitForFunction(() => window.pageReady);
       assert.equal(await page.evaluate(() => crossOriginIsolated), isolated);
@@ -38,28 +41,34 @@ for (const isolated of [true, false]) {
 
       step = 'URL load';
       // create, then a streamed load from the HF-shaped URL with progress, the heap sampled.
+      // The paths the glue took: threads only where shared memory is there, the relaxed build
+      // where the probe runs it right, the module compiled as it streams in, and the cache.
       const created = await page.evaluate(async () => {
         window.ai = await Wasmind.create({ threads: 2 });
-        return { threaded: ai.threaded, threads: ai.threads };
+        return { threaded: ai.threaded, threads: ai.threads, relaxed: ai.relaxed, compiled: ai.compiled, cache: ai.cache };
       });
-      assert.deepEqual(created, isolated ? { threaded: true, threads: 2 } : { threaded: false, threads: 1 });
-      const sampler = await heapSampler(page, 'wasmind-driver');
+      t.diagnostic(`${engine.label}: ${JSON.stringify(created)}`);
+      assert.deepEqual(created, { threaded: threads, threads: threads ? 2 : 1, relaxed: engine.features.relaxed, compiled: 'streaming',
+        cache: engine.features.cache });
+      const sampler = chromium ? await heapSampler(page, 'wasmind-driver') : null;
       const first = await page.evaluate(async (url) => {
         const events = [];
         const info = await ai.load(url, { context: 1024, onProgress: (p) => events.push(p) });
         return { info, events };
       }, HF_URL);
-      const heap = await sampler.stop();
-      const after = await heapSampler(page, 'wasmind-driver').then((s) => s.stop());
-      const usage = await page.evaluate(() => ai.usage());
-      // The wasm memory's backing store is not an ArrayBuffer allocation, so `backing` is the JS
-      // side only; `peak - first` is what the load added at most.
-      const peak = heap.peak.sum, base = heap.first.heap + heap.first.backing;
-      figures[mode] = { modelBytes: MODEL_SIZE, peakHeap: peak, heapBefore: base, heapAfter: after.first.heap + after.first.backing,
-        samples: heap.samples, wasmMemory: usage.wasm, chunkMax: usage.chunkMax };
-      t.diagnostic(`peak V8 heap of the driver during the URL load: ${JSON.stringify(figures[mode])}`);
-      assert.ok(heap.samples >= 3, `${heap.samples} heap samples`);
-      assert.ok(peak < MODEL_SIZE / 10, `peak heap ${peak} ≥ a tenth of ${MODEL_SIZE}`);
+      if (chromium) {
+        const heap = await sampler.stop();
+        const after = await heapSampler(page, 'wasmind-driver').then((s) => s.stop());
+        const usage = await page.evaluate(() => ai.usage());
+        // The wasm memory's backing store is not an ArrayBuffer allocation, so `backing` is the JS
+        // side only; `peak - first` is what the load added at most.
+        const peak = heap.peak.sum, base = heap.first.heap + heap.first.backing;
+        figures[mode] = { modelBytes: MODEL_SIZE, peakHeap: peak, heapBefore: base, heapAfter: after.first.heap + after.first.backing,
+          samples: heap.samples, wasmMemory: usage.wasm, chunkMax: usage.chunkMax };
+        t.diagnostic(`peak V8 heap of the driver during the URL load: ${JSON.stringify(figures[mode])}`);
+        assert.ok(heap.samples >= 3, `${heap.samples} heap samples`);
+        assert.ok(peak < MODEL_SIZE / 10, `peak heap ${peak} ≥ a tenth of ${MODEL_SIZE}`);
+      }
       assert.equal(first.info.bytes, MODEL_SIZE);
       assert.equal(first.info.fromCache, false);
       assert.ok(first.events.length >= 2, `${first.events.length} progress events`);
@@ -182,7 +191,8 @@ for (const isolated of [true, false]) {
         return { dim, vs: vs.map((v) => [...v]), one: [...(await ai.embed(texts[0]))] };
       }, rows.map((r) => r.text));
       assert.equal(vectors.dim, ref.dim);
-      rows.forEach((row, i) => assert.ok(cosine(vectors.vs[i], row.embedding) >= 0.99999, `text ${i}`));
+      const cosines = rows.map((row, i) => cosine(vectors.vs[i], row.embedding));
+      cosines.forEach((c, i) => assert.ok(c >= 0.99999, `text ${i}: cos ${c}`));
       assert.ok(cosine(vectors.one, rows[0].embedding) >= 0.99999);
 
       step = 'GGUF sentence encoder';
@@ -199,32 +209,44 @@ for (const isolated of [true, false]) {
 
       step = 'load/unload cycles';
       // Five load/unload cycles: the memory after each unload must not grow. Measured as the OS
-      // sees it (PSS of all of Chromium's processes: the driver's wasm memory lives there) and
-      // as the page sees it (its JS heap; plus the driver's wasm memory while loaded).
+      // sees it (PSS of all of the browser's processes: the driver's wasm memory lives there) and,
+      // in Chromium, as the page sees it (its JS heap; plus the driver's wasm memory while loaded).
       // performance.measureUserAgentSpecificMemory would count both, but takes ~60 s per call in
       // headless Chromium 148 (it waits for a garbage collection).
       const settle = () => new Promise((r) => setTimeout(r, 300));
-      const measure = async () => { await settle(); return { heap: await page.evaluate(() => performance.memory.usedJSHeapSize), pss: await chromiumPss(browser.profile) }; };
+      const measure = async () => { await settle(); return { heap: await page.evaluate(() => performance.memory?.usedJSHeapSize ?? 0), pss: browser.pss() }; };
       const cycles = [];
-      for (let i = 0; i < 5; i++) {
+      const cyclesRun = !(threads && !engine.features.restart);
+      if (!cyclesRun) {
+        // engines.mjs: a threaded driver started again after unload() can hang in this engine.
+        t.diagnostic(`${engine.label}: load/unload cycles not run with threads (engines.mjs, restart: false)`);
+        if (process.env.WASMIND_SKIP_LOG) {
+          appendFileSync(process.env.WASMIND_SKIP_LOG, `glue/test/page.test.mjs: threaded load/unload cycles in ${engine.label} (a threaded driver restarted after unload() can hang there)\n`);
+        }
+      }
+      for (let i = 0; cyclesRun && i < 5; i++) {
         await page.evaluate(() => ai.unload());
         const empty = await measure();
         const wasm = await page.evaluate(async (url) => { await ai.load(url, { context: 256 }); return (await ai.usage()).wasm; }, HF_URL);
         cycles.push({ empty, loaded: { ...(await measure()), wasm } });
       }
-      await page.evaluate(() => ai.unload());
-      cycles.push({ empty: await measure() });
-      figures[`${mode} cycles`] = cycles;
-      t.diagnostic(`load/unload cycles: ${JSON.stringify(cycles)}`);
-      for (const k of ['heap', 'pss']) {
-        // A model left behind per cycle would add its ~120 MB memory each time: five of them
-        // 600 MB. Released memory is returned lazily, so single steps are noisy; the trend is not.
-        const empties = cycles.map((c) => c.empty[k]);
-        assert.ok(empties.at(-1) - empties[0] < MODEL_SIZE / 2, `${k} after unload grew from ${empties[0]} to ${empties.at(-1)}`);
+      if (cyclesRun) {
+        await page.evaluate(() => ai.unload());
+        cycles.push({ empty: await measure() });
+        figures[`${engine.name} ${mode} cycles`] = cycles;
+        t.diagnostic(`load/unload cycles: ${JSON.stringify(cycles)}`);
+        for (const k of ['heap', 'pss']) {
+          // A model left behind per cycle would add its ~120 MB memory each time: five of them
+          // 600 MB. Released memory is returned lazily, so single steps are noisy; the trend is not.
+          const empties = cycles.map((c) => c.empty[k]);
+          assert.ok(empties.at(-1) - empties[0] < MODEL_SIZE / 2, `${k} after unload grew from ${empties[0]} to ${empties.at(-1)}`);
+        }
+        const loadedPss = cycles.slice(0, 5).map((c) => c.loaded.pss);
+        assert.ok(loadedPss.at(-1) - loadedPss[0] < MODEL_SIZE / 2, `loaded pss grew ${loadedPss}`);
       }
-      const loadedPss = cycles.slice(0, 5).map((c) => c.loaded.pss);
-      assert.ok(loadedPss.at(-1) - loadedPss[0] < MODEL_SIZE / 2, `loaded pss grew ${loadedPss}`);
-      assert.deepEqual(errors, []);
+      assert.deepEqual(await page.errors(), []);
+      record(engine, browser, isolated ? 'isolated' : 'not isolated', { build: true, relaxed: created.relaxed, threaded: created.threaded,
+        threads: created.threads, compiled: created.compiled, cache: created.cache, greedy: compared, m2vCos: Math.min(...cosines) });
     } finally {
       clearTimeout(watchdog);
       await browser.close();
@@ -237,7 +259,7 @@ for (const isolated of [true, false]) {
 // TIMEOUT after `startTimeout`, and the driver Worker is terminated (it stops ticking on a
 // BroadcastChannel) instead of running on in the page. The glue is served from /late/ with a
 // fake driver.js beside the real index.js, wasmind.js and source.js.
-test('page API in Chromium: a driver that does not start is ended, and create rejects with TIMEOUT', { skip, timeout: 120000 }, async () => {
+for (const engine of ENGINES) test(`page API in ${engine.label}: a driver that does not start is ended, and create rejects with TIMEOUT`, { skip: engine.skip, timeout: 120000 }, async () => {
   const glue = new URL('..', import.meta.url);
   const fake = "const ch = new BroadcastChannel('late-driver'); setInterval(() => ch.postMessage('tick'), 10);";
   const intercept = (req, res, url, headers) => {
@@ -249,8 +271,9 @@ test('page API in Chromium: a driver that does not start is ended, and create re
     return true;
   };
   const { server, origin } = await testServer({ intercept });
-  const browser = await launch();
+  let browser;
   try {
+    browser = await engine.launch();
     const page = await browser.newPage();
     await page.goto(`${origin}/test.html`);
     await page.waitForFunction(() => window.pageReady);
@@ -273,7 +296,7 @@ test('page API in Chromium: a driver that does not start is ended, and create re
     assert.ok(r.ticks > 0, 'the fake driver ran');
     assert.equal(r.after, 0, 'the late driver was terminated');
   } finally {
-    await browser.close();
+    await browser?.close();
     server.close();
   }
 });

@@ -9,8 +9,10 @@
 //!   (host-tests/fixtures/fixtures.py: committed, generated, or fetched from PyPI the first time).
 //! - `test`: lint, fixtures, then every test: native unit tests, the same unit tests inside wasm
 //!   (Node WASI), the wasmtime host tests, the Python package's (wasmtime-py), the Go package's
-//!   (wazero; plain and with the race detector), and the Node and Chromium tests of the glue;
-//!   the summary lists every test that skipped, with its reason.
+//!   (wazero; plain and with the race detector), and the glue's tests in Node, in the browser
+//!   engines (Chromium, Firefox ESR, WebKitGTK) and in Deno, Bun and workerd, then the browser
+//!   support table (target/test-results/engines.md); the summary lists every test that skipped,
+//!   with its reason.
 //! - `go-modules`: builds dist/ and copies its two SIMD128 modules into go/modules/, the copies
 //!   the Go package embeds (committed, so `go get` needs no Rust; its tests check they equal
 //!   dist/'s).
@@ -1010,17 +1012,27 @@ fn test(extra: &[String]) -> Result<(), String> {
     go_tests(&root, &skips)?;
     let node_tests = root.join("glue/test");
     if node_tests.is_dir() {
-        // The browser test drives Chromium with playwright-core (package.json), and the runtime
-        // tests run Deno, Bun and workerd from their npm packages; install them on a fresh clone
-        // (or one whose package.json gained one). Chromium comes from the system (`apt-get
-        // install chromium`).
-        let npm_packages = ["playwright-core", "deno", "bun", "workerd"];
+        // The browser tests drive Chromium with playwright-core and Firefox with puppeteer-core,
+        // and the runtime tests run Deno, Bun and workerd from their npm packages (package.json);
+        // install them on a fresh clone (or one whose package.json gained one). The browsers come
+        // from the system (`apt-get install chromium firefox-esr webkit2gtk-driver xvfb`).
+        let npm_packages = [
+            "playwright-core",
+            "puppeteer-core",
+            "deno",
+            "bun",
+            "workerd",
+        ];
         if npm_packages
             .iter()
             .any(|p| !root.join("node_modules").join(p).is_dir())
         {
             run("npm ci", Command::new("npm").current_dir(&root).arg("ci"))?;
         }
+        // The browser tests record the support table's cells here (glue/test/engines.mjs);
+        // xtask/engines-table.mjs renders them after the run.
+        let results = root.join("target/test-results/engines.jsonl");
+        let _ = std::fs::remove_file(&results);
         // --test-force-exit: a test that times out (node:test does not cancel it) leaves its
         // Chromium and server open; without the flag the runner then waits for them forever
         // and CI ends at its own limit instead of with the failing test's name. A test that
@@ -1035,8 +1047,18 @@ fn test(extra: &[String]) -> Result<(), String> {
                     "--test-timeout=600000",
                     "glue/test/",
                 ])
-                .env("WASMIND_SKIP_LOG", &skips),
+                .env("WASMIND_SKIP_LOG", &skips)
+                .env("WASMIND_ENGINE_RESULTS", &results),
         )?;
+        if results.exists() {
+            run(
+                "browser support table (target/test-results/engines.md)",
+                Command::new("node")
+                    .current_dir(&root)
+                    .arg("xtask/engines-table.mjs")
+                    .arg(&results),
+            )?;
+        }
     }
     let skipped = std::fs::read_to_string(&skips).unwrap_or_default();
     let skipped: Vec<&str> = skipped.lines().collect();
