@@ -2,15 +2,15 @@
 //
 //   node glue/bench/report.mjs inputs CORPUS.json OUT.json   short sentences cut from the corpus
 //   node glue/bench/report.mjs first IN.json N OUT.json      the first N texts of IN
-//   node glue/bench/report.mjs report DIR [DIST]             tables from DIR/{llm,grammar,tokenize,embed,encoder}.json
+//   node glue/bench/report.mjs report DIR [DIST]             tables from DIR/{llm,llm-*,grammar,tokenize,embed,encoder}.json
 //                                                            (and the sizes of DIST's modules, raw and gzipped),
 //                                                            also written to DIR/report.md
 //
 // Every ratio compares engines measured in the same run. Figures are the best pass (the median
 // is in the JSON): on a shared 2-core machine the best pass is the least disturbed one.
 import { readFile, writeFile } from 'node:fs/promises';
-import { existsSync, readFileSync } from 'node:fs';
-import { gzipSync } from 'node:zlib';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { GZIP_BUDGET, moduleSizes } from './sizes.mjs';
 
 const [cmd, a, b] = process.argv.slice(2);
 
@@ -47,75 +47,90 @@ async function report(dir, dist) {
   const say = (s = '') => { out.push(s); console.log(s); };
 
   if (dist) {
-    // What a page downloads: the file, and the file as a server compresses it: gzip at level 9
-    // with Node's zlib (Chromium's fork, whose output here is ~4% larger than GNU gzip -9's).
-    const rows = ['wasmind.wasm', 'wasmind-mt.wasm', 'wasmind-relaxed.wasm', 'wasmind-relaxed-mt.wasm'].filter((m) => existsSync(`${dist}/${m}`)).map((m) => {
-      const bytes = readFileSync(`${dist}/${m}`), gz = gzipSync(bytes, { level: 9 }).length;
-      const kib = (n) => `${(n / 1024).toFixed(1)} KiB`;
-      return [m, bytes.length, kib(bytes.length), gz, kib(gz)];
-    });
+    // What a page downloads (glue/bench/sizes.mjs): each module, and each part of it, raw and
+    // gzipped, against the gzip budget.
+    const mods = moduleSizes(dist);
+    const kib = (n) => `${(n / 1024).toFixed(1)} KiB`;
     say('## Modules');
     say();
-    say(table(['module', 'bytes', 'KiB', 'gzip bytes (Node zlib, level 9)', 'gzip KiB'], rows));
+    say(table(['module', 'bytes', 'KiB', 'gzip bytes (Node zlib, level 9)', 'gzip KiB', `budget ${GZIP_BUDGET / 1000} KB`],
+      mods.map((m) => [m.file, m.raw, kib(m.raw), m.gzip, kib(m.gzip), m.gzip <= GZIP_BUDGET ? 'within' : 'OVER'])));
     say();
+    const withParts = mods.filter((m) => m.parts);
+    if (withParts.length) {
+      say("### Parts: KiB raw / gzipped alone (a part's code: its functions in dist/*.symbols.txt)");
+      say();
+      const names = Object.keys(withParts[0].parts).sort((x, y) => withParts[0].parts[y].gzip - withParts[0].parts[x].gzip);
+      for (const m of withParts) for (const n of Object.keys(m.parts)) if (!names.includes(n)) names.push(n);
+      const cell = (p) => (p ? `${(p.raw / 1024).toFixed(1)} / ${(p.gzip / 1024).toFixed(1)}` : '—');
+      say(table(['part', ...withParts.map((m) => m.file)], names.map((n) => [n, ...withParts.map((m) => cell(m.parts[n]))])));
+      say();
+    }
   }
   const errors = (rs) => rs.filter((r) => r.error).forEach((r) => say(`(missing: ${r.engine} — ${r.error})`));
 
-  const llm = await results(dir, 'llm');
-  if (llm.length) {
-    const ok = llm.filter((r) => !r.error);
-    const r0 = ok[0] ?? {};
-    say(`## LLM: SmolLM2-135M-Instruct Q4_1, prompt ${r0.prompt_tokens} tokens (batched prefill), greedy decode of ${r0.gen_tokens} tokens; time to first token of a ${r0.long_prompt_tokens ?? '~1,000'}-token prompt`);
-    say();
-    // In the browser, where users run it: wasmind and wllama on the same page server, interleaved.
-    // Thread count 0 is the page without COOP/COEP (single-threaded module / runtime). "decode ÷
-    // ceiling": decode tok/s over (streaming read GB/s in the module ÷ weight bytes per token).
-    const web = ok.filter((r) => r.engine === 'chromium');
-    if (web.length) {
-      const at = (e, t) => web.find((r) => r.browser_engine === e && r.requested_threads === t);
-      const bestWllama = (t, k, low = false) => {
-        const xs = ['wllama2', 'wllama3'].map((e) => at(e, t)?.[k]).filter((x) => x != null);
-        return xs.length ? (low ? Math.min(...xs) : Math.max(...xs)) : null;
-      };
-      say('### Chromium (headless, Debian), interleaved rounds, best round');
+  // llm.json: SmolLM2; llm-NAME.json: the shape-real bench models (`bench --models`).
+  const llmFiles = ['llm', ...readdirSync(dir).filter((n) => /^llm-.+\.json$/.test(n)).map((n) => n.slice(0, -5)).sort()];
+  for (const file of llmFiles) {
+    const llm = await results(dir, file);
+    if (llm.length) {
+      const ok = llm.filter((r) => !r.error);
+      const r0 = ok[0] ?? {};
+      const model = file === 'llm' ? 'SmolLM2-135M-Instruct Q4_1'
+        : `${file.slice(4)} (shape-real, random weights: target/bench-models/${file.slice(4)}.gguf)`;
+      say(`## LLM: ${model}, prompt ${r0.prompt_tokens} tokens (batched prefill), greedy decode of ${r0.gen_tokens} tokens` +
+        (r0.long_prompt_tokens ? `; time to first token of a ${r0.long_prompt_tokens}-token prompt` : ''));
       say();
-      // Native llama.cpp at the same thread count (a different host kind, quoted because issue 13
-      // holds browser prefill to it).
-      const native = (t) => ok.filter((r) => r.engine === 'native' && r.threads === Math.max(1, t))
-        .sort((x, y) => y.prefill_tok_s - x.prefill_tok_s)[0];
-      say(table(['engine', 'module', 'threads', 'prefill tok/s', 'decode tok/s', 'decode median', 'TTFT ms', 'peak MB',
-        'read GB/s', 'decode ÷ ceiling', 'decode vs 1T', 'prefill / decode vs simd128 build', 'prefill vs best wllama',
-        'decode vs best wllama', 'TTFT: best wllama ÷ this', 'prefill vs native', 'load'],
-      web.map((r) => {
-        const own1 = at(r.browser_engine, 1) ?? at(r.browser_engine, 0), wasmind = r.browser_engine.startsWith('wasmind');
-        const simd = r.browser_engine === 'wasmind' ? at('wasmind-simd128', r.requested_threads) : null;
-        return [r.browser_engine, r.module, r.requested_threads, f(r.prefill_tok_s), f(r.decode_tok_s), f(r.decode_tok_s_median),
-          f(r.ttft_ms, 0), f(r.peak_rss_mb, 0), f(r.stream_gb_s), f(r.decode_of_ceiling, 2), ratio(r.decode_tok_s, own1?.decode_tok_s),
-          simd ? `${ratio(r.prefill_tok_s, simd.prefill_tok_s)} / ${ratio(r.decode_tok_s, simd.decode_tok_s)}` : '',
-          wasmind ? ratio(r.prefill_tok_s, bestWllama(r.requested_threads, 'prefill_tok_s')) : '',
-          wasmind ? ratio(r.decode_tok_s, bestWllama(r.requested_threads, 'decode_tok_s')) : '',
-          wasmind ? ratio(bestWllama(r.requested_threads, 'ttft_ms', true), r.ttft_ms) : '',
-          wasmind ? ratio(r.prefill_tok_s, native(r.requested_threads)?.prefill_tok_s) : '', f(r.loadavg, 2)];
-      })));
+      // In the browser, where users run it: wasmind and wllama on the same page server, interleaved.
+      // Thread count 0 is the page without COOP/COEP (single-threaded module / runtime). "decode ÷
+      // ceiling": decode tok/s over (streaming read GB/s in the module ÷ weight bytes per token).
+      const web = ok.filter((r) => r.engine === 'chromium');
+      if (web.length) {
+        const at = (e, t) => web.find((r) => r.browser_engine === e && r.requested_threads === t);
+        const bestWllama = (t, k, low = false) => {
+          const xs = ['wllama2', 'wllama3'].map((e) => at(e, t)?.[k]).filter((x) => x != null);
+          return xs.length ? (low ? Math.min(...xs) : Math.max(...xs)) : null;
+        };
+        say('### Chromium (headless, Debian), interleaved rounds, best round');
+        say();
+        // Native llama.cpp at the same thread count (a different host kind, quoted because issue 13
+        // holds browser prefill to it).
+        const native = (t) => ok.filter((r) => r.engine === 'native' && r.threads === Math.max(1, t))
+          .sort((x, y) => y.prefill_tok_s - x.prefill_tok_s)[0];
+        say(table(['engine', 'module', 'threads', 'prefill tok/s', 'decode tok/s', 'decode median', 'TTFT ms', 'peak MB',
+          'read GB/s', 'decode ÷ ceiling', 'decode vs 1T', 'prefill / decode vs simd128 build', 'prefill vs best wllama',
+          'decode vs best wllama', 'TTFT: best wllama ÷ this', 'prefill vs native', 'load'],
+        web.map((r) => {
+          const own1 = at(r.browser_engine, 1) ?? at(r.browser_engine, 0), wasmind = r.browser_engine.startsWith('wasmind');
+          const simd = r.browser_engine === 'wasmind' ? at('wasmind-simd128', r.requested_threads) : null;
+          return [r.browser_engine, r.module, r.requested_threads, f(r.prefill_tok_s), f(r.decode_tok_s), f(r.decode_tok_s_median),
+            f(r.ttft_ms, 0), f(r.peak_rss_mb, 0), f(r.stream_gb_s), f(r.decode_of_ceiling, 2), ratio(r.decode_tok_s, own1?.decode_tok_s),
+            simd ? `${ratio(r.prefill_tok_s, simd.prefill_tok_s)} / ${ratio(r.decode_tok_s, simd.decode_tok_s)}` : '',
+            wasmind ? ratio(r.prefill_tok_s, bestWllama(r.requested_threads, 'prefill_tok_s')) : '',
+            wasmind ? ratio(r.decode_tok_s, bestWllama(r.requested_threads, 'decode_tok_s')) : '',
+            wasmind ? ratio(bestWllama(r.requested_threads, 'ttft_ms', true), r.ttft_ms) : '',
+            wasmind ? ratio(r.prefill_tok_s, native(r.requested_threads)?.prefill_tok_s) : '', f(r.loadavg, 2)];
+        })));
+        say();
+      }
+      // wasmind in its other hosts, and native llama.cpp (a different host kind: no wllama ratio).
+      const key = (r) => r.threads;
+      const peer = (engine, t) => ok.filter((r) => r.engine === engine && Math.max(1, key(r)) === Math.max(1, t))
+        .sort((x, y) => y.decode_tok_s - x.decode_tok_s)[0];
+      const one = (engine) => ok.filter((r) => r.engine === engine && Math.max(1, key(r)) === 1).sort((x, y) => y.decode_tok_s - x.decode_tok_s)[0];
+      const rows = ok.filter((r) => r.engine !== 'chromium').map((r) => {
+        const nat = peer('native', key(r)), base = one(r.engine);
+        return [ENGINE[r.engine] ?? r.engine, r.module, key(r), f(r.prefill_tok_s), f(r.decode_tok_s), f(r.decode_tok_s_median),
+          f(r.ttft_ms, 0), f(r.stream_gb_s), f(r.decode_of_ceiling, 2), ratio(r.decode_tok_s, base?.decode_tok_s), ratio(r.prefill_tok_s, nat?.prefill_tok_s),
+          ratio(r.decode_tok_s, nat?.decode_tok_s), f(r.loadavg, 2)];
+      });
+      say('### Node, wasmtime and native llama.cpp');
+      say();
+      say(table(['engine', 'module', 'threads', 'prefill tok/s', 'decode tok/s', 'decode median', 'TTFT ms', 'read GB/s', 'decode ÷ ceiling', 'decode vs own 1T',
+        'prefill vs native', 'decode vs native', 'load'], rows));
+      errors(llm);
       say();
     }
-    // wasmind in its other hosts, and native llama.cpp (a different host kind: no wllama ratio).
-    const key = (r) => r.threads;
-    const peer = (engine, t) => ok.filter((r) => r.engine === engine && Math.max(1, key(r)) === Math.max(1, t))
-      .sort((x, y) => y.decode_tok_s - x.decode_tok_s)[0];
-    const one = (engine) => ok.filter((r) => r.engine === engine && Math.max(1, key(r)) === 1).sort((x, y) => y.decode_tok_s - x.decode_tok_s)[0];
-    const rows = ok.filter((r) => r.engine !== 'chromium').map((r) => {
-      const nat = peer('native', key(r)), base = one(r.engine);
-      return [ENGINE[r.engine] ?? r.engine, r.module, key(r), f(r.prefill_tok_s), f(r.decode_tok_s), f(r.decode_tok_s_median),
-        f(r.ttft_ms, 0), f(r.stream_gb_s), f(r.decode_of_ceiling, 2), ratio(r.decode_tok_s, base?.decode_tok_s), ratio(r.prefill_tok_s, nat?.prefill_tok_s),
-        ratio(r.decode_tok_s, nat?.decode_tok_s), f(r.loadavg, 2)];
-    });
-    say('### Node, wasmtime and native llama.cpp');
-    say();
-    say(table(['engine', 'module', 'threads', 'prefill tok/s', 'decode tok/s', 'decode median', 'TTFT ms', 'read GB/s', 'decode ÷ ceiling', 'decode vs own 1T',
-      'prefill vs native', 'decode vs native', 'load'], rows));
-    errors(llm);
-    say();
   }
 
   const gram = await results(dir, 'grammar');

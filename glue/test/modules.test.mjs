@@ -5,7 +5,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { importedMemoryMinimum, load } from '../wasmind.js';
+import { GZIP_BUDGET, MODULES, moduleSizes } from '../bench/sizes.mjs';
 
 const dist = new URL('../../dist/', import.meta.url);
 const header = readFileSync(new URL('../../abi/wasmind.h', import.meta.url), 'utf8');
@@ -51,6 +53,23 @@ for (const file of ['wasmind-mt.wasm', 'wasmind-relaxed-mt.wasm']) test(`${file}
   assert.deepEqual(sp?.type, { mutable: true, value: 'i32' }, 'a host must be able to set each helper stack');
   // The glue's own import-section reader agrees with the engine's reflection.
   assert.equal(importedMemoryMinimum(readFileSync(new URL(file, dist))), mem.type.minimum);
+});
+
+// What a page downloads, as `cargo xtask bench` reports it (glue/bench/sizes.mjs): each module
+// gzipped (Node's zlib, level 9) within the budget, and the parts of the size table covering
+// each module's every byte.
+test(`each module gzipped is at most ${GZIP_BUDGET} bytes, and its parts cover it`, () => {
+  const mods = moduleSizes(fileURLToPath(dist));
+  assert.deepEqual(mods.map((m) => m.file), MODULES, 'every module is in dist/ (cargo xtask dist)');
+  const sizes = mods.map((m) => `${m.file} ${m.gzip} bytes gzipped (${m.raw} raw)`).join(', ');
+  const over = mods.filter((m) => m.gzip > GZIP_BUDGET).map((m) => m.file);
+  assert.deepEqual(over, [], `over the ${GZIP_BUDGET}-byte gzip budget: ${sizes}`);
+  for (const m of mods) {
+    assert.ok(m.parts, `${m.file}: no symbols file beside it`);
+    const raw = Object.values(m.parts).reduce((sum, p) => sum + p.raw, 0);
+    assert.equal(raw, m.raw, `${m.file}: the parts hold ${raw} of its ${m.raw} bytes`);
+  }
+  console.log(`# ${sizes}`);
 });
 
 test('hasRelaxedSimd runs its probe instead of trusting validation', () => {

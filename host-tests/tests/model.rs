@@ -639,3 +639,148 @@ fn gemma3_270m_matches_llama_cpp() {
          {same_prefix} greedy reply tokens equal up to llama.cpp's first near-tie"
     );
 }
+
+/// The relaxed build under every way wasmtime can be made to lower relaxed SIMD on this host
+/// (`wasmind_host::Lowering`: relaxed_simd_deterministic's widened dots and bitselects, no FMA3,
+/// SSE4.1 only): llama.cpp's decisive argmaxes and tolerances on the tiny models of every
+/// tensor type and of qwen3, gemma3 and phi3 (a batch and a decode step), SmolLM2's and Gemma 3
+/// 270M's teacher-forced perplexity and decisive argmaxes. And which bits move: the integer
+/// dots are exact however they are lowered (`src/quant/simd128/dot_i8.rs`), so the
+/// deterministic lowering gives the native one's logits bit for bit where both fuse
+/// `relaxed_madd` (an x86 CPU with FMA3), and SSE4.1 gives no-FMA's (both unfused).
+#[test]
+fn relaxed_build_matches_llama_cpp_under_every_lowering() {
+    use wasmind_host::Lowering;
+    if !cfg!(target_arch = "x86_64") {
+        skipped(
+            "relaxed_build_matches_llama_cpp_under_every_lowering",
+            "the lowerings it forces are x86-64's",
+        );
+        return;
+    }
+    let tiny = json("models/tiny/tiny-reference.json");
+    let arch = json("models/tiny/tiny-arch-reference.json");
+    // Every tiny file's logits (all ids but the last as a batch, the last as a decode step) in
+    // the single-threaded module, with the tolerance its type gets.
+    let files: Vec<(&serde_json::Value, String, Vec<u32>)> = [&tiny, &arch]
+        .into_iter()
+        .flat_map(|r| {
+            let ids = u32s(&r["tokens"]);
+            r["models"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(move |(f, m)| (m, f.clone(), ids.clone()))
+        })
+        .collect();
+    let logits_of = |lowering: Lowering, file: &str, ids: &[u32]| {
+        let mut w = Wasmind::with_lowering(Build::Relaxed, lowering, 0).unwrap();
+        w.load_model_file(&fixture(&format!("models/tiny/{file}")), 64)
+            .unwrap();
+        let mut rows = w.prefill_logits(&ids[..ids.len() - 1]).unwrap();
+        let vocab = rows[0].len();
+        rows.push(w.step(ids[ids.len() - 1], vocab).unwrap());
+        rows
+    };
+    let native: Vec<_> = files
+        .iter()
+        .map(|(_, f, ids)| logits_of(Lowering::Native, f, ids))
+        .collect();
+    let has_fma = std::arch::is_x86_feature_detected!("fma");
+    let mut failures = vec![];
+    let mut no_fma: Vec<Vec<Vec<f32>>> = vec![];
+    for lowering in Lowering::ALL.into_iter().skip(1) {
+        let mut same_as_native = 0;
+        for (i, (m, file, ids)) in files.iter().enumerate() {
+            let rows = logits_of(lowering, file, ids);
+            let margins: Vec<f64> = match m.get("margins") {
+                Some(ms) => ms
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap())
+                    .collect(),
+                None => (0..ids.len())
+                    .map(|p| {
+                        let l = &m["top5_logits"][p];
+                        l[0].as_f64().unwrap() - l[1].as_f64().unwrap()
+                    })
+                    .collect(),
+            };
+            let (mut decisive, mut agree) = (0, 0);
+            for (p, row) in rows.iter().enumerate() {
+                if margins[p] >= DECISIVE_MARGIN {
+                    decisive += 1;
+                    agree += (argmax(row) as u64 == m["top5"][p][0].as_u64().unwrap()) as usize;
+                }
+            }
+            let mut max_diff = 0.0f32;
+            for (k, want) in m["last4_logits"].as_array().unwrap().iter().enumerate() {
+                for (j, x) in want.as_array().unwrap().iter().enumerate() {
+                    max_diff = max_diff
+                        .max((rows[ids.len() - 4 + k][j] - x.as_f64().unwrap() as f32).abs());
+                }
+            }
+            let float = ["F32", "F16", "BF16"].iter().any(|t| file.contains(t));
+            let tol = if float {
+                FLOAT_TOLERANCE
+            } else {
+                QUANT_TOLERANCE
+            };
+            if agree != decisive || max_diff > tol {
+                failures.push(format!(
+                    "{file} ({}): decisive argmax {agree}/{decisive}, last-4 max |dlogit| {max_diff:.4}",
+                    lowering.name()
+                ));
+            }
+            same_as_native += (rows == native[i]) as usize;
+            match lowering {
+                Lowering::Deterministic if has_fma => assert!(
+                    rows == native[i],
+                    "{file}: the deterministic lowering changed bits (an integer dot that is not exact?)"
+                ),
+                Lowering::NoFma => no_fma.push(rows),
+                Lowering::Sse41 => assert!(
+                    rows == no_fma[i],
+                    "{file}: SSE4.1 and no-FMA lowerings differ (both leave relaxed_madd unfused)"
+                ),
+                _ => {}
+            }
+        }
+        println!(
+            "lowering {}: {} tiny files within llama.cpp's tolerances, {same_as_native} of them bit for bit the native lowering's",
+            lowering.name(),
+            files.len()
+        );
+        let mut w = Wasmind::with_lowering(Build::Relaxed, lowering, 2).unwrap();
+        w.load_model_file(&fixture(SMOLLM2), 1024).unwrap();
+        for forced in json("reference/smollm2-q4_1.json")["forced"]
+            .as_array()
+            .unwrap()
+        {
+            check_forced(
+                &mut w,
+                forced,
+                &format!("smollm2 (relaxed, {})", lowering.name()),
+            );
+        }
+        let gemma = gemma_file();
+        assert!(
+            gemma.is_file(),
+            "{} is missing: run `cargo xtask fixtures`",
+            gemma.display()
+        );
+        w.load_model_file(&gemma, 1024).unwrap();
+        for forced in json("reference/gemma3-270m-q4_k_m.json")["forced"]
+            .as_array()
+            .unwrap()
+        {
+            check_forced(
+                &mut w,
+                forced,
+                &format!("gemma3 270M (relaxed, {})", lowering.name()),
+            );
+        }
+    }
+    assert!(failures.is_empty(), "differ from llama.cpp: {failures:#?}");
+}

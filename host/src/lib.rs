@@ -89,27 +89,123 @@ impl Build {
     }
 }
 
+/// How Cranelift lowers the relaxed-SIMD instructions whose results the spec leaves to the
+/// engine, and the x86 features it may use. The relaxed build keeps every integer dot exact on
+/// any lowering (`src/quant/simd128/dot_i8.rs`), so what can move its logits is
+/// `f32x4.relaxed_madd`: fused where the engine has a fused multiply-add, a multiply then an
+/// add where not. The tests run the decisive checks under each (host-tests/tests/lowerings.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lowering {
+    /// The host's own features (x86 with SSSE3, SSE4.1, AVX and FMA3: the i8 dots as
+    /// `pmaddubsw` then `pmaddwd`-like widening adds, `relaxed_madd` fused, laneselect as
+    /// `blendv`; no engine here uses AVX-VNNI's `vpdpbusd` for it).
+    Native,
+    /// `Config::relaxed_simd_deterministic`: the i8 dots widened to exact i16/i32 products,
+    /// `relaxed_madd` always fused (a call where the CPU has no FMA), laneselect a bitselect.
+    Deterministic,
+    /// x86 without FMA3 (Cranelift's `has_fma` off): `relaxed_madd` unfused, as on CPUs
+    /// before Haswell and in V8 with `--no-enable-fma3`.
+    NoFma,
+    /// x86 at SSE4.1 (no AVX, AVX2, FMA3 or AVX-512): the legacy SSE encodings, unfused madd.
+    Sse41,
+}
+
+impl Lowering {
+    pub const ALL: [Lowering; 4] = [
+        Lowering::Native,
+        Lowering::Deterministic,
+        Lowering::NoFma,
+        Lowering::Sse41,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Lowering::Native => "native",
+            Lowering::Deterministic => "deterministic",
+            Lowering::NoFma => "no-fma",
+            Lowering::Sse41 => "sse41",
+        }
+    }
+
+    /// The lowering this process uses: `WASMIND_LOWERING=native|deterministic|no-fma|sse41`
+    /// (native when unset). Any other value is an error.
+    pub fn current() -> Result<Lowering> {
+        match std::env::var("WASMIND_LOWERING").as_deref() {
+            Err(_) | Ok("") => Ok(Lowering::Native),
+            Ok(name) => Lowering::ALL
+                .into_iter()
+                .find(|l| l.name() == name)
+                .ok_or_else(|| {
+                    wasmtime::format_err!(
+                        "WASMIND_LOWERING={name:?}: use native, deterministic, no-fma or sse41"
+                    )
+                }),
+        }
+    }
+
+    /// Cranelift's x86 feature flags this lowering turns off.
+    fn x86_flags_off(self) -> &'static [&'static str] {
+        const AVX512: [&str; 6] = [
+            "has_avx512bitalg",
+            "has_avx512dq",
+            "has_avx512vl",
+            "has_avx512vbmi",
+            "has_avx512f",
+            "has_avx512vnni",
+        ];
+        const SSE41: [&str; 9] = [
+            "has_avx", "has_avx2", "has_fma", AVX512[0], AVX512[1], AVX512[2], AVX512[3],
+            AVX512[4], AVX512[5],
+        ];
+        match self {
+            Lowering::Native | Lowering::Deterministic => &[],
+            Lowering::NoFma => &["has_fma"],
+            Lowering::Sse41 => &SSE41,
+        }
+    }
+}
+
 /// Bytes of each helper's stack.
 pub const HELPER_STACK_BYTES: u32 = 1 << 20;
 /// Largest shared memory the host creates, in 64 KiB pages (4 GiB, the wasm32 limit).
 pub const MAX_PAGES: u32 = 65_536;
 
-/// The process's wasmtime engine (one, shared: its compiled-module cache and worker with it).
+/// The process's wasmtime engine for [`Lowering::current`] (one per lowering, shared: its
+/// compiled-module cache and worker with it).
 pub fn engine() -> Result<Engine> {
-    static ENGINE: std::sync::OnceLock<Engine> = std::sync::OnceLock::new();
-    if let Some(e) = ENGINE.get() {
-        return Ok(e.clone());
-    }
-    let e = new_engine()?;
-    Ok(ENGINE.get_or_init(|| e).clone())
+    engine_for(Lowering::current()?)
 }
 
-fn new_engine() -> Result<Engine> {
+/// The process's wasmtime engine that lowers relaxed SIMD as `lowering` says.
+pub fn engine_for(lowering: Lowering) -> Result<Engine> {
+    static ENGINES: std::sync::Mutex<Vec<(Lowering, Engine)>> = std::sync::Mutex::new(Vec::new());
+    let mut engines = ENGINES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, e)) = engines.iter().find(|(l, _)| *l == lowering) {
+        return Ok(e.clone());
+    }
+    let e = new_engine(lowering)?;
+    engines.push((lowering, e.clone()));
+    Ok(e)
+}
+
+fn new_engine(lowering: Lowering) -> Result<Engine> {
     let mut config = Config::new();
     config
         .wasm_threads(true)
         .shared_memory(true)
-        .wasm_simd(true);
+        .wasm_simd(true)
+        .relaxed_simd_deterministic(lowering == Lowering::Deterministic);
+    let flags = lowering.x86_flags_off();
+    if !flags.is_empty() && !cfg!(target_arch = "x86_64") {
+        wasmtime::bail!("lowering {} is for x86-64 hosts only", lowering.name());
+    }
+    for flag in flags {
+        // SAFETY: turning a CPU feature off only narrows the instructions Cranelift may
+        // emit; the engine still checks the flags it keeps against the host.
+        unsafe {
+            config.cranelift_flag_set(flag, "false");
+        }
+    }
     // Compiled modules are kept in wasmtime's cache (its default directory, ~/.cache/wasmtime),
     // so a command starts without compiling the module again. `WASMIND_NO_CACHE=1` turns it off.
     if std::env::var_os("WASMIND_NO_CACHE").is_none_or(|v| v != "1") {
@@ -152,7 +248,11 @@ impl Wasmind {
 
     /// The single-threaded module from `bytes` (e.g. `dist/wasmind.wasm`) instead of the embedded one.
     pub fn single_threaded_from(bytes: &[u8]) -> Result<Wasmind> {
-        let engine = engine()?;
+        Wasmind::single_threaded_on(engine()?, bytes)
+    }
+
+    /// [`Wasmind::single_threaded_from`] compiled by `engine` (e.g. [`engine_for`] a lowering).
+    pub fn single_threaded_on(engine: Engine, bytes: &[u8]) -> Result<Wasmind> {
         let module = Module::new(&engine, bytes)?;
         let mut store = Store::new(&engine, ());
         let instance = Instance::new(&mut store, &module, &[])?;
@@ -177,7 +277,11 @@ impl Wasmind {
 
     /// The threaded module from `bytes` (e.g. `dist/wasmind-mt.wasm`) instead of the embedded one.
     pub fn threaded_from(bytes: &[u8], threads: u32) -> Result<Wasmind> {
-        let engine = engine()?;
+        Wasmind::threaded_on(engine()?, bytes, threads)
+    }
+
+    /// [`Wasmind::threaded_from`] compiled by `engine` (e.g. [`engine_for`] a lowering).
+    pub fn threaded_on(engine: Engine, bytes: &[u8], threads: u32) -> Result<Wasmind> {
         let module = Module::new(&engine, bytes)?;
         let min_pages = module
             .imports()
@@ -406,11 +510,17 @@ impl Wasmind {
 
     /// [`Wasmind::with_threads`] with the modules of `build`.
     pub fn with_build(build: Build, threads: u32) -> Result<Wasmind> {
+        Wasmind::with_lowering(build, Lowering::current()?, threads)
+    }
+
+    /// [`Wasmind::with_build`] compiled with `lowering`'s engine.
+    pub fn with_lowering(build: Build, lowering: Lowering, threads: u32) -> Result<Wasmind> {
+        let engine = engine_for(lowering)?;
         let (single, threaded) = build.modules();
         if threads == 0 {
-            Wasmind::single_threaded_from(single)
+            Wasmind::single_threaded_on(engine, single)
         } else {
-            Wasmind::threaded_from(threaded, threads)
+            Wasmind::threaded_on(engine, threaded, threads)
         }
     }
 

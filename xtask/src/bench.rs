@@ -2,7 +2,8 @@
 //! same run on the same machine, so every speed claim is a ratio against a peer.
 //!
 //! ```text
-//! cargo xtask bench [--only llm,grammar,tokenize,embed,encoder] [--no-peers] [--gen N] [--reps N] [--threads 0,1,2,4,8]
+//! cargo xtask bench [--only llm,grammar,tokenize,embed,encoder] [--models smollm2,0.5b,1b,3b]
+//!                    [--no-peers] [--gen N] [--reps N] [--threads 0,1,2,4,8]
 //! ```
 //!
 //! Runs, one after another (never two at once: they would share the cores):
@@ -14,7 +15,12 @@
 //!   single-threaded module); in headless Chromium (glue/bench/chromium.mjs) wasmind beside its
 //!   peer wllama 2.4.0 and 3.13.0 (llama.cpp compiled to wasm, npm `@wllama/wllama`) at 0, 1, 2
 //!   threads, interleaved, with the renderer's peak memory; and native llama.cpp (the prebuilt
-//!   x64 binary in npm `node-llama-cpp`).
+//!   x64 binary in npm `node-llama-cpp`). `--models` runs the same measurement on each model
+//!   named (default `smollm2`): `0.5b`, `1b`, `3b` are shape-real models of Qwen2.5-0.5B,
+//!   Llama-3.2-1B and Llama-3.2-3B in llama.cpp's Q4_K_M mix (`1b:q4_0`, `1b:q8_0` the other
+//!   types), random weights written once into target/bench-models/ by
+//!   host-tests/fixtures/gen/bench_models.py; their rows go to `llm-<name>.json`, with no long
+//!   prompt (wllama would take many minutes over 1,000 tokens of a 3B model).
 //! - `grammar`: the same model, greedy chat replies of up to `--gen` tokens with no grammar,
 //!   the JSON-object grammar and a nested JSON schema (wasmtime, 2 threads): what the grammar
 //!   check and the masked draws cost (the target is >= 0.8x unconstrained decode).
@@ -63,6 +69,7 @@ fn long_prompt_text() -> String {
 
 struct Options {
     groups: Vec<String>,
+    models: Vec<String>,
     peers: bool,
     gen_tokens: String,
     reps: String,
@@ -78,6 +85,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "embed".into(),
             "encoder".into(),
         ],
+        models: vec!["smollm2".into()],
         peers: true,
         gen_tokens: "128".into(),
         reps: "3".into(),
@@ -92,6 +100,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         };
         match a.as_str() {
             "--only" => o.groups = value()?.split(',').map(str::to_string).collect(),
+            "--models" => o.models = value()?.split(',').map(str::to_string).collect(),
             "--no-peers" => o.peers = false,
             "--gen" => o.gen_tokens = value()?,
             "--reps" => o.reps = value()?,
@@ -102,9 +111,43 @@ fn parse(args: &[String]) -> Result<Options, String> {
     Ok(o)
 }
 
-/// A test fixture (target/fixtures, made by `cargo xtask fixtures`, which the bench runs first).
+/// A test fixture (target/fixtures or $WASMIND_FIXTURES, made by `cargo xtask fixtures`, which
+/// the bench runs first).
 fn fixture(path: &str) -> PathBuf {
-    workspace_root().join("target/fixtures").join(path)
+    std::env::var_os("WASMIND_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target/fixtures"))
+        .join(path)
+}
+
+/// A model of `--models`: SmolLM2 (the fixture), or a shape-real bench model `SIZE[:TYPE]`
+/// (bench_models.py's `MODEL-TYPE`). Returns (its name in bench_models.py, or None for SmolLM2;
+/// the results' file stem).
+fn bench_model(spec: &str) -> Result<(Option<String>, String), String> {
+    if spec == "smollm2" {
+        return Ok((None, "llm".into()));
+    }
+    let (size, kind) = spec.split_once(':').unwrap_or((spec, "q4_k_m"));
+    let model = match size {
+        "0.5b" => "qwen2.5-0.5b",
+        "1b" => "llama-3.2-1b",
+        "3b" => "llama-3.2-3b",
+        _ => "",
+    };
+    let kind = match kind.to_ascii_lowercase().as_str() {
+        "q4_k_m" => "Q4_K_M",
+        "q4_0" => "Q4_0",
+        "q8_0" => "Q8_0",
+        _ => "",
+    };
+    if model.is_empty() || kind.is_empty() {
+        return Err(format!(
+            "bench: unknown model {spec:?} (smollm2, or 0.5b, 1b, 3b with an optional \
+             :q4_k_m, :q4_0 or :q8_0)"
+        ));
+    }
+    let name = format!("{model}-{kind}");
+    Ok((Some(name.clone()), format!("llm-{name}")))
 }
 
 /// Runs a bench program; its stdout lines that are JSON objects are results. A failing peer is
@@ -144,6 +187,85 @@ fn collect(label: &str, cmd: &mut Command, results: &mut Vec<String>) {
     }
 }
 
+/// What every LLM measurement shares: the options, the programs and the prompt.
+struct LlmRun<'a> {
+    o: &'a Options,
+    root: &'a Path,
+    bench_bin: &'a Path,
+    dist: &'a Path,
+    prompt: &'a Path,
+}
+
+impl LlmRun<'_> {
+    /// One model: wasmind in wasmtime and Node, wasmind and wllama in Chromium, native llama.cpp;
+    /// the time to the first token of `long_prompt` where one is given.
+    fn measure(&self, model: &Path, long_prompt: Option<&Path>, results: &mut Vec<String>) {
+        let o = self.o;
+        let node = |script: &str| {
+            let mut c = Command::new("node");
+            c.current_dir(self.root).arg(format!("glue/bench/{script}"));
+            c
+        };
+        // wllama is slow enough that 2 timed rounds per setting keep the run short.
+        let wllama_reps = o
+            .reps
+            .parse::<u32>()
+            .map_or(o.reps.clone(), |r| r.min(2).to_string());
+        let common = |c: &mut Command, reps: &str| {
+            c.arg("--model")
+                .arg(model)
+                .arg("--prompt-file")
+                .arg(self.prompt);
+            c.args(["--gen", &o.gen_tokens, "--reps", reps]);
+        };
+        let long = |c: &mut Command| {
+            if let Some(l) = long_prompt {
+                c.arg("--long-prompt-file").arg(l);
+            }
+        };
+        // wasmind's two hosts take the same arguments.
+        for (label, mut c) in [
+            ("wasmind in wasmtime", Command::new(self.bench_bin)),
+            ("wasmind in Node", node("bench.mjs")),
+        ] {
+            c.arg("llm")
+                .args(["--threads", &o.threads])
+                .arg("--dist")
+                .arg(self.dist);
+            long(&mut c);
+            common(&mut c, &o.reps);
+            collect(label, &mut c, results);
+        }
+        // Where users run it: wasmind and wllama side by side in Chromium, interleaved.
+        let mut c = node("chromium.mjs");
+        // wasmind twice: the build the glue picks (relaxed SIMD) and the SIMD128 one.
+        let engines = if o.peers {
+            "wasmind,wasmind-simd128,wllama2,wllama3"
+        } else {
+            "wasmind,wasmind-simd128"
+        };
+        c.args(["--threads", "0,1,2", "--engines", engines]);
+        long(&mut c);
+        common(&mut c, &wllama_reps);
+        collect("Chromium", &mut c, results);
+        if o.peers {
+            let mut c = node("native.mjs");
+            // Not past the cores: llama.cpp's spinning thread pool collapses when
+            // oversubscribed (measured here: 4 threads on 2 cores, one rep of 148 + 32
+            // tokens took 2 min 14 s), and 8 threads did not finish in 15 minutes.
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let native_threads: Vec<String> = [1, 2, 4, 8]
+                .iter()
+                .filter(|&&t| t <= cores.max(1))
+                .map(|t| t.to_string())
+                .collect();
+            c.arg("llm").args(["--threads", &native_threads.join(",")]);
+            common(&mut c, &o.reps);
+            collect("native llama.cpp", &mut c, results);
+        }
+    }
+}
+
 /// all-MiniLM-L6-v2 as `models/fetch.py --model all-minilm-l6-v2` writes it (a fixture).
 fn minilm() -> Option<PathBuf> {
     Some(fixture("models/all-MiniLM-L6-v2-F16.gguf")).filter(|p| p.is_file())
@@ -156,12 +278,31 @@ fn write_json(path: &Path, results: &[String]) -> Result<(), String> {
 
 pub fn run(args: &[String]) -> Result<(), String> {
     let o = parse(args)?;
+    let models = o
+        .models
+        .iter()
+        .map(|m| bench_model(m))
+        .collect::<Result<Vec<_>, _>>()?;
     let root = workspace_root();
     let out_dir = root.join("target/bench");
     let inputs = out_dir.join("inputs");
     std::fs::create_dir_all(&inputs).map_err(|e| format!("{}: {e}", inputs.display()))?;
     super::fixtures()?;
     let model = fixture(SMOLLM2);
+    // The shape-real bench models, written once (a second run only checks their stamps).
+    let bench_models = root.join("target/bench-models");
+    let generate: Vec<&String> = models.iter().filter_map(|(n, _)| n.as_ref()).collect();
+    if o.groups.iter().any(|g| g == "llm") && !generate.is_empty() {
+        status(
+            "bench models (host-tests/fixtures/gen/bench_models.py)",
+            Command::new("python3")
+                .current_dir(&root)
+                .arg("host-tests/fixtures/gen/bench_models.py")
+                .arg(&bench_models)
+                .arg(fixture("models/vocab/vocab-bpe-smollm.gguf"))
+                .args(generate),
+        )?;
+    }
     let m2v = fixture(M2V);
     let corpus = fixture(CORPUS);
 
@@ -269,56 +410,24 @@ pub fn run(args: &[String]) -> Result<(), String> {
         let mut results = Vec::new();
         match group.as_str() {
             "llm" => {
-                // wllama is slow enough that 2 timed rounds per setting keep the run short.
-                let wllama_reps = o
-                    .reps
-                    .parse::<u32>()
-                    .map_or(o.reps.clone(), |r| r.min(2).to_string());
-                let common = |c: &mut Command, reps: &str| {
-                    c.arg("--model")
-                        .arg(&model)
-                        .arg("--prompt-file")
-                        .arg(&prompt);
-                    c.args(["--gen", &o.gen_tokens, "--reps", reps]);
-                };
-                for (label, mut c) in wasmind_hosts() {
-                    c.arg("llm")
-                        .args(["--threads", &o.threads])
-                        .arg("--dist")
-                        .arg(&dist)
-                        .arg("--long-prompt-file")
-                        .arg(&long_prompt);
-                    common(&mut c, &o.reps);
-                    collect(label, &mut c, &mut results);
+                for (name, stem) in &models {
+                    let (model, long_prompt) = match name {
+                        None => (model.clone(), Some(&long_prompt)),
+                        Some(n) => (bench_models.join(format!("{n}.gguf")), None),
+                    };
+                    println!("--> llm: {}", model.display());
+                    let mut results = Vec::new();
+                    let run = LlmRun {
+                        o: &o,
+                        root: &root,
+                        bench_bin: &bench_bin,
+                        dist: &dist,
+                        prompt: &prompt,
+                    };
+                    run.measure(&model, long_prompt.map(PathBuf::as_path), &mut results);
+                    write_json(&out_dir.join(format!("{stem}.json")), &results)?;
                 }
-                // Where users run it: wasmind and wllama side by side in Chromium, interleaved.
-                let mut c = node("chromium.mjs");
-                // wasmind twice: the build the glue picks (relaxed SIMD) and the SIMD128 one.
-                let engines = if o.peers {
-                    "wasmind,wasmind-simd128,wllama2,wllama3"
-                } else {
-                    "wasmind,wasmind-simd128"
-                };
-                c.args(["--threads", "0,1,2", "--engines", engines])
-                    .arg("--long-prompt-file")
-                    .arg(&long_prompt);
-                common(&mut c, &wllama_reps);
-                collect("Chromium", &mut c, &mut results);
-                if o.peers {
-                    let mut c = node("native.mjs");
-                    // Not past the cores: llama.cpp's spinning thread pool collapses when
-                    // oversubscribed (measured here: 4 threads on 2 cores, one rep of 148 + 32
-                    // tokens took 2 min 14 s), and 8 threads did not finish in 15 minutes.
-                    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-                    let native_threads: Vec<String> = [1, 2, 4, 8]
-                        .iter()
-                        .filter(|&&t| t <= cores.max(1))
-                        .map(|t| t.to_string())
-                        .collect();
-                    c.arg("llm").args(["--threads", &native_threads.join(",")]);
-                    common(&mut c, &o.reps);
-                    collect("native llama.cpp", &mut c, &mut results);
-                }
+                continue;
             }
             "grammar" => {
                 // Decode with and without grammars (wasmtime only: the check is in the module).
