@@ -56,7 +56,7 @@ const yieldNow = isNode ? (typeof globalThis.Deno === 'object' ? () => new Promi
 const STOPPER = `const go = ({ memory, index, port, slot }) => { const flag = new Int32Array(memory.buffer), s = new Int32Array(slot);
   port.onmessage = (e) => { const id = e.data; if (Atomics.compareExchange(s, 0, id, -id) === id) { Atomics.store(flag, index, 1); Atomics.store(s, 0, id); Atomics.notify(s, 0); } };
   port.start?.(); };
-const on = (e) => { if (e.data === 'close') self.close(); else if (!e.data?.wasmindPort) go(e.data); };
+const on = (e) => { if (e.data?.wasmindRelay) e.data.wasmindRelay.onmessage = on; else if (e.data === 'close') self.close(); else if (!e.data?.wasmindPort) go(e.data); };
 if (typeof self === 'object' && typeof self.postMessage === 'function' && typeof require !== 'function') self.onmessage = on;
 else require('node:worker_threads').parentPort.once('message', go);`;
 let stopper = null, slot = null;
@@ -86,11 +86,11 @@ async function startStopper() {
 // the worker's debugger, but the main thread's single notify can wake the new worker's own thread,
 // which waits on the same condition variable for its first event, instead (WorkerPrivate::
 // SetIsDebuggerRegistered: mCondVar.Notify(); WaitForIsDebuggerRegistered). A Worker made on the
-// main thread registers its debugger there synchronously, so it cannot hang this way. What this
-// driver sends a worker goes through the page (Firefox cannot send a module or shared memory over
-// a MessagePort: the worker gets a messageerror), which forwards it at once; what a worker
-// answers comes over a MessagePort. spawnByPage({ url } or { script, name }) -> { post,
-// terminate, on(onMessage, onFail) }.
+// main thread registers its debugger there synchronously, so it cannot hang this way
+// (glue/repro/firefox-restart.mjs). What this driver sends a worker (the module, the memory) is
+// queued on a MessageChannel of its own whose other end the page hands on unread, so the page
+// never holds the memory; what a worker answers comes over a MessagePort from the page.
+// spawnByPage({ url } or { script, name }) -> { post, terminate, on(onMessage, onFail) }.
 const spawns = new Map(); // sid -> { answer, fail, error }
 let nextSpawn = 1;
 function spawnByPage(what) {
@@ -100,7 +100,13 @@ function spawnByPage(what) {
     post({ event: 'spawn', sid, ...what });
   }).then((port) => {
     const s = spawns.get(sid);
-    return { post: (m, transfer) => post({ event: 'relay', sid, message: m }, transfer),
+    return { post: (m, transfer) => {
+      // A page keeps what it read until its garbage collection, so it gets only the port. Not
+      // closed here: Firefox dropped the message when port1 was closed right after posting it.
+      const c = new MessageChannel();
+      c.port1.postMessage(m, transfer ?? []);
+      post({ event: 'relay', sid, port: c.port2 }, [c.port2]);
+    },
       terminate: () => { port.close(); spawns.delete(sid); post({ event: 'end', sid }); },
       on: (onMessage, onFail) => {
         port.onmessage = (e) => onMessage(e.data);

@@ -61,8 +61,8 @@ async function spawnDriver() {
  *  answering the driver over a MessagePort, so Firefox never makes it inside the driver (which can
  *  hang there: see driver.js). { event: 'relay', sid, message } is forwarded to it at once (with
  *  the ports the driver transferred), { event: 'end', sid } ends it. */
-function spawnFor(driver, kids, { data: { event, sid, url, script, name, message }, ports }) {
-  if (event === 'relay') { kids.get(sid)?.postMessage(message, ports); return; }
+function spawnFor(driver, kids, { data: { event, sid, url, script, name, port } }) {
+  if (event === 'relay') { kids.get(sid)?.postMessage({ wasmindRelay: port }, [port]); return; }
   if (event === 'end') { kids.get(sid)?.terminate(); kids.delete(sid); return; }
   let w;
   try {

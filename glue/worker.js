@@ -3,8 +3,8 @@
 // shared memory, gives this instance its own stack, says { running }, then serves jobs in
 // helper_loop(id) until pool_shutdown, and says { rc } (abi/ABI.md, "Starting helpers").
 // A browser helper started by the page for the driver (index.js, driver.js: spawnByPage) first
-// gets { wasmindPort }, a MessagePort to the driver, and answers over it (the job itself comes
-// from the page: Firefox cannot send a module or shared memory over a MessagePort).
+// gets { wasmindPort }, a MessagePort to the driver, to answer over, then { wasmindRelay }, a
+// port on which the driver queued the job.
 
 const isNode = typeof process === 'object' && !!process.versions?.node;
 let port = isNode ? (await import('node:worker_threads')).parentPort : globalThis;
@@ -27,6 +27,8 @@ const from = port;
 const first = ({ data }) => {
   if (data?.wasmindPort) { port = data.wasmindPort; return; }
   from.removeEventListener('message', first);
-  serve(data);
+  if (!data?.wasmindRelay) return serve(data);
+  data.wasmindRelay.onmessage = (e) => { data.wasmindRelay.close(); serve(e.data); };
+  data.wasmindRelay.onmessageerror = () => port.postMessage({ error: 'the job did not arrive (messageerror)' });
 };
 from.addEventListener('message', first);
