@@ -226,14 +226,17 @@ for (const engine of ENGINES) for (const isolated of [true, false]) {
       cycles.push({ empty: await measure() });
       figures[`${engine.name} ${mode} cycles`] = cycles;
       t.diagnostic(`load/unload cycles: ${JSON.stringify(cycles)}`);
+      // A model left behind per cycle would add its ~120 MB memory each time: five of them
+      // 600 MB. Released memory is returned lazily, so single steps are noisy; the trend is not.
+      // Threaded Firefox returns a closed module's shared memory later still: one model's worth
+      // was still held one or two cycles on in 2 of 5 runs (then released), so it may keep one.
+      const slack = threads && engine.name === 'firefox' ? 1.5 * MODEL_SIZE : MODEL_SIZE / 2;
       for (const k of ['heap', 'pss']) {
-        // A model left behind per cycle would add its ~120 MB memory each time: five of them
-        // 600 MB. Released memory is returned lazily, so single steps are noisy; the trend is not.
         const empties = cycles.map((c) => c.empty[k]);
-        assert.ok(empties.at(-1) - empties[0] < MODEL_SIZE / 2, `${k} after unload grew from ${empties[0]} to ${empties.at(-1)}`);
+        assert.ok(empties.at(-1) - empties[0] < slack, `${k} after unload grew from ${empties[0]} to ${empties.at(-1)}`);
       }
       const loadedPss = cycles.slice(0, 5).map((c) => c.loaded.pss);
-      assert.ok(loadedPss.at(-1) - loadedPss[0] < MODEL_SIZE / 2, `loaded pss grew ${loadedPss}`);
+      assert.ok(loadedPss.at(-1) - loadedPss[0] < slack, `loaded pss grew ${loadedPss}`);
       assert.deepEqual(await page.errors(), []);
       record(engine, browser, isolated ? 'isolated' : 'not isolated', { build: true, relaxed: created.relaxed, threaded: created.threaded,
         threads: created.threads, compiled: created.compiled, cache: created.cache, greedy: compared, m2vCos: Math.min(...cosines) });
