@@ -52,10 +52,12 @@ const yieldNow = isNode ? (typeof globalThis.Deno === 'object' ? () => new Promi
 // A stop names its reply: the stopper stores the flag only while `slot` holds that reply's id,
 // claiming the slot (id -> -id) around the store, and the driver takes the slot back (id -> 0)
 // before the next reply can start, waiting out a claim. So a late stop never ends the next reply.
+// A browser stopper is started by the page, joined to this driver by a MessagePort (spawnByPage).
 const STOPPER = `const go = ({ memory, index, port, slot }) => { const flag = new Int32Array(memory.buffer), s = new Int32Array(slot);
   port.onmessage = (e) => { const id = e.data; if (Atomics.compareExchange(s, 0, id, -id) === id) { Atomics.store(flag, index, 1); Atomics.store(s, 0, id); Atomics.notify(s, 0); } };
   port.start?.(); };
-if (typeof self === 'object' && typeof self.postMessage === 'function' && typeof require !== 'function') self.onmessage = (e) => (e.data === 'close' ? self.close() : go(e.data));
+const on = (e) => { if (e.data?.wasmindRelay) e.data.wasmindRelay.onmessage = on; else if (e.data === 'close') self.close(); else if (!e.data?.wasmindPort) go(e.data); };
+if (typeof self === 'object' && typeof self.postMessage === 'function' && typeof require !== 'function') self.onmessage = on;
 else require('node:worker_threads').parentPort.once('message', go);`;
 let stopper = null, slot = null;
 
@@ -70,19 +72,61 @@ async function startStopper() {
     w.postMessage({ ...wm.stopFlag(), port: port2, slot: slot.buffer }, [port2]);
     stopper = { terminate: () => w.postMessage('close') }; // it ends itself (see close)
   } else {
-    const url = URL.createObjectURL(new Blob([STOPPER], { type: 'text/javascript' }));
-    const w = new Worker(url, { name: 'wasmind-stopper' });
-    URL.revokeObjectURL(url);
-    w.postMessage({ ...wm.stopFlag(), port: port2, slot: slot.buffer }, [port2]);
-    stopper = { terminate: () => w.postMessage('close') }; // it ends itself (see close)
+    const w = await spawnByPage({ script: STOPPER, name: 'wasmind-stopper' });
+    w.post({ ...wm.stopFlag(), port: port2, slot: slot.buffer }, [port2]);
+    stopper = { terminate: () => { w.post('close'); w.terminate(); } };
   }
   return port1;
+}
+
+// Browser: the helpers and the stopper are started by the page (index.js), not here, and joined
+// to this driver by a MessagePort. Firefox (ESR 153) can block a worker's `new Worker()` for ever
+// while its devtools hold worker-debugger listeners (WebDriver BiDi automation, an open DevTools):
+// the parent thread waits on the new worker's condition variable for the main thread to register
+// the worker's debugger, but the main thread's single notify can wake the new worker's own thread,
+// which waits on the same condition variable for its first event, instead (WorkerPrivate::
+// SetIsDebuggerRegistered: mCondVar.Notify(); WaitForIsDebuggerRegistered). A Worker made on the
+// main thread registers its debugger there synchronously, so it cannot hang this way
+// (glue/repro/firefox-restart.mjs). What this driver sends a worker (the module, the memory) is
+// queued on a MessageChannel of its own whose other end the page hands on unread, so the page
+// never holds the memory; what a worker answers comes over a MessagePort from the page.
+// spawnByPage({ url } or { script, name }) -> { post, terminate, on(onMessage, onFail) }.
+const spawns = new Map(); // sid -> { answer, fail, error }
+let nextSpawn = 1;
+function spawnByPage(what) {
+  const sid = nextSpawn++;
+  return new Promise((answer) => {
+    spawns.set(sid, { answer });
+    post({ event: 'spawn', sid, ...what });
+  }).then((port) => {
+    const s = spawns.get(sid);
+    return { post: (m, transfer) => {
+      // A page keeps what it read until its garbage collection, so it gets only the port. Not
+      // closed here: Firefox dropped the message when port1 was closed right after posting it.
+      const c = new MessageChannel();
+      c.port1.postMessage(m, transfer ?? []);
+      post({ event: 'relay', sid, port: c.port2 }, [c.port2]);
+    },
+      terminate: () => { port.close(); spawns.delete(sid); post({ event: 'end', sid }); },
+      on: (onMessage, onFail) => {
+        port.onmessage = (e) => onMessage(e.data);
+        if (s.error) onFail(s.error); else s.fail = onFail;
+      } };
+  });
+}
+/** The page's answer to a spawn: { sid, port } once the worker exists, { sid, error } if it failed. */
+function spawned({ sid, port, error }) {
+  const s = spawns.get(sid);
+  if (!s) return;
+  if (port) return s.answer(port);
+  const e = new Error(error || 'a worker failed to start');
+  if (s.fail) s.fail(e); else s.error = e;
 }
 
 async function start(bytes) {
   capacity = bytes;
   wm = await load({ threads: config.threads, threaded: config.threaded, relaxed: config.relaxed, dist: config.dist,
-    maxMemory: memoryFor(bytes) });
+    maxMemory: memoryFor(bytes), spawn: isNode ? undefined : spawnByPage });
   cacheKind ??= (await cacheStore())?.kind ?? null;
   const stopPort = await startStopper();
   post({ event: 'module', ...describe(), stopPort }, stopPort ? [stopPort] : []);
@@ -333,8 +377,8 @@ const ops = {
     stopper?.terminate(); stopper = null;
     if (wm) await wm.close();
     wm = null;
-    // Chromium: a driver terminated right after it terminated nested workers that shared its
-    // memory sometimes never ends (and keeps the memory). Let them end by themselves first.
+    // Chromium: a driver terminated right after the workers that shared its memory were
+    // terminated sometimes never ended (and kept the memory). Let them end by themselves first.
     if (!isNode) await new Promise((r) => setTimeout(r, 100));
     return true;
   },
@@ -349,6 +393,7 @@ function serialize(e) {
 
 let queue = Promise.resolve();
 const onMessage = (m) => {
+  if (m.op === 'spawned') return spawned(m);
   if (m.op === 'stop') { stopped.add(m.target); if (wm && active === m.target) wm.exports.request_stop(); return; }
   queue = queue.then(async () => {
     try {

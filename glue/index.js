@@ -46,9 +46,41 @@ async function spawnDriver() {
       ref: (on) => (on ? w.ref() : w.unref()) };
   }
   const w = new Worker(bootstrap(url), { type: 'module', name: 'wasmind-driver' });
-  return { post: (m) => w.postMessage(m), terminate: () => w.terminate(),
-    listen: (f, fail) => { w.onmessage = (e) => f(e.data); w.onerror = (e) => { e.preventDefault?.(); fail(new Error(e.message ?? 'the wasmind driver failed')); }; },
+  const kids = new Map(); // the driver's helpers and stopper, started here (spawnFor)
+  return { post: (m) => w.postMessage(m),
+    terminate: () => { for (const k of kids.values()) k.terminate(); kids.clear(); w.terminate(); },
+    listen: (f, fail) => {
+      w.onmessage = (e) => (e.data.event === 'spawn' || e.data.event === 'end' || e.data.event === 'relay' ? spawnFor(w, kids, e) : f(e.data));
+      w.onerror = (e) => { e.preventDefault?.(); fail(new Error(e.message ?? 'the wasmind driver failed')); };
+    },
     ref: () => {} };
+}
+
+/** A Worker the driver asked for (driver.js, spawnByPage: { sid, url } a module that the page's
+ *  service worker serves, or { sid, script } a classic one), started here on the page and
+ *  answering the driver over a MessagePort, so Firefox never makes it inside the driver (which can
+ *  hang there: see driver.js). { event: 'relay', sid, message } is forwarded to it at once (with
+ *  the ports the driver transferred), { event: 'end', sid } ends it. */
+function spawnFor(driver, kids, { data: { event, sid, url, script, name, port } }) {
+  if (event === 'relay') { kids.get(sid)?.postMessage({ wasmindRelay: port }, [port]); return; }
+  if (event === 'end') { kids.get(sid)?.terminate(); kids.delete(sid); return; }
+  let w;
+  try {
+    if (url) w = new Worker(bootstrap(url), { type: 'module', name });
+    else {
+      const src = URL.createObjectURL(new Blob([script], { type: 'text/javascript' }));
+      w = new Worker(src, { name });
+      URL.revokeObjectURL(src);
+    }
+  } catch (e) {
+    driver.postMessage({ op: 'spawned', sid, error: `${name}: ${e?.message ?? e}` });
+    return;
+  }
+  kids.set(sid, w);
+  const { port1, port2 } = new MessageChannel();
+  w.onerror = (e) => { e.preventDefault?.(); driver.postMessage({ op: 'spawned', sid, error: e.message || `${name} failed to start` }); };
+  w.postMessage({ wasmindPort: port2 }, [port2]);
+  driver.postMessage({ op: 'spawned', sid, port: port1 }, [port1]);
 }
 
 /** A URL string or URL as an absolute URL (against the page); other values as they are. */

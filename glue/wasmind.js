@@ -136,9 +136,11 @@ export function importedMemoryMinimum(bytes) {
   throw new Error('module imports no memory');
 }
 
-/** Spawns one helper worker (Node worker_threads or a browser module Worker), event-normalised. */
-async function spawnHelper() {
+/** Spawns one helper worker (Node worker_threads or a browser module Worker), event-normalised;
+ *  `spawn` (load's option), where given, starts it instead. */
+async function spawnHelper(spawn) {
   const url = new URL('./worker.js', import.meta.url);
+  if (spawn) return spawn({ url: url.href, name: 'wasmind-helper' });
   if (!isNode) {
     // A blob: module importing worker.js, so the page's service worker serves it (offline pages).
     const boot = URL.createObjectURL(new Blob([`import ${JSON.stringify(url.href)};`], { type: 'text/javascript' }));
@@ -164,10 +166,12 @@ const noAnswer = (what, ms) => () => new Error(`${what}: no answer in ${ms} ms`)
  * Loads the module. Options: `threads` (driver included; default ¾ of the cores, ≤ 16; 1 = no
  * helpers), `threaded` (default canUseThreads()), `relaxed` (the relaxed-SIMD build; default
  * hasRelaxedSimd()), `maxMemory` bytes (threaded: the shared memory's maximum, default 256 MiB;
- * use memoryFor(modelBytes)), `dist` (URL of the folder with the .wasm files). Resolves once
- * every helper is listening.
+ * use memoryFor(modelBytes)), `dist` (URL of the folder with the .wasm files), `spawn` (starts
+ * a helper instead of `new Worker` here: `spawn({ url, name })` resolves with { post(message),
+ * terminate(), on(onMessage, onFail) }; index.js has the page start them, see driver.js). Resolves
+ * once every helper is listening.
  */
-export async function load({ threads, threaded = canUseThreads(), relaxed = hasRelaxedSimd(), maxMemory = 256 * MiB, dist = DIST } = {}) {
+export async function load({ threads, threaded = canUseThreads(), relaxed = hasRelaxedSimd(), maxMemory = 256 * MiB, dist = DIST, spawn } = {}) {
   if (dist === undefined) throw new Error('wasmind: this host gives modules no URL (import.meta.url): pass `dist`, or instantiate an imported module yourself (new WasmindModule; see glue/examples/worker/)');
   threads = threaded ? Math.max(1, Math.min(MAX_HELPERS + 1, threads ?? await defaultThreads())) : 1;
   const { module, bytes, compiled } = await compileModule(new URL(moduleFile(threaded, relaxed), dist));
@@ -177,6 +181,7 @@ export async function load({ threads, threaded = canUseThreads(), relaxed = hasR
   const memory = new WebAssembly.Memory({ initial: minimum, maximum, shared: true });
   const driver = (await WebAssembly.instantiate(module, { env: { memory } })).exports;
   const wm = new WasmindModule(module, driver, memory, [], relaxed, compiled);
+  wm.spawn = spawn;
   try {
     for (let id = 0; id < threads - 1; id++) await wm.startHelper(id);
     await wm.untilReady(threads - 1);
@@ -203,7 +208,7 @@ export class WasmindModule {
   async startHelper(id) {
     const stack = this.exports.alloc(HELPER_STACK);
     if (stack === 0) throw new WasmindError(2, 'no memory for a helper stack');
-    const w = await spawnHelper();
+    const w = await spawnHelper(this.spawn);
     const h = { worker: w, stack };
     h.done = new Promise((exit) => { // resolves with helper_loop's result, or -1 if the worker failed
       h.started = new Promise((ok, fail) => {

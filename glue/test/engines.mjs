@@ -217,20 +217,19 @@ async function launchWebKit() {
  *  (threads when cross-origin isolated, relaxed SIMD, the model cache, the offline demos). */
 export const ENGINES = [
   { name: 'chromium', label: 'Chromium', launch: launchChromium, skip: skipOf('Chromium', 'WASMIND_SKIP_CHROMIUM'),
-    features: { threads: true, relaxed: true, cache: 'opfs', offline: true, restart: true } },
+    features: { threads: true, relaxed: true, cache: 'opfs', offline: true } },
   // Firefox ESR 153: everything, but offline no Worker starts (its script is not served by the
   // page's service worker, neither from a blob: bootstrap nor from its own URL; a classic Worker
-  // neither), so the offline demos cannot run there: demo.test.mjs asserts that and logs it. And
-  // a threaded driver started again after unload() hangs in about half the runs (in the module's
-  // start, past its own timers: found by page.test.mjs's load/unload cycles, not yet explained),
-  // so those cycles run single-threaded only there, logged as a skip (`restart: false`).
+  // neither), so the offline demos cannot run there: demo.test.mjs asserts that and logs it.
+  // (A threaded driver started again after unload() used to hang here: a `new Worker()` inside
+  // the driver blocked for ever; the page now starts the helpers, see glue/driver.js.)
   { name: 'firefox', label: 'Firefox ESR', launch: launchFirefox, skip: skipOf('Firefox ESR', 'WASMIND_SKIP_FIREFOX'),
-    features: { threads: true, relaxed: true, cache: 'opfs', offline: false, restart: false } },
+    features: { threads: true, relaxed: true, cache: 'opfs', offline: false } },
   // WebKitGTK 2.50: SIMD128 but no relaxed SIMD, no SharedArrayBuffer even when isolated, no
   // navigator.storage (its StorageAPI feature is off; on, OPFS fails in MiniBrowser's
   // automation session): the single-threaded SIMD128 module, and the Cache API as the cache.
   { name: 'webkit', label: 'WebKitGTK', launch: launchWebKit, skip: skipOf('WebKitGTK', 'WASMIND_SKIP_WEBKIT'),
-    features: { threads: false, relaxed: false, cache: 'cache-api', offline: true, restart: true } },
+    features: { threads: false, relaxed: false, cache: 'cache-api', offline: true } },
 ];
 // WASMIND_ENGINES=firefox,webkit (say) runs those only; the others are logged as skipped.
 for (const e of ENGINES) {

@@ -10,7 +10,7 @@
 // load/unload cycles whose memory does not grow, and a driver that never starts ended after startTimeout.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { appendFileSync, mkdtempSync, writeFileSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, writeFileSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { smollm2, m2v, bert, unitOff, messagesOf, compareGreedy, cosine, REPLY_TOKENS, MODEL_PATH } from './reference.mjs';
@@ -216,34 +216,27 @@ for (const engine of ENGINES) for (const isolated of [true, false]) {
       const settle = () => new Promise((r) => setTimeout(r, 300));
       const measure = async () => { await settle(); return { heap: await page.evaluate(() => performance.memory?.usedJSHeapSize ?? 0), pss: browser.pss() }; };
       const cycles = [];
-      const cyclesRun = !(threads && !engine.features.restart);
-      if (!cyclesRun) {
-        // engines.mjs: a threaded driver started again after unload() can hang in this engine.
-        t.diagnostic(`${engine.label}: load/unload cycles not run with threads (engines.mjs, restart: false)`);
-        if (process.env.WASMIND_SKIP_LOG) {
-          appendFileSync(process.env.WASMIND_SKIP_LOG, `glue/test/page.test.mjs: threaded load/unload cycles in ${engine.label} (a threaded driver restarted after unload() can hang there)\n`);
-        }
-      }
-      for (let i = 0; cyclesRun && i < 5; i++) {
+      for (let i = 0; i < 5; i++) {
         await page.evaluate(() => ai.unload());
         const empty = await measure();
         const wasm = await page.evaluate(async (url) => { await ai.load(url, { context: 256 }); return (await ai.usage()).wasm; }, HF_URL);
         cycles.push({ empty, loaded: { ...(await measure()), wasm } });
       }
-      if (cyclesRun) {
-        await page.evaluate(() => ai.unload());
-        cycles.push({ empty: await measure() });
-        figures[`${engine.name} ${mode} cycles`] = cycles;
-        t.diagnostic(`load/unload cycles: ${JSON.stringify(cycles)}`);
-        for (const k of ['heap', 'pss']) {
-          // A model left behind per cycle would add its ~120 MB memory each time: five of them
-          // 600 MB. Released memory is returned lazily, so single steps are noisy; the trend is not.
-          const empties = cycles.map((c) => c.empty[k]);
-          assert.ok(empties.at(-1) - empties[0] < MODEL_SIZE / 2, `${k} after unload grew from ${empties[0]} to ${empties.at(-1)}`);
-        }
-        const loadedPss = cycles.slice(0, 5).map((c) => c.loaded.pss);
-        assert.ok(loadedPss.at(-1) - loadedPss[0] < MODEL_SIZE / 2, `loaded pss grew ${loadedPss}`);
+      await page.evaluate(() => ai.unload());
+      cycles.push({ empty: await measure() });
+      figures[`${engine.name} ${mode} cycles`] = cycles;
+      t.diagnostic(`load/unload cycles: ${JSON.stringify(cycles)}`);
+      // A model left behind per cycle would add its ~120 MB memory each time: five of them
+      // 600 MB. Released memory is returned lazily, so single steps are noisy; the trend is not.
+      // Threaded Firefox returns a closed module's shared memory later still: one model's worth
+      // was still held one or two cycles on in 2 of 5 runs (then released), so it may keep one.
+      const slack = threads && engine.name === 'firefox' ? 1.5 * MODEL_SIZE : MODEL_SIZE / 2;
+      for (const k of ['heap', 'pss']) {
+        const empties = cycles.map((c) => c.empty[k]);
+        assert.ok(empties.at(-1) - empties[0] < slack, `${k} after unload grew from ${empties[0]} to ${empties.at(-1)}`);
       }
+      const loadedPss = cycles.slice(0, 5).map((c) => c.loaded.pss);
+      assert.ok(loadedPss.at(-1) - loadedPss[0] < slack, `loaded pss grew ${loadedPss}`);
       assert.deepEqual(await page.errors(), []);
       record(engine, browser, isolated ? 'isolated' : 'not isolated', { build: true, relaxed: created.relaxed, threaded: created.threaded,
         threads: created.threads, compiled: created.compiled, cache: created.cache, greedy: compared, m2vCos: Math.min(...cosines) });
