@@ -227,13 +227,18 @@ for (const engine of ENGINES) for (const isolated of [true, false]) {
       figures[`${engine.name} ${mode} cycles`] = cycles;
       t.diagnostic(`load/unload cycles: ${JSON.stringify(cycles)}`);
       // A model left behind per cycle would add its ~120 MB memory each time: five of them
-      // 600 MB. Released memory is returned lazily, so single steps are noisy; the trend is not.
-      // Threaded Firefox returns a closed module's shared memory later still: one model's worth
-      // was still held one or two cycles on in 2 of 5 runs (then released), so it may keep one.
-      const slack = threads && engine.name === 'firefox' ? 1.5 * MODEL_SIZE : MODEL_SIZE / 2;
+      // 600 MB, in every sample after it (the loaded ones too). Released memory is returned
+      // lazily, so single samples are noisy (WebKit's "empty" PSS swung 670-880 MB in one run with
+      // the loaded one flat at 882 MB): after an unload, the lowest of the later samples is
+      // compared, and the loaded series end to end. Threaded Firefox returns a closed module's
+      // shared memory later still and may hold one model's worth for several cycles (empties
+      // 821, 939, 942, 1059, 946, 1064 MB with the loaded ones flat at 1060-1066 MB), so it may
+      // keep up to two; a model kept per cycle still fails the loaded series (+4 models).
+      const slack = threads && engine.name === 'firefox' ? 2 * MODEL_SIZE : MODEL_SIZE / 2;
       for (const k of ['heap', 'pss']) {
         const empties = cycles.map((c) => c.empty[k]);
-        assert.ok(empties.at(-1) - empties[0] < slack, `${k} after unload grew from ${empties[0]} to ${empties.at(-1)}`);
+        const later = Math.min(...empties.slice(1));
+        assert.ok(later - empties[0] < slack, `${k} after unload grew from ${empties[0]} to at least ${later} (${empties})`);
       }
       const loadedPss = cycles.slice(0, 5).map((c) => c.loaded.pss);
       assert.ok(loadedPss.at(-1) - loadedPss[0] < slack, `loaded pss grew ${loadedPss}`);
